@@ -1,0 +1,25 @@
+"""torch-nbtools: see what torch.compile, autocast and CUDA Graphs do to a distributed step."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .config import ConfigError, StepConfig  # noqa: E402  (torch-free)
+
+__all__ = ["Lab", "StepConfig", "ConfigError", "Run", "load_traces", "export_html", "__version__"]
+
+
+def __getattr__(name):
+    # Heavy modules (ipyparallel, pandas, bokeh) load on first use, not on import.
+    if name == "Lab":
+        from .cluster import Lab
+        return Lab
+    if name == "Run":
+        from .run import Run
+        return Run
+    if name == "load_traces":
+        from .trace import load_traces
+        return load_traces
+    if name == "export_html":
+        from .report import export_html
+        return export_html
+    raise AttributeError(f"module 'nbtools' has no attribute {name!r}")
