@@ -91,8 +91,9 @@ class StepConfig:
     seq_len: Optional[int] = None
     """Sequence length (the maximum for varying/bucketed); None: the scenario's default."""
 
-    seq_schedule: str = "fixed"
-    """fixed, varying (a new length each step), or bucketed (varying, padded up to buckets)."""
+    seq_schedule: Optional[str] = None
+    """fixed, varying (a new length each step), or bucketed (varying, padded up to buckets).
+    None takes the scenario's default (varying for varlen-train, else fixed)."""
 
     size: str = "auto"
     """Model size: small (CPU tests), large (GPU), auto (small on CPU, large on GPU)."""
@@ -129,7 +130,8 @@ class StepConfig:
         _choice("cache", self.cache, CACHE_POLICIES)
         _choice("ddp_wrap", self.ddp_wrap, DDP_WRAP)
         _choice("optimize_ddp", self.optimize_ddp, OPTIMIZE_DDP)
-        _choice("seq_schedule", self.seq_schedule, SEQ_SCHEDULES)
+        if self.seq_schedule is not None:
+            _choice("seq_schedule", self.seq_schedule, SEQ_SCHEDULES)
         _choice("capture", self.capture, CAPTURE)
         _choice("size", self.size, SIZES)
         if self.parallel is not None:
@@ -172,9 +174,9 @@ class StepConfig:
             if self.backend == "cudagraphs" and self.compile != "off":
                 raise ConfigError("cudagraph='manual' with backend='cudagraphs' captures twice; "
                                   "pick one.")
-            if self.seq_schedule != "fixed":
+            if self.resolved_schedule != "fixed":
                 raise ConfigError(
-                    f"cudagraph='manual' with seq_schedule={self.seq_schedule!r}: a captured "
+                    f"cudagraph='manual' with seq_schedule={self.resolved_schedule!r}: a captured "
                     "graph replays fixed shapes. Use seq_schedule='fixed'.")
             if self.dynamic != "auto":
                 raise ConfigError("cudagraph='manual' replays one shape: leave dynamic='auto'.")
@@ -207,7 +209,7 @@ class StepConfig:
                 "which the lab cannot guarantee. Use compile='reduce-overhead' or parallel='none'/'tp'.")
         if self.optimize_ddp == "python_reducer" and self.ddp_wrap != "compile-inside":
             raise ConfigError("optimize_ddp='python_reducer' needs ddp_wrap='compile-inside'.")
-        if self.seq_schedule != "fixed" and not spec.sequence:
+        if self.seq_schedule not in (None, "fixed") and not spec.sequence:
             raise ConfigError(
                 f"seq_schedule={self.seq_schedule!r}: {self.scenario} has no sequence dimension; "
                 "use varlen-train or fsdp2-train.")
@@ -228,6 +230,12 @@ class StepConfig:
         if self.scenario == "custom":
             return "none"
         return scenario_spec(self.scenario).parallel[0]
+
+    @property
+    def resolved_schedule(self) -> str:
+        if self.seq_schedule is not None:
+            return self.seq_schedule
+        return scenario_spec(self.scenario).schedule
 
     @property
     def compiled(self) -> bool:

@@ -12,6 +12,7 @@ class ScenarioSpec:
     sequence: bool           # has a sequence dimension (seq_len, seq_schedule apply)
     batch: tuple             # default batch (small, large)
     seq_len: tuple = (0, 0)  # default (maximum) sequence length (small, large)
+    schedule: str = "fixed"  # default sequence-length schedule
     about: str = ""
 
 
@@ -27,7 +28,7 @@ SCENARIOS = {s.name: s for s in (
                  batch=(2, 8), seq_len=(32, 1024),
                  about="Transformer blocks, fully_shard per block, training."),
     ScenarioSpec("varlen-train", ("ddp", "fsdp2", "none"), train=True, sequence=True,
-                 batch=(2, 16), seq_len=(32, 512),
+                 batch=(2, 16), seq_len=(32, 512), schedule="varying",
                  about="Transformer training whose sequence length changes each step."),
 )}
 

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Set up the project's environment and run the demo or the tests: needs only Python.
+
+    python3 dev.py demo     # .venv + the package, then `python -m nbtools demo --html ...`
+    python3 dev.py test     # .venv + test extras (+ Debian chromium for browser tests), then pytest
+
+A torch that already satisfies the requirement (torch>=2.9) is reused, not replaced: if the
+interpreter running this script has one, the venv sees it through --system-site-packages.
+Otherwise torch==$NBTOOLS_TORCH (default 2.13.0, the version we test on CPU) is installed.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("NBTOOLS_VENV", ROOT / ".venv"))
+TORCH = os.environ.get("NBTOOLS_TORCH", "2.13.0")
+MIN_TORCH = (2, 9)
+CHROMIUM = "/usr/bin/chromium"
+
+
+def sh(*cmd, **kw):
+    print("+", " ".join(map(str, cmd)), flush=True)
+    return subprocess.run([str(c) for c in cmd], check=True, **kw)
+
+
+def torch_version(python) -> tuple | None:
+    code = "import torch,sys; sys.stdout.write(torch.__version__)"
+    r = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    if r.returncode:
+        return None
+    parts = r.stdout.split("+")[0].split(".")
+    return tuple(int(p) for p in parts[:2] if p.isdigit())
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def ensure_venv(extras: str) -> Path:
+    py = venv_python()
+    if not py.exists():
+        base = torch_version(sys.executable)
+        reuse = base is not None and base >= MIN_TORCH
+        print(f"creating {VENV} ({'reusing this interpreter’s torch ' + '.'.join(map(str, base)) if reuse else 'new torch'})")
+        venv.EnvBuilder(with_pip=True, system_site_packages=reuse).create(VENV)
+    stamp = VENV / f".nbtools-installed-{extras or 'base'}"
+    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == want:
+        return py
+    have = torch_version(py)
+    if have is None or have < MIN_TORCH:
+        sh(py, "-m", "pip", "install", "-q", f"torch=={TORCH}")
+    target = f"{ROOT}[{extras}]" if extras else str(ROOT)
+    sh(py, "-m", "pip", "install", "-q", "-e", target)
+    sh(py, "-m", "nbtools", "kernel", "install", "--sys-prefix")
+    stamp.write_text(want)
+    return py
+
+
+def ensure_chromium() -> None:
+    """Browser tests drive Debian's chromium through Playwright (Playwright's own browser
+    download cannot work offline)."""
+    if Path(CHROMIUM).exists():
+        return
+    if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        sh("apt-get", "update", "-qq", env=env)
+        sh("apt-get", "install", "-y", "-qq", "chromium", env=env)
+    else:
+        print(f"warning: {CHROMIUM} is missing; the browser tests will fail. Install Debian's "
+              "chromium package (apt-get install chromium).", file=sys.stderr)
+
+
+def main(argv) -> int:
+    if not argv or argv[0] not in ("demo", "test", "setup"):
+        print(__doc__)
+        return 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "demo":
+        py = ensure_venv("")
+        out = ROOT / "artifacts"
+        out.mkdir(exist_ok=True)
+        return subprocess.call([str(py), "-m", "nbtools", "demo", "--history",
+                                str(out / "demo-runs"), "--html", str(out / "demo.html"), *rest])
+    py = ensure_venv("test")
+    if cmd == "setup":
+        return 0
+    ensure_chromium()
+    return subprocess.call([str(py), "-m", "pytest", *rest], cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,191 @@
+"""python -m nbtools run | demo | view | lab | export  (no Jupyter needed for run/demo/view)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import sys
+import time
+
+from .config import ConfigError, StepConfig
+
+_FIELDS = {f.name: f for f in dataclasses.fields(StepConfig)}
+
+
+def _parse_value(name: str, text: str):
+    if text.lower() in ("none", "default-for-scenario") and name in ("parallel", "batch", "seq_len", "seq_schedule"):
+        return None
+    kind = _FIELDS[name].type
+    if "bool" in str(kind):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"--{name.replace('_', '-')} {text!r}: expected true/false")
+    if "int" in str(kind):
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"--{name.replace('_', '-')} {text!r}: expected an integer") from None
+    return text
+
+
+def sweep(values: dict) -> list[StepConfig]:
+    """Cross product of comma-separated values per field -> validated configs."""
+    names = list(values)
+    lists = [[_parse_value(n, v) for v in values[n].split(",")] for n in names]
+    return [StepConfig(**dict(zip(names, combo))) for combo in itertools.product(*lists)]
+
+
+def _add_field_args(p: argparse.ArgumentParser) -> None:
+    for name, f in _FIELDS.items():
+        doc = (f.metadata or {}).get("doc", "")
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
+                       help=f"comma-separated values to sweep (default {f.default!r}) {doc}")
+
+
+def format_table(runs) -> str:
+    """One row per (config, rank): median and p10/p90 step ms, compile s, recompiles, memory."""
+    head = f"{'config':<58} {'rank':>4} {'step_ms':>9} {'p10':>8} {'p90':>8} {'compile_s':>9} " \
+           f"{'recomp':>6} {'graphs':>6} {'busy%':>6} {'overlap%':>8} {'graph%':>6} {'peak_MB':>8}  status"
+    lines = [head, "-" * len(head)]
+    for run in runs:
+        label = run.config.label() if run.config else run.run_id
+        s = run.summary
+        if not len(s):
+            lines.append(f"{label[:58]:<58} {'-':>4} {'':>9} {'':>8} {'':>8} {'':>9} {'':>6} {'':>6} "
+                         f"{'':>6} {'':>8} {'':>6} {'':>8}  failed: "
+                         + "; ".join(f"rank {r}: {e.splitlines()[0][:80]}" for r, e in sorted(run.errors.items())))
+            continue
+        for _, row in s.iterrows():
+            g = lambda c, fmt: (fmt.format(row[c]) if c in row and row[c] == row[c] else "-")  # noqa: E731
+            lines.append(f"{label[:58]:<58} {int(row['rank']):>4} {g('step_ms', '{:.3f}'):>9} "
+                         f"{g('p10_ms', '{:.3f}'):>8} {g('p90_ms', '{:.3f}'):>8} {g('compile_s', '{:.2f}'):>9} "
+                         f"{g('recompiles', '{:.0f}'):>6} {g('graphs', '{:.0f}'):>6} "
+                         f"{g('gpu_busy_pct', '{:.1f}'):>6} {g('overlap_pct', '{:.1f}'):>8} "
+                         f"{g('graph_coverage_pct', '{:.1f}'):>6} {g('peak_mem_mb', '{:.0f}'):>8}  {run.status}")
+        for f in run.flags:
+            lines.append(f"    ! {f}")
+    return "\n".join(lines)
+
+
+def demo_configs(device_type: str) -> list[StepConfig]:
+    """The embedded default sweep: eager vs compiled (and CUDA-graph replay on GPU) for the
+    TP inference case, and the DDP wrapping-order trap for training."""
+    modes = ["off", "default", "reduce-overhead"] if device_type == "cuda" else ["off", "default"]
+    cfgs = [StepConfig(scenario="tp-mlp-infer", compile=m) for m in modes]
+    cfgs += [StepConfig(scenario="ddp-train", compile="off"),
+             StepConfig(scenario="ddp-train", compile="default"),
+             StepConfig(scenario="ddp-train", compile="default", ddp_wrap="compile-outside")]
+    return cfgs
+
+
+def _run_all(lab, cfgs, keep_going=True):
+    from .cluster import RunFailed
+    runs = []
+    for cfg in cfgs:
+        t = time.perf_counter()
+        print(f"-> {cfg.label()}", flush=True)
+        try:
+            runs.append(lab.run(cfg))
+        except RunFailed as e:
+            print(f"   failed: {e}", flush=True)
+            runs.append(e.run)
+            if getattr(lab, "needs_restart", False):
+                lab.restart()
+            if not keep_going:
+                break
+        print(f"   {time.perf_counter() - t:.1f} s", flush=True)
+    return runs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="nbtools", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("run", "demo"):
+        p = sub.add_parser(name, help="sweep configs on a lab" if name == "run" else
+                           "the embedded default sweep on whatever hardware is here")
+        p.add_argument("--n", type=int, default=None, help="ranks (default: one per GPU, else 2 CPU ranks)")
+        p.add_argument("--engines", default="local", help="ipyparallel launcher: local, mpi, slurm, ssh, ...")
+        p.add_argument("--history", default="nbtools-runs", help="folder the runs are saved to")
+        p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before the lab gives up")
+        p.add_argument("--html", default=None, help="write an offline HTML report of the sweep")
+        p.add_argument("--quiet", action="store_true", help="do not echo engine output")
+        if name == "run":
+            _add_field_args(p)
+    v = sub.add_parser("view", help="print the runs saved in a history folder")
+    v.add_argument("folder", nargs="?", default="nbtools-runs")
+    v.add_argument("--html", default=None)
+    lab_p = sub.add_parser("lab", help="open JupyterLab on the tutorial notebooks")
+    lab_p.add_argument("args", nargs=argparse.REMAINDER)
+    k = sub.add_parser("kernel", help="install the torch-nbtools Jupyter kernel for this interpreter")
+    k.add_argument("action", choices=["install"])
+    k.add_argument("--user", action="store_true", help="into the user's Jupyter folder")
+    k.add_argument("--sys-prefix", action="store_true", help="into this environment (default)")
+    ex = sub.add_parser("export", help="execute a notebook and convert it to offline HTML")
+    ex.add_argument("notebook")
+    ex.add_argument("--output", "-o", default=None)
+    ex.add_argument("--no-execute", action="store_true")
+    args = ap.parse_args(argv)
+
+    try:
+        if args.cmd in ("run", "demo"):
+            return _cmd_run(args)
+        if args.cmd == "view":
+            from .history import History
+            h = History.load(args.folder)
+            if not len(h):
+                print(f"no runs in {args.folder}", file=sys.stderr)
+                return 1
+            print(format_table(h.runs))
+            if args.html:
+                _write_html(args.html, h.runs)
+            return 0
+        if args.cmd == "lab":
+            import subprocess
+            from pathlib import Path
+            nb = Path(__file__).resolve().parents[1] / "notebooks"
+            return subprocess.call([sys.executable, "-m", "jupyter", "lab", str(nb), *args.args])
+        if args.cmd == "kernel":
+            from .kernelspec import install
+            print(f"installed kernel spec in {install(user=args.user)}")
+            return 0
+        if args.cmd == "export":
+            from .notebook_export import export_notebook
+            out = export_notebook(args.notebook, args.output, execute=not args.no_execute)
+            print(f"wrote {out}")
+            return 0
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from .cluster import Lab
+    if args.cmd == "run":
+        values = {k: getattr(args, k) for k in _FIELDS if getattr(args, k) is not None}
+        cfgs = sweep(values)                       # validate everything before starting engines
+    t = time.perf_counter()
+    with Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,
+             echo=not args.quiet) as lab:
+        print(f"lab: {lab.world_size} ranks on {lab.device_type} "
+              f"({lab.infos[0]['device_name']}), up in {time.perf_counter() - t:.1f} s", flush=True)
+        if args.cmd == "demo":
+            cfgs = demo_configs(lab.device_type)
+        runs = _run_all(lab, cfgs)
+    print()
+    print(format_table(runs))
+    if args.html:
+        _write_html(args.html, runs)
+    return 0 if all(r.ok for r in runs) else 1
+
+
+def _write_html(path, runs) -> None:
+    from .report import export_html
+    out = export_html(path, runs, notes="Written by `python -m nbtools`.")
+    print(f"report: {out}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""Lab: ipyparallel engines, one per GPU (or n CPU ranks on gloo), joined in one
+torch.distributed job that stays up while the notebook toggles configs."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import engine, placement, tables
+from .config import ConfigError, StepConfig
+from .history import History
+from .run import Run
+
+
+class RunFailed(RuntimeError):
+    """A run failed on one or more ranks; ``.run`` holds it (also kept in lab.history)."""
+
+    def __init__(self, msg, run):
+        super().__init__(msg)
+        self.run = run
+
+
+class RunTimeout(RunFailed):
+    """Some ranks did not finish in time; the lab must be restarted (lab.restart())."""
+
+
+_PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Connection reset",
+               "process group is broken", "NCCL communicator was aborted")
+
+
+class Lab:
+    """One engine per visible GPU; without GPUs, ``n`` CPU ranks (default 2) on gloo.
+
+    ``engines`` is any ipyparallel launcher name ("local", "mpi", "slurm", "ssh", ...);
+    ``cluster`` an existing ipyparallel Cluster or Client to use instead of starting one.
+    ``history`` is the folder runs are saved to as they complete.
+    """
+
+    def __init__(self, n: Optional[int] = None, engines: str = "local", cluster=None,
+                 history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
+                 echo: bool = True, start_timeout: float = 120.0):
+        self.engines, self.timeout, self.pg_timeout, self.echo = engines, timeout, pg_timeout, echo
+        self.start_timeout = start_timeout
+        self._external = cluster
+        self.history = History.load(history) if history else History(None)
+        self.workdir = Path(tempfile.mkdtemp(prefix="nbtools-lab-"))
+        self._n_requested = n
+        self.cluster = self.client = None
+        self.placements: list = []
+        self.needs_restart = False
+        self._pg_broken = False
+        self._start()
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def _start(self) -> None:
+        import ipyparallel as ipp
+        t0 = time.perf_counter()
+        if self._external is not None:
+            self.client = self._external if isinstance(self._external, ipp.Client) \
+                else self._external.connect_client_sync()
+            self.cluster = None if isinstance(self._external, ipp.Client) else self._external
+        else:
+            n, gpus = self._count()
+            self.cluster = ipp.Cluster(n=0, engines=self.engines, log_level=40,
+                                       cluster_id=f"nbtools-{uuid.uuid4().hex[:6]}")
+            self.cluster.start_controller_sync()
+            if self.engines == "local":
+                threads = placement.threads_per_rank(os.cpu_count(), n) if not gpus else 0
+                for i in range(n):
+                    env = {"NBTOOLS_LOCAL_RANK": str(i), "PYTHONUNBUFFERED": "1"}
+                    if gpus:
+                        env["CUDA_VISIBLE_DEVICES"] = gpus[i]
+                    else:
+                        env["CUDA_VISIBLE_DEVICES"] = ""
+                        env["OMP_NUM_THREADS"] = str(threads)
+                    self.cluster.start_engines_sync(n=1, environment=env)
+            else:
+                self.cluster.start_engines_sync(n=n)
+            self.client = self.cluster.connect_client_sync()
+            self.client.wait_for_engines(n, timeout=self.start_timeout)
+        self._join()
+        self.startup_s = time.perf_counter() - t0
+
+    def _count(self) -> tuple[int, list]:
+        """(ranks, GPU ids for local engines). GPUs are counted without initialising CUDA
+        in this process (the client needs no GPU)."""
+        gpus = _visible_gpus() if self.engines == "local" else []
+        n = self._n_requested or len(gpus) or 2
+        if gpus and n > len(gpus):
+            raise ConfigError(f"Lab(n={n}) but only {len(gpus)} GPUs are visible; one engine "
+                              "per GPU. Use n <= the GPU count.")
+        return n, gpus[:n]
+
+    def _join(self) -> None:
+        ids = sorted(self.client.ids)
+        idents = self._on(ids, placement.identity)
+        self.placements = placement.assign(dict(zip(ids, idents)))
+        by_eid = {p.engine_id: p for p in self.placements}
+        self._on(ids, placement.pin, args_for=lambda e: (by_eid[e].local_rank,))
+        infos = self._on(ids, engine.info)
+        types = {i["device_type"] for i in infos}
+        if len(types) != 1:
+            raise RuntimeError(f"engines disagree on the device type: {types}; give every "
+                               "engine a GPU or none")
+        self.device_type = types.pop()
+        self.infos = {by_eid[e].rank: i for e, i in zip(ids, infos)}
+        self.rank_to_engine = {p.rank: p.engine_id for p in self.placements}
+        r0 = self.rank_to_engine[0]
+        port = self.client[r0].apply_sync(placement.free_port)
+        addr = placement.master_addr(self.placements)
+        world = len(self.placements)
+        cpus = {p.rank: self.infos[p.rank]["cpus"] for p in self.placements}
+        args = {p.engine_id: (p.rank, world, addr, port,
+                              placement.threads_per_rank(cpus[p.rank], p.local_world)
+                              if self.device_type == "cpu" else 0,
+                              str(self.workdir / "inductor-cache" / f"rank{p.rank}"),
+                              self.pg_timeout) for p in self.placements}
+        self._on(ids, engine.setup, args_for=lambda e: args[e], timeout=self.start_timeout)
+        self.world_size = world
+
+    def _on(self, ids, fn, args_for=None, timeout=120.0) -> list:
+        """Call fn on every engine at once (collectives need all ranks inside together)."""
+        ars = [self.client[e].apply_async(fn, *(args_for(e) if args_for else ())) for e in ids]
+        return [ar.get(timeout=timeout) for ar in ars]
+
+    def restart(self) -> "Lab":
+        """Fresh engines (the only way to free an engine stuck in a collective). History
+        stays: it lives here and on disk."""
+        self._stop(graceful=False)
+        self.needs_restart = False
+        self._pg_broken = False
+        self._start()
+        return self
+
+    def close(self) -> None:
+        self._stop(graceful=True)
+
+    def _stop(self, graceful: bool) -> None:
+        if self.client is not None and graceful and not self.needs_restart:
+            try:
+                ars = [self.client[e].apply_async(engine.shutdown, 10.0) for e in self.client.ids]
+                for ar in ars:
+                    ar.get(timeout=15)
+            except Exception:
+                pass
+        if self.cluster is not None and self._external is None:
+            try:
+                self.cluster.stop_cluster_sync()
+            except Exception:
+                pass
+        elif self.client is not None and self._external is not None and not graceful:
+            self.client.shutdown(hub=False, block=False)  # external engines: ask them to go
+        if self.client is not None and self._external is None:
+            self.client.close()
+        self.client = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # -- runs ----------------------------------------------------------------------------
+    def run(self, fn_or_cfg=None, cfg: Optional[StepConfig] = None, *, timeout=None,
+            **changes) -> Run:
+        """lab.run(cfg), lab.run(my_step_fn, cfg) or lab.run(cfg, compile="default").
+        Raises ConfigError before dispatch, RunFailed / RunTimeout after (the run is kept
+        in lab.history either way)."""
+        fn: Optional[Callable] = None
+        if callable(fn_or_cfg) and not isinstance(fn_or_cfg, StepConfig):
+            fn = fn_or_cfg
+            cfg = cfg or StepConfig(scenario="custom")
+            if cfg.scenario != "custom":
+                cfg = cfg.replace(scenario="custom")
+        else:
+            cfg = fn_or_cfg if fn_or_cfg is not None else (cfg or StepConfig())
+        if not isinstance(cfg, StepConfig):
+            raise ConfigError(f"lab.run expects a StepConfig, got {type(cfg).__name__}")
+        if changes:
+            cfg = cfg.replace(**changes)
+        cfg.check_device(self.device_type)
+        if self.needs_restart or self.client is None:
+            raise RuntimeError("the lab's engines are stuck or stopped after an earlier "
+                               "timeout; call lab.restart() (history is kept)")
+        if self._pg_broken:
+            self._on(list(self.rank_to_engine.values()), engine.reinit_pg)
+            self._pg_broken = False
+        run_id = uuid.uuid4().hex[:8]
+        t0 = time.time()
+        ars = {r: self.client[e].apply_async(engine.run, cfg, run_id, fn)
+               for r, e in sorted(self.rank_to_engine.items())}
+        reports, unfinished = self._wait(ars, timeout or self.timeout)
+        run = self._assemble(cfg, run_id, t0, reports, unfinished)
+        self.history.add(run)
+        if unfinished:
+            self.needs_restart = True
+            raise RunTimeout(f"run {run_id}: rank(s) {sorted(unfinished)} did not finish within "
+                             f"{timeout or self.timeout:.0f} s (stuck in a collective?). "
+                             + _first_error(run) + "Call lab.restart() for fresh engines; "
+                             "the history is kept.", run)
+        if not run.ok:
+            self._pg_broken = True
+            raise RunFailed(f"run {run_id} failed: " + _first_error(run), run)
+        return run
+
+    def _wait(self, ars: dict, timeout: float):
+        deadline = time.monotonic() + timeout
+        shown = {r: [0, 0] for r in ars}
+        while True:
+            pending = [ar for ar in ars.values() if not ar.ready()]
+            self._echo(ars, shown)
+            if not pending or time.monotonic() > deadline:
+                break
+            self.client.wait(pending, timeout=0.2)
+        self._echo(ars, shown)
+        reports, unfinished = {}, []
+        for r, ar in ars.items():
+            if not ar.ready():
+                unfinished.append(r)
+                continue
+            try:
+                reports[r] = ar.get()
+            except Exception as e:  # the engine itself died (e.g. killed by a NCCL watchdog)
+                reports[r] = dict(rank=r, status="failed", error=f"engine error: {e}")
+        return reports, unfinished
+
+    def _echo(self, ars, shown) -> None:
+        """Engine output (prints, warnings, NCCL_DEBUG lines written to the fds) reaches the
+        notebook tagged by rank, as it arrives."""
+        if not self.echo:
+            return
+        for r, ar in ars.items():
+            for k, (stream, target) in enumerate(((ar.stdout, sys.stdout), (ar.stderr, sys.stderr))):
+                text = stream if isinstance(stream, str) else "".join(stream or [])
+                new = text[shown[r][k]:]
+                if "\n" in new:
+                    new = new[:new.rindex("\n") + 1]
+                    target.write("".join(f"[rank {r}] {line}\n" for line in new.splitlines()))
+                    shown[r][k] += len(new)
+
+    def _assemble(self, cfg, run_id, t0, reports, unfinished) -> Run:
+        from . import summary as summ
+        from .compile_events import divergence
+        ok = {r: rep for r, rep in reports.items() if rep.get("status") == "ok"}
+        steps = tables.concat([tables.from_wire(tables.STEP_COLUMNS, rep["steps"])
+                               for rep in ok.values() if "steps" in rep], tables.STEP_COLUMNS)
+        events = tables.concat([tables.from_wire(tables.EVENT_COLUMNS, rep["events"])
+                                for rep in ok.values() if "events" in rep], tables.EVENT_COLUMNS)
+        comp = tables.concat([tables.from_wire(tables.COMPILE_COLUMNS, rep["compile"]["columns"])
+                              for rep in ok.values() if rep.get("compile")], tables.COMPILE_COLUMNS)
+        errors = {r: rep.get("error", "") for r, rep in reports.items() if rep.get("status") != "ok"}
+        for r in unfinished:
+            errors[r] = f"did not finish within the run timeout (engine {self.rank_to_engine[r]})"
+        sm = summ.build(steps, events, comp, ok, cfg) if ok else None
+        div = divergence({r: rep["compile"].get("counts", {}) for r, rep in ok.items()
+                          if rep.get("compile")}) if len(ok) > 1 else None
+        env = dict(next(iter(ok.values()))["env"]) if ok else {}
+        env.update(world_size=self.world_size, hosts=sorted({p.host for p in self.placements}))
+        ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "peak_mem_mb", "shapes",
+                                             "engine_s", "parse_s", "last_value", "unused")}
+                 for r, rep in reports.items()}
+        run = Run(config=cfg, steps=steps, events=events, compile_events=comp, env=env,
+                  status="ok" if not errors else "failed", errors=errors, ranks=ranks,
+                  run_id=run_id, started=t0)
+        if sm is not None:
+            run.summary = sm
+            run.flags = summ.flags(sm, ok, cfg, div)
+        return run
+
+    # -- conveniences ----------------------------------------------------------------------
+    def compare(self, a, b):
+        from .compare import Comparison
+        return Comparison(self._resolve(a), self._resolve(b))
+
+    def _resolve(self, r) -> Run:
+        if isinstance(r, Run):
+            return r
+        return self.history[r]
+
+    def panel(self, cfg: Optional[StepConfig] = None):
+        from .panel import Panel
+        return Panel(self, cfg).widget
+
+    def __repr__(self):
+        return (f"<Lab {getattr(self, 'world_size', '?')} ranks on {getattr(self, 'device_type', '?')}"
+                f", {len(self.history)} runs>")
+
+
+def _first_error(run: Run) -> str:
+    """The root cause first: a rank whose error is its own, not a peer's abort."""
+    own = {r: e for r, e in run.errors.items() if not any(s in e for s in _PEER_SIGNS)}
+    pick = own or run.errors
+    if not pick:
+        return ""
+    r = min(pick)
+    others = sorted(set(run.errors) - {r})
+    tail = f" (rank(s) {others} stopped with it)" if others else ""
+    return f"rank {r}: {pick[r].splitlines()[0]}{tail}. "
+
+
+def _visible_gpus() -> list:
+    """GPU ids this client may hand out, honouring CUDA_VISIBLE_DEVICES, via nvidia-smi so
+    the client never initialises CUDA."""
+    import shutil
+    import subprocess
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout
+    except Exception:
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip().isdigit()]

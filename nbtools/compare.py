@@ -1,0 +1,72 @@
+"""A/B comparison of two runs: what changed in the config and what changed in the numbers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .run import Run
+
+_METRICS = ("step_ms", "p90_ms", "compile_s", "recompiles", "graph_breaks", "gpu_busy_pct",
+            "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct", "graph_coverage_pct",
+            "peak_mem_mb", "items_per_s")
+
+
+@dataclass
+class Comparison:
+    a: Run
+    b: Run
+
+    @property
+    def config_diff(self) -> dict:
+        if self.a.config is None or self.b.config is None:
+            return {}
+        return self.a.config.diff(self.b.config)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """One row per metric: A and B (worst rank), B - A and B / A."""
+        rows = []
+        for m in _METRICS:
+            va, vb = _worst(self.a.summary, m), _worst(self.b.summary, m)
+            if np.isnan(va) and np.isnan(vb):
+                continue
+            rows.append(dict(metric=m, a=va, b=vb, delta=vb - va,
+                             ratio=vb / va if va not in (0,) and not np.isnan(va) else np.nan))
+        return pd.DataFrame(rows)
+
+    @property
+    def category_deltas(self) -> pd.DataFrame:
+        """Per category, GPU/CPU time per profiled step (ms, mean over ranks): A, B, B - A."""
+        ca, cb = category_ms(self.a), category_ms(self.b)
+        df = pd.concat([ca.rename("a"), cb.rename("b")], axis=1).fillna(0.0)
+        df["delta"] = df["b"] - df["a"]
+        return df.reset_index().rename(columns={"index": "category"})
+
+    def plot(self, **kw):
+        from .timeline import compare_figure
+        return compare_figure(self.a, self.b, **kw)
+
+    def _repr_html_(self):
+        diff = "".join(f"<li><code>{k}</code>: {a!r} → {b!r}</li>" for k, (a, b) in self.config_diff.items())
+        return (f"<b>{self.a.label}</b> vs <b>{self.b.label}</b><ul>{diff}</ul>"
+                + self.table.to_html(index=False, float_format=lambda x: f"{x:.4g}"))
+
+
+def _worst(summary: pd.DataFrame, col: str) -> float:
+    if not len(summary) or col not in summary:
+        return float("nan")
+    v = summary[col].astype(float)
+    return float(v.min() if col in ("items_per_s", "overlap_pct", "graph_coverage_pct") else v.max())
+
+
+def category_ms(run: Run) -> pd.Series:
+    ev = run.events
+    if not len(ev):
+        return pd.Series(dtype=float)
+    n_steps = max(1, int((run.steps["phase"] == "profiled").sum() / max(1, run.steps["rank"].nunique())))
+    ranks = max(1, ev["rank"].nunique())
+    inside = ev[ev["step"] >= 0]
+    tot = inside.groupby("category", observed=True)["dur_ns"].sum() / 1e6
+    return tot / n_steps / ranks

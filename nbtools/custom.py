@@ -1,0 +1,68 @@
+"""A user's own step: ``lab.run(my_step, cfg)``. The function runs once per step on every
+rank as ``my_step(ctx)``; ``ctx`` applies the config's compile and autocast settings, so the
+lab's toggles act on user code too, and keeps state across steps and runs."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+
+from . import apply
+from .config import StepConfig
+from .scenarios import Workload
+
+
+@dataclass
+class StepContext:
+    rank: int
+    world_size: int
+    device: torch.device
+    group: object
+    cfg: StepConfig
+    state: dict = field(default_factory=dict)
+    """Kept on the engine across steps and runs (models, optimizers, data)."""
+    step: int = 0
+
+    def compile(self, fn):
+        """torch.compile with the config's mode/backend/dynamic; identity when compile='off'.
+        Cached per object, so calling it every step is free."""
+        if not self.cfg.compiled:
+            return fn
+        key = ("compiled", id(fn), self.cfg.compile, self.cfg.backend, self.cfg.dynamic,
+               self.cfg.fullgraph)
+        if key not in self.state:
+            self.state[key] = torch.compile(fn, **apply.compile_kwargs(self.cfg))
+        return self.state[key]
+
+    def autocast(self):
+        """Autocast as the config asks (a null context when autocast='off')."""
+        if self.cfg.autocast == "off":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=apply._DTYPES[self.cfg.autocast])
+
+
+def fn_key(fn) -> str:
+    """Stable across pickling (a new function object arrives with every run)."""
+    code = getattr(fn, "__code__", None)
+    return f"{getattr(fn, '__qualname__', repr(fn))}:{hash(code.co_code) if code else 0}"
+
+
+def prepare_custom(user_fn, cfg: StepConfig, engine_state):
+    state = engine_state.custom_state.setdefault(fn_key(user_fn), {})
+    ctx = StepContext(engine_state.rank, engine_state.world, engine_state.device,
+                      engine_state.group, cfg, state)
+
+    def step(inputs, target):
+        ctx.step = inputs[0]
+        out = user_fn(ctx)
+        return out.detach() if isinstance(out, torch.Tensor) else torch.zeros(())
+
+    def eager(inputs, target):
+        with torch.compiler.set_stance("force_eager"):
+            return step(inputs, target)
+
+    wl = Workload(model=torch.nn.Identity(), make_batch=lambda i: ((i,), None),
+                  shapes=lambda i: "custom")
+    return wl, apply.Prepared(step, wl.model, None, eager, ("custom step: " +
+                              getattr(user_fn, "__name__", "fn"),))

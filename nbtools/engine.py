@@ -1,0 +1,318 @@
+"""Engine side: one EngineState per engine process, reused across runs.
+
+The client calls these module functions through ipyparallel; they return plain data only
+(numbers, strings, numpy arrays). Nothing here imports bokeh or ipywidgets.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Callable, Optional
+
+from . import tables
+from .config import ConfigError, StepConfig
+
+# Fields that do not change what is built: changing only these reuses all state.
+_RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "torch_trace", "cache")
+# Fields that change the weights, optimizer and inputs (everything else changes wrappers).
+_MODEL = ("scenario", "parallel", "size", "batch", "seq_len", "seq_schedule", "seed")
+
+
+@dataclass
+class EngineState:
+    rank: int = -1
+    world: int = 0
+    device: object = None
+    group: object = None
+    store: object = None
+    generation: int = 0
+    pg_broken: bool = False
+    recorder: object = None
+    model_key: tuple = ()
+    build_key: tuple = ()
+    workload: object = None
+    prepared: object = None
+    cache: dict = field(default_factory=dict)     # strategy state kept with the weights
+    custom_state: dict = field(default_factory=dict)
+    run_count: int = 0
+
+
+_S = EngineState()
+
+
+def info() -> dict:
+    """What this engine is, read before ranks are assigned (ids follow registration order)."""
+    import torch
+    cuda = torch.cuda.is_available()
+    return dict(host=socket.gethostname(), pid=os.getpid(),
+                local_rank=int(os.environ.get("NBTOOLS_LOCAL_RANK", os.environ.get("LOCAL_RANK", -1))),
+                cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                device_type="cuda" if cuda else "cpu",
+                device_name=torch.cuda.get_device_name(0) if cuda else "cpu",
+                gpus=torch.cuda.device_count() if cuda else 0, cpus=os.cpu_count(),
+                torch=torch.__version__)
+
+
+def setup(rank: int, world: int, master_addr: str, port: int, threads: int,
+          cache_dir: str, pg_timeout_s: float) -> dict:
+    """Join the process group. Rank 0 hosts the store; the same store carries the failure
+    flag that lets a failing rank release its peers."""
+    import torch
+    import torch.distributed as dist
+    if threads > 0:
+        torch.set_num_threads(threads)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir   # own cache per rank: cold means cold
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR=master_addr,
+                      MASTER_PORT=str(port))
+    cuda = torch.cuda.is_available()
+    _S.device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(_S.device)
+    _S.rank, _S.world = rank, world
+    _S.store = dist.TCPStore(master_addr, port, world, is_master=rank == 0,
+                             timeout=timedelta(seconds=pg_timeout_s))
+    _S.pg_timeout = pg_timeout_s
+    _init_pg()
+    from .compile_events import CompileRecorder
+    _S.recorder = CompileRecorder()
+    _S.recorder.install()
+    return dict(rank=rank, backend=dist.get_backend())
+
+
+def _init_pg() -> None:
+    import torch.distributed as dist
+    _S.generation += 1
+    store = dist.PrefixStore(f"nbtools/{_S.generation}", _S.store)
+    backend = "nccl" if _S.device.type == "cuda" else "gloo"
+    kw = dict(device_id=_S.device) if _S.device.type == "cuda" else {}
+    dist.init_process_group(backend, store=store, rank=_S.rank, world_size=_S.world,
+                            timeout=timedelta(seconds=_S.pg_timeout), **kw)
+    _S.group = dist.group.WORLD
+    _S.pg_broken = False
+
+
+def reinit_pg() -> int:
+    """After a failed run aborted the group: a fresh one on the same store, all ranks."""
+    import torch.distributed as dist
+    if dist.is_initialized():
+        _bounded(dist.destroy_process_group, 10.0)
+    _init_pg()
+    _S.prepared, _S.build_key, _S.model_key = None, (), ()   # wrappers hold the old group
+    _S.cache.clear()
+    return _S.generation
+
+
+def shutdown(timeout_s: float = 10.0) -> bool:
+    """Teardown, bounded: destroy_process_group has been seen to hang after
+    reduce-overhead with functional collectives."""
+    import torch.distributed as dist
+    if dist.is_initialized():
+        return _bounded(dist.destroy_process_group, timeout_s)
+    return True
+
+
+def _bounded(fn, timeout_s) -> bool:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    return not t.is_alive()
+
+
+# -- one run -----------------------------------------------------------------------------
+def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dict:
+    """Run warm-up, measured and profiled steps. Never raises: a failure comes back as
+    status='failed' with the traceback, after aborting the group so peers stop waiting."""
+    t_start = time.time_ns()
+    out = dict(rank=_S.rank, status="ok", error="", run_id=run_id)
+    try:
+        if _S.pg_broken:
+            raise RuntimeError("process group is broken after an earlier failure; the lab "
+                               "re-initialises it before the next run")
+        out.update(_run(cfg, run_id, user_fn))
+    except BaseException as e:  # noqa: BLE001 - everything goes back to the client
+        out.update(status="failed", error=_describe(e), error_type=type(e).__name__)
+        _release_peers(run_id, out["error"])
+    finally:
+        if _S.recorder is not None:
+            _S.recorder.set_step(-1)
+    out["engine_s"] = (time.time_ns() - t_start) / 1e9
+    return out
+
+
+def _describe(e: BaseException) -> str:
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    head = f"{type(e).__name__}: {e}"
+    if "out of memory" in str(e).lower():
+        head = f"CUDA out of memory on this rank: {e}"
+    return head + "\n" + tb[-4000:]
+
+
+def _release_peers(run_id: str, error: str) -> None:
+    """Mark the failure in the store, then abort our communicators: a gloo peer blocked in
+    a collective with us gets 'connection closed' at once instead of waiting for the
+    timeout; NCCL peers are told through the store by their own watcher."""
+    import torch.distributed as dist
+    try:
+        _S.store.set(f"failed/{run_id}", f"rank {_S.rank}: {error.splitlines()[0][:300]}")
+    except Exception:
+        pass
+    if dist.is_initialized():
+        try:
+            dist.distributed_c10d._abort_process_group()
+        except Exception:
+            _bounded(dist.destroy_process_group, 5.0)
+    _S.pg_broken = True
+
+
+class _PeerWatch:
+    """While a run is in flight, poll the store for a peer's failure flag; on NCCL, abort our
+    communicators so a collective waiting on the failed peer returns."""
+
+    def __init__(self, run_id):
+        self.run_id, self.stop, self.peer_error = run_id, threading.Event(), None
+
+    def __enter__(self):
+        if _S.world > 1:
+            self.t = threading.Thread(target=self._loop, daemon=True)
+            self.t.start()
+        return self
+
+    def _loop(self):
+        import torch.distributed as dist
+        key = f"failed/{self.run_id}"
+        while not self.stop.wait(0.25):
+            try:
+                if _S.store.check([key]):
+                    self.peer_error = _S.store.get(key).decode()
+                    if _S.device.type == "cuda" and dist.is_initialized():
+                        dist.distributed_c10d._abort_process_group()
+                        _S.pg_broken = True
+                    return
+            except Exception:
+                return
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        return False
+
+
+def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
+    import torch
+    from . import capture
+    cfg.check_device(_S.device.type)
+    rec = _S.recorder
+    rec.install()
+    rec.start_run()
+    notes, reused = _prepare(cfg, user_fn)
+    wl, prep = _S.workload, _S.prepared
+    dev = _S.device
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    check = None
+    with _PeerWatch(run_id) as watch:
+        batches = {}
+
+        def batch(i):
+            if i not in batches:
+                batches.clear()
+                batches[i] = wl.make_batch(i)
+            return batches[i]
+
+        if cfg.check:
+            check = _check(prep, batch(0))
+        timings = capture.run_steps(cfg, prep.step, batch, dev, rec, _S.rank)
+        if watch.peer_error:
+            raise RuntimeError(f"stopped because a peer failed ({watch.peer_error})")
+    result = dict(timings)
+    compile_wire = rec.finish_run(_S.rank)
+    result.update(
+        compile=compile_wire, notes=list(notes), reused=reused, check=check,
+        peak_mem_mb=(torch.cuda.max_memory_allocated() / 2**20) if cuda else float("nan"),
+        rss_mb=_rss_mb(), items_per_step=wl.items_per_step, flops_per_step=wl.flops_per_step,
+        shapes=wl.shapes(0), unused=list(cfg.unused_on(dev.type)),
+        env=_env(), host=socket.gethostname())
+    _S.run_count += 1
+    return result
+
+
+def _prepare(cfg: StepConfig, user_fn) -> tuple[tuple, bool]:
+    """Build or reuse state. Returns (notes, reused)."""
+    import torch
+    from . import apply, scenarios
+    from .custom import fn_key, prepare_custom
+    model_key = tuple(getattr(cfg, k) for k in _MODEL) + (fn_key(user_fn) if user_fn else "",)
+    build_key = tuple((k, v) for k, v in cfg.to_dict().items() if k not in _RUN_ONLY)
+    if _S.prepared is not None and build_key == _S.build_key and model_key == _S.model_key:
+        return _S.prepared.notes, True
+    fresh = cfg.cache == "fresh"
+    if fresh:
+        # Each config measured on its own: Dynamo's caches go, and reset() also drops the
+        # compile callbacks, so the recorder hooks go back in.
+        torch.compiler.reset()
+        _S.recorder.install()
+    if user_fn is not None:
+        _S.workload, _S.prepared = prepare_custom(user_fn, cfg, _S)
+        _S.build_key, _S.model_key = build_key, model_key
+        return _S.prepared.notes, False
+    if fresh or model_key != _S.model_key or _S.workload is None:
+        _S.cache.clear()
+        _S.prepared = None
+        if cfg.resolved_parallel == "fsdp2":
+            from torch.distributed.device_mesh import init_device_mesh
+            _S.cache["mesh"] = init_device_mesh(_S.device.type, (_S.world,))
+        _S.workload = scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group)
+        _S.cache["optimizer"] = None
+    wl = _S.workload
+    module, notes = apply.apply_parallel_and_compile(cfg, wl, _S.device, _S.group, _S.cache)
+    if _S.cache.get("optimizer") is None:
+        _S.cache["optimizer"] = apply.make_optimizer(wl, module)
+    opt = _S.cache["optimizer"]
+    step, eager_forward = apply.make_step(cfg, wl, module, opt, _S.device)
+    if cfg.cudagraph == "manual":
+        step = apply.apply_cudagraph(cfg, step, wl.make_batch(0), _S.device)
+    _S.prepared = apply.Prepared(step, module, opt, eager_forward, notes)
+    _S.build_key, _S.model_key = build_key, model_key
+    return notes, False
+
+
+def _check(prep, batch) -> dict:
+    """First step's result, compiled vs eager on the same inputs and weights."""
+    import torch
+    inputs, target = batch
+    ref = prep.eager_forward(inputs, target)
+    got = prep.step(inputs, target)
+    # The step above was a real step (it updated the weights under training); it counts as
+    # the first warm-up step, which is why check runs before warm-up.
+    a, b = got.detach().float(), ref.detach().float()
+    diff = (a - b).abs().max().item() if a.numel() else 0.0
+    scale = b.abs().max().item() or 1.0
+    return dict(max_abs=diff, max_rel=diff / scale, finite=bool(torch.isfinite(a).all()),
+                what="loss" if a.numel() == 1 else f"output{tuple(a.shape)}")
+
+
+def _rss_mb() -> float:
+    try:
+        import psutil
+        return psutil.Process().memory_info().rss / 2**20
+    except Exception:
+        return float("nan")
+
+
+def _env() -> dict:
+    import platform
+    import torch
+    env = dict(torch=torch.__version__, python=platform.python_version(),
+               device=str(_S.device), world_size=_S.world)
+    if _S.device.type == "cuda":
+        env.update(cuda=torch.version.cuda, gpu=torch.cuda.get_device_name(0),
+                   nccl=".".join(map(str, torch.cuda.nccl.version())))
+    else:
+        env.update(cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads())
+    return env

@@ -1,0 +1,99 @@
+"""Which engine is which rank: pure functions over what the engines report.
+
+ipyparallel numbers engines in registration order, not launch order, so ranks come from
+each engine's (host, local rank, pid). Engines started by MPI/Slurm report a local rank
+from their launcher's environment; local engines get one from the Lab; others get one by
+order within their host.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+# Launchers' local-rank variables, most specific first.
+LOCAL_RANK_VARS = ("NBTOOLS_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                   "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                   "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID")
+
+
+@dataclass(frozen=True)
+class Placement:
+    engine_id: int
+    host: str
+    pid: int
+    rank: int
+    local_rank: int
+    local_world: int
+
+
+def identity() -> dict:
+    """Runs on an engine before torch touches CUDA (so it can still be pinned)."""
+    import socket
+    local = -1
+    for var in LOCAL_RANK_VARS:
+        if os.environ.get(var, "").strip().lstrip("-").isdigit():
+            local = int(os.environ[var])
+            break
+    return dict(host=socket.gethostname(), pid=os.getpid(), local_rank=local,
+                cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def assign(identities: dict) -> list[Placement]:
+    """identities: engine id -> identity() dict. Hosts are ordered by their first engine
+    id (stable across restarts of one launcher); within a host, by reported local rank,
+    then pid. Duplicated local ranks on one host are an error a person must fix."""
+    by_host: dict[str, list] = {}
+    for eid in sorted(identities):
+        ident = identities[eid]
+        by_host.setdefault(ident["host"], []).append((eid, ident))
+    out, rank = [], 0
+    for host, members in by_host.items():
+        known = [m for m in members if m[1].get("local_rank", -1) >= 0]
+        locals_ = [m[1]["local_rank"] for m in known]
+        if len(set(locals_)) != len(locals_):
+            dup = sorted({x for x in locals_ if locals_.count(x) > 1})
+            raise ValueError(f"host {host}: engines report the same local rank {dup}; check "
+                             "the launcher's environment (LOCAL_RANK / SLURM_LOCALID ...)")
+        if known and len(known) != len(members):
+            raise ValueError(f"host {host}: some engines report a local rank and some do not; "
+                             "start all engines on a host the same way")
+        if known:
+            members = sorted(members, key=lambda m: m[1]["local_rank"])
+        else:
+            members = sorted(members, key=lambda m: m[1]["pid"])
+        for local, (eid, ident) in enumerate(members):
+            out.append(Placement(eid, host, ident["pid"], rank, local, len(members)))
+            rank += 1
+    return out
+
+
+def master_addr(placements: list[Placement]) -> str:
+    """Rank 0's host. On one host, loopback avoids name resolution surprises."""
+    hosts = {p.host for p in placements}
+    r0 = next(p for p in placements if p.rank == 0)
+    return "127.0.0.1" if len(hosts) == 1 else r0.host
+
+
+def threads_per_rank(cpus: int, local_world: int) -> int:
+    """CPU ranks share the host's cores: each gets its share (at least one)."""
+    return max(1, (cpus or 1) // max(1, local_world))
+
+
+def pin(local_rank: int) -> str:
+    """On an engine not started by the Lab: see one GPU as cuda:0 (identical device names
+    keep compile-cache keys identical across ranks). Must run before CUDA initialises;
+    a launcher that already chose one device is respected."""
+    current = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if current is not None and "," not in current:
+        return current
+    devices = current.split(",") if current else None
+    chosen = devices[local_rank % len(devices)] if devices else str(local_rank)
+    os.environ["CUDA_VISIBLE_DEVICES"] = chosen
+    return chosen
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]

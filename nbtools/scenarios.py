@@ -1,0 +1,259 @@
+"""The built-in workloads, engine side. Each builder returns a Workload: the module to
+parallelise and compile, how to make step i's inputs, and the loss (None for inference).
+
+Sizes: ``small`` keeps a step to milliseconds on a 2-core CPU; ``large`` makes a step a few
+ms or more on an H200. Inputs depend only on (seed, step), so every rank and every config
+sees the same data and runs compare fairly.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import ConfigError, StepConfig
+from .scenarios_spec import scenario_spec
+
+
+@dataclass
+class Workload:
+    model: nn.Module
+    make_batch: Callable[[int], tuple]
+    """step index -> (inputs tuple, target or None), on the engine's device."""
+    loss_fn: Optional[Callable] = None
+    """(output, target) -> scalar loss; None for inference."""
+    dynamic_dims: tuple = ()
+    """(input index, dim) pairs that vary (mark_dynamic targets)."""
+    items_per_step: int = 0
+    """images or tokens per step on this rank (throughput)."""
+    flops_per_step: float = 0.0
+    """model FLOPs per step on this rank (forward x3 when training)."""
+    shapes: Callable[[int], str] = field(default=lambda i: "")
+    """human shape string for step i (hover, steps table)."""
+
+    @property
+    def train(self) -> bool:
+        return self.loss_fn is not None
+
+
+def sizes(cfg: StepConfig, device: torch.device) -> tuple[str, int, int]:
+    """(size, batch, seq_len) after defaults: small on CPU, large on GPU unless asked."""
+    spec = scenario_spec(cfg.scenario)
+    size = cfg.size if cfg.size != "auto" else ("large" if device.type == "cuda" else "small")
+    i = 0 if size == "small" else 1
+    return size, cfg.batch or spec.batch[i], cfg.seq_len or spec.seq_len[i]
+
+
+def build(cfg: StepConfig, device: torch.device, rank: int, world: int, group=None) -> Workload:
+    size, batch, seq = sizes(cfg, device)
+    par = cfg.resolved_parallel
+    torch.manual_seed(cfg.seed)
+    if cfg.scenario == "tp-mlp-infer":
+        return _tp_mlp(size, batch, device, rank, world if par == "tp" else 1, group, cfg.seed)
+    if cfg.scenario == "ddp-train":
+        return _convnet(size, batch, device, cfg.seed)
+    if cfg.scenario == "resnet50-ddp":
+        return _resnet50(size, batch, device, cfg.seed)
+    if cfg.scenario in ("fsdp2-train", "varlen-train"):
+        return _lm(size, batch, seq, cfg.resolved_schedule, device, cfg.seed)
+    raise ConfigError(f"no builder for scenario {cfg.scenario!r}")
+
+
+def _gen(seed: int, step: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed * 1_000_003 + step)
+    return g
+
+
+# -- tp-mlp-infer ------------------------------------------------------------------------
+class TPBlock(nn.Module):
+    """Column-parallel up projection, row-parallel down projection, then one all-reduce
+    (functional collective, so torch.compile and CUDA graphs can capture it)."""
+
+    def __init__(self, d: int, hidden: int, world: int, group):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.up = nn.Linear(d, hidden // world, bias=False)
+        self.down = nn.Linear(hidden // world, d, bias=False)
+        self.world, self.group = world, group
+
+    def forward(self, x):
+        y = self.down(F.gelu(self.up(self.norm(x))))
+        if self.world > 1:
+            import torch.distributed._functional_collectives as funcol
+            y = funcol.all_reduce(y, "sum", self.group)
+        return x + y
+
+
+class TPMLP(nn.Module):
+    def __init__(self, d, hidden, blocks, world, group):
+        super().__init__()
+        self.blocks = nn.ModuleList(TPBlock(d, hidden, world, group) for _ in range(blocks))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+def _tp_mlp(size, batch, device, rank, world, group, seed) -> Workload:
+    d, blocks = (256, 4) if size == "small" else (4096, 8)
+    hidden = 4 * d
+    if hidden % world:
+        raise ConfigError(f"tp-mlp-infer: hidden size {hidden} does not split over {world} ranks")
+    # Each rank draws the full weights from one seed and keeps its shard, so the TP model
+    # computes exactly what the unsharded one does.
+    model = TPMLP(d, hidden, blocks, 1, None)
+    if world > 1:
+        sharded = TPMLP(d, hidden, blocks, world, group)
+        with torch.no_grad():
+            for full, part in zip(model.blocks, sharded.blocks):
+                k = hidden // world
+                part.norm.load_state_dict(full.norm.state_dict())
+                part.up.weight.copy_(full.up.weight[rank * k:(rank + 1) * k])
+                part.down.weight.copy_(full.down.weight[:, rank * k:(rank + 1) * k])
+        model = sharded
+    model = model.to(device).eval().requires_grad_(False)
+
+    def make_batch(step):
+        return (torch.randn(batch, d, generator=_gen(seed, step)).to(device),), None
+
+    return Workload(model, make_batch, None, dynamic_dims=((0, 0),), items_per_step=batch,
+                    flops_per_step=2.0 * batch * blocks * 2 * d * hidden / world,
+                    shapes=lambda i: f"x[{batch},{d}]")
+
+
+# -- ddp-train: a small residual conv net -------------------------------------------------
+class ResBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.n1 = nn.GroupNorm(8 if cout >= 8 else 1, cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.n2 = nn.GroupNorm(8 if cout >= 8 else 1, cout)
+        self.skip = nn.Conv2d(cin, cout, 1, stride, bias=False) if (stride != 1 or cin != cout) \
+            else nn.Identity()
+
+    def forward(self, x):
+        return F.relu(self.skip(x) + self.n2(self.c2(F.relu(self.n1(self.c1(x))))))
+
+
+class ConvNet(nn.Module):
+    def __init__(self, width, stages, classes=10):
+        super().__init__()
+        layers, c = [nn.Conv2d(3, width, 3, 1, 1, bias=False)], width
+        for s in range(stages):
+            layers += [ResBlock(c, width * 2 ** s, 2 if s else 1), ResBlock(width * 2 ** s, width * 2 ** s, 1)]
+            c = width * 2 ** s
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(c, classes)
+
+    def forward(self, x):
+        return self.head(self.body(x).mean((2, 3)))
+
+
+def _convnet(size, batch, device, seed) -> Workload:
+    width, stages, hw = (8, 2, 16) if size == "small" else (64, 4, 64)
+    model = ConvNet(width, stages).to(device)
+    return _image_workload(model, batch, hw, 10, device, seed)
+
+
+def _resnet50(size, batch, device, seed) -> Workload:
+    try:
+        import torchvision
+    except Exception as e:  # the CPU torch build here cannot import PyPI's torchvision
+        raise ConfigError(f"resnet50-ddp needs torchvision, which does not import on this "
+                          f"engine ({type(e).__name__}: {e}); use ddp-train instead") from None
+    hw = 64 if size == "small" else 224
+    model = torchvision.models.resnet50(num_classes=1000).to(device)
+    wl = _image_workload(model, batch, hw, 1000, device, seed)
+    wl.flops_per_step = 3 * 4.1e9 * batch * (hw / 224) ** 2
+    return wl
+
+
+def _image_workload(model, batch, hw, classes, device, seed) -> Workload:
+    def make_batch(step):
+        g = _gen(seed, step)
+        return (torch.randn(batch, 3, hw, hw, generator=g).to(device),), \
+            torch.randint(0, classes, (batch,), generator=g).to(device)
+
+    params = sum(p.numel() for p in model.parameters())
+    return Workload(model, make_batch, F.cross_entropy, dynamic_dims=((0, 0),),
+                    items_per_step=batch, flops_per_step=0.0,
+                    shapes=lambda i: f"x[{batch},3,{hw},{hw}] params={params / 1e6:.1f}M")
+
+
+# -- fsdp2-train / varlen-train: a small transformer LM ----------------------------------
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+        self.up = nn.Linear(d, 4 * d, bias=False)
+        self.down = nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.n1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.down(F.gelu(self.up(self.n2(x))))
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab, d, heads, layers):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for blk in self.layers:
+            x = blk(x)
+        return self.head(self.norm(x))
+
+
+def lm_loss(logits, target):
+    return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=-100)
+
+
+def seq_len_at(step: int, seq: int, schedule: str, seed: int) -> tuple[int, int]:
+    """(real tokens, padded length) for step i. varying: a new length each step in
+    [seq/4, seq]; bucketed: the same lengths padded up to the next multiple of seq/4."""
+    if schedule == "fixed":
+        return seq, seq
+    lo = max(2, seq // 4)
+    n = int(torch.randint(lo, seq + 1, (1,), generator=_gen(seed + 7, step)).item())
+    if schedule == "varying":
+        return n, n
+    bucket = max(1, seq // 4)
+    return n, min(seq, int(math.ceil(n / bucket) * bucket))
+
+
+def _lm(size, batch, seq, schedule, device, seed) -> Workload:
+    vocab, d, heads, layers = (256, 64, 4, 2) if size == "small" else (32000, 1024, 16, 8)
+    model = TinyLM(vocab, d, heads, layers).to(device)
+
+    def make_batch(step):
+        n, padded = seq_len_at(step, seq, schedule, seed)
+        g = _gen(seed, step)
+        tokens = torch.randint(0, vocab, (batch, padded + 1), generator=g)
+        target = tokens[:, 1:].clone()
+        if padded > n:                       # padding: masked out of the loss
+            target[:, n:] = -100
+        return (tokens[:, :-1].contiguous().to(device),), target.to(device)
+
+    params = sum(p.numel() for p in model.parameters())
+    return Workload(model, make_batch, lm_loss, dynamic_dims=((0, 1),),
+                    items_per_step=batch * seq,
+                    flops_per_step=6.0 * params * batch * seq,
+                    shapes=lambda i: f"tokens[{batch},{seq_len_at(i, seq, schedule, seed)[1]}]")

@@ -1,0 +1,85 @@
+"""run.summary: one row per rank, from the run's tables and what each engine reported.
+Pure: tables and dicts in, a DataFrame out."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# analysis.per_rank columns that are totals over the profiled window: shown per step
+_PER_STEP = ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms", "idle_ms")
+
+
+def step_stats(steps: pd.DataFrame, phase: str = "measured") -> pd.DataFrame:
+    """Median, p10, p90 of step time per rank for one phase."""
+    s = steps[steps["phase"] == phase]
+    if not len(s):
+        return pd.DataFrame(columns=["rank", "step_ms", "p10_ms", "p90_ms"])
+    ms = s.assign(ms=s["dur_ns"] / 1e6).groupby("rank")["ms"]
+    return pd.DataFrame({"step_ms": ms.median(), "p10_ms": ms.quantile(0.1),
+                         "p90_ms": ms.quantile(0.9)}).reset_index()
+
+
+def build(steps, events, compile_events, reports: dict, cfg) -> pd.DataFrame:
+    """reports: rank -> the engine's result dict (counts, memory, check, ...)."""
+    ranks = sorted(reports)
+    base = pd.DataFrame({"rank": np.array(ranks, dtype=np.int32)})
+    base = base.merge(step_stats(steps), on="rank", how="left")
+    prof = step_stats(steps, "profiled").rename(columns={"step_ms": "profiled_step_ms"})
+    base = base.merge(prof[["rank", "profiled_step_ms"]], on="rank", how="left")
+    base["profiler_overhead_pct"] = 100 * (base["profiled_step_ms"] / base["step_ms"] - 1)
+    rows = []
+    for r in ranks:
+        rep = reports[r]
+        counts = (rep.get("compile") or {}).get("counts", {})
+        ce = compile_events[compile_events["rank"] == r] if len(compile_events) else compile_events
+        compile_s = float(ce.loc[ce["kind"].isin(["compile", "recompile"]), "dur_ns"].sum()) / 1e9 \
+            if len(ce) else 0.0
+        items, flops = rep.get("items_per_step", 0), rep.get("flops_per_step", 0.0)
+        chk = rep.get("check") or {}
+        rows.append(dict(rank=r, host=rep.get("host", ""), compile_s=compile_s,
+                         compiles=int(counts.get("compiles", 0)),
+                         recompiles=int(counts.get("recompiles", 0)),
+                         graph_breaks=int(counts.get("graph_breaks", 0)),
+                         graphs=int(counts.get("graphs", 0)),
+                         cudagraph_skips=int(counts.get("cudagraph_skips", 0)),
+                         peak_mem_mb=rep.get("peak_mem_mb", np.nan),
+                         rss_mb=rep.get("rss_mb", np.nan),
+                         _items=items, _flops=flops,
+                         check_max_rel=chk.get("max_rel", np.nan)))
+    base = base.merge(pd.DataFrame(rows), on="rank", how="left")
+    base["items_per_s"] = base["_items"] / (base["step_ms"] / 1e3)
+    base["tflops"] = base["_flops"] / (base["step_ms"] / 1e3) / 1e12
+    base = base.drop(columns=["_items", "_flops"])
+    if len(events):
+        from .analysis import per_rank
+        n_prof = steps[steps["phase"] == "profiled"].groupby("rank").size()
+        pr = per_rank(events)
+        for col in _PER_STEP:
+            if col in pr:
+                pr[col] = pr[col] / pr["rank"].map(n_prof).fillna(1).clip(lower=1).to_numpy()
+        base = base.merge(pr, on="rank", how="left")
+    base["cache"] = cfg.cache if cfg is not None else ""
+    return base
+
+
+def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None) -> list[str]:
+    """What a reader must not miss."""
+    out = []
+    if divergence:
+        out.append(f"divergent ranks: {divergence}")
+    if cfg is not None and cfg.compiled and len(summary) and "compiles" in summary \
+            and int(summary["compiles"].max()) == 0 and cfg.scenario != "custom":
+        how = "torch.compile(DDP(model))" if cfg.ddp_wrap == "compile-outside" else "this config"
+        out.append(f"0 graphs compiled: {how} ran eagerly (with Dynamo's overhead on top)")
+    unused = sorted({u for rep in reports.values() for u in rep.get("unused", [])})
+    out += [f"unused: {u}" for u in unused]
+    if len(summary) > 1 and "step_ms" in summary and summary["step_ms"].notna().all():
+        lo, hi = summary["step_ms"].min(), summary["step_ms"].max()
+        if lo > 0 and hi / lo > 1.25:
+            out.append(f"ranks differ in step time: {lo:.3g} .. {hi:.3g} ms")
+    for r, rep in sorted(reports.items()):
+        chk = rep.get("check")
+        if chk and (not chk.get("finite", True) or chk.get("max_rel", 0) > 5e-2):
+            out.append(f"rank {r}: compiled {chk['what']} differs from eager by "
+                       f"{chk['max_rel']:.2%} (max abs {chk['max_abs']:.3g})")
+    return out

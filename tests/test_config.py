@@ -1,0 +1,96 @@
+"""StepConfig validation: every combination that cannot work is refused before dispatch,
+with a message that names the fields and the fix."""
+import pickle
+
+import pytest
+
+from nbtools.config import ConfigError, StepConfig
+
+BAD = {  # name: (kwargs, words the message must contain)
+    "mode with non-inductor backend": (dict(compile="reduce-overhead", backend="aot_eager"),
+                                       ["compile='reduce-overhead'", "backend='aot_eager'", "compile='default'"]),
+    "backend without compile": (dict(backend="eager"), ["compile='off'", "backend"]),
+    "manual capture on reduce-overhead": (dict(cudagraph="manual", compile="reduce-overhead"),
+                                          ["already", "captures"]),
+    "manual capture on max-autotune": (dict(cudagraph="manual", compile="max-autotune"), ["already"]),
+    "manual capture, varying lengths": (dict(scenario="varlen-train", parallel="none", cudagraph="manual"),
+                                        ["seq_schedule='varying'", "fixed"]),
+    "manual capture of DDP": (dict(scenario="ddp-train", cudagraph="manual"), ["parallel='ddp'", "static"]),
+    "strategy the scenario lacks": (dict(scenario="ddp-train", parallel="tp"), ["parallel='tp'", "supports ddp, none"]),
+    "tp on fsdp2 scenario": (dict(scenario="fsdp2-train", parallel="tp"), ["not supported"]),
+    "unknown scenario": (dict(scenario="resnet9000"), ["unknown", "tp-mlp-infer"]),
+    "unknown compile mode": (dict(compile="turbo"), ["compile='turbo'", "reduce-overhead"]),
+    "ddp_wrap without ddp": (dict(compile="default", ddp_wrap="compile-outside"), ["parallel='ddp' only"]),
+    "optimize_ddp without compile": (dict(scenario="ddp-train", optimize_ddp="off"), ["compile='off'"]),
+    "autocast scope without autocast": (dict(scenario="ddp-train", autocast_scope="step"), ["autocast='off'"]),
+    "backward scope on inference": (dict(autocast="bf16", autocast_scope="step"), ["inference"]),
+    "schedule without sequence": (dict(scenario="ddp-train", seq_schedule="varying"), ["no sequence"]),
+    "seq_len without sequence": (dict(seq_len=64), ["no sequence"]),
+    "dynamic without compile": (dict(dynamic="static"), ["compile"]),
+    "fullgraph without compile": (dict(fullgraph=True), ["compile"]),
+    "zero measured steps": (dict(steps=0), ["steps=0"]),
+    "negative warmup": (dict(warmup=-1), ["warmup"]),
+    "bad batch": (dict(batch=0), ["batch"]),
+    "python_reducer outside": (dict(scenario="ddp-train", compile="default", optimize_ddp="python_reducer",
+                                    ddp_wrap="compile-outside"), ["python_reducer", "compile-inside"]),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_combinations_raise_with_fields_named(name):
+    kwargs, words = BAD[name]
+    with pytest.raises(ConfigError) as e:
+        StepConfig(**kwargs)
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
+
+
+GOOD = [
+    dict(),
+    dict(compile="reduce-overhead"),
+    dict(compile="default", backend="aot_eager"),
+    dict(compile="max-autotune-no-cudagraphs", cudagraph="manual"),
+    dict(cudagraph="manual"),
+    dict(scenario="ddp-train", compile="default", ddp_wrap="compile-outside"),
+    dict(scenario="ddp-train", compile="default", optimize_ddp="python_reducer"),
+    dict(scenario="varlen-train", compile="default", dynamic="mark", seq_schedule="bucketed"),
+    dict(scenario="fsdp2-train", autocast="bf16", autocast_scope="forward+loss"),
+    dict(scenario="varlen-train", parallel="fsdp2", cache="continue"),
+]
+
+
+@pytest.mark.parametrize("kw", GOOD, ids=[str(k) for k in GOOD])
+def test_good_configs_are_frozen_and_picklable(kw):
+    cfg = StepConfig(**kw)
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    with pytest.raises(Exception):
+        cfg.compile = "default"
+    assert StepConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_scenario_defaults_resolve():
+    assert StepConfig().resolved_parallel == "tp"
+    assert StepConfig(scenario="ddp-train").resolved_parallel == "ddp"
+    assert StepConfig(scenario="fsdp2-train").resolved_parallel == "fsdp2"
+    assert StepConfig(scenario="varlen-train").resolved_schedule == "varying"
+    assert StepConfig(scenario="fsdp2-train").resolved_schedule == "fixed"
+
+
+def test_device_rules():
+    StepConfig(cudagraph="manual").check_device("cuda")
+    with pytest.raises(ConfigError, match="needs CUDA"):
+        StepConfig(cudagraph="manual").check_device("cpu")
+    with pytest.raises(ConfigError, match="needs CUDA"):
+        StepConfig(compile="default", backend="cudagraphs").check_device("cpu")
+    with pytest.raises(ConfigError, match="bf16"):
+        StepConfig(autocast="fp16").check_device("cpu")
+    assert StepConfig(compile="reduce-overhead").unused_on("cpu")
+    assert not StepConfig(compile="reduce-overhead").unused_on("cuda")
+
+
+def test_diff_and_label():
+    a, b = StepConfig(), StepConfig(compile="default", autocast="bf16")
+    assert a.diff(b) == {"compile": ("off", "default"), "autocast": ("off", "bf16")}
+    assert "compile=default" in b.label() and "autocast=bf16" in b.label()
+    with pytest.raises(ConfigError, match="unknown StepConfig field"):
+        StepConfig.from_dict({"compile": "off", "colour": "red"})
