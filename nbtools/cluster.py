@@ -35,6 +35,9 @@ _PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Co
 class Lab:
     """One engine per visible GPU; without GPUs, ``n`` CPU ranks (default 2) on gloo.
 
+    ``timeout`` bounds a run; ``pg_timeout`` is torch.distributed's collective timeout;
+    ``peer_grace`` is how long other ranks may still run after one rank failed before the
+    lab treats them as stuck in a collective and restarts the engines.
     ``engines`` is any ipyparallel launcher name ("local", "mpi", "slurm", "ssh", ...);
     ``cluster`` an existing ipyparallel Cluster or Client to use instead of starting one.
     ``history`` is the folder runs are saved to as they complete.
@@ -42,8 +45,9 @@ class Lab:
 
     def __init__(self, n: Optional[int] = None, engines: str = "local", cluster=None,
                  history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
-                 echo: bool = True, start_timeout: float = 120.0):
+                 echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0):
         self.engines, self.timeout, self.pg_timeout, self.echo = engines, timeout, pg_timeout, echo
+        self.peer_grace = peer_grace
         self.start_timeout = start_timeout
         self._external = cluster
         self.history = History.load(history) if history else History(None)
@@ -187,12 +191,18 @@ class Lab:
         if self.needs_restart or self.client is None:
             raise RuntimeError("the lab's engines are stuck or stopped after an earlier "
                                "timeout; call lab.restart() (history is kept)")
-        if self._pg_broken:
-            self._on(list(self.rank_to_engine.values()), engine.reinit_pg)
+        if self._pg_broken:      # an earlier run failed and aborted the process group
+            if self.device_type == "cuda":
+                print("restarting engines after the failed run (NCCL communicators were aborted)",
+                      file=sys.stderr)
+                self.restart()
+            else:
+                self._on(list(self.rank_to_engine.values()), engine.reinit_pg)
             self._pg_broken = False
         run_id = uuid.uuid4().hex[:8]
         t0 = time.time()
-        ars = {r: self.client[e].apply_async(engine.run, cfg, run_id, fn)
+        payload = _pickle_by_value(fn) if fn is not None else None
+        ars = {r: self.client[e].apply_async(engine.run, cfg, run_id, payload)
                for r, e in sorted(self.rank_to_engine.items())}
         reports, unfinished = self._wait(ars, timeout or self.timeout)
         run = self._assemble(cfg, run_id, t0, reports, unfinished)
@@ -205,29 +215,52 @@ class Lab:
                              "the history is kept.", run)
         if not run.ok:
             self._pg_broken = True
+            if self.needs_restart:      # ranks left waiting on the failed one
+                self.restart()
             raise RunFailed(f"run {run_id} failed: " + _first_error(run), run)
         return run
 
     def _wait(self, ars: dict, timeout: float):
+        """Wait for every rank, up to the timeout. Once a rank has failed, the others get
+        ``peer_grace`` seconds: a rank still running then is waiting in a collective for
+        the failed one, and is reported as such (the lab restarts it)."""
         deadline = time.monotonic() + timeout
         shown = {r: [0, 0] for r in ars}
+        failed_at = None
         while True:
             pending = [ar for ar in ars.values() if not ar.ready()]
             self._echo(ars, shown)
             if not pending or time.monotonic() > deadline:
                 break
+            if failed_at is None and any(_failed(ar) for ar in ars.values() if ar.ready()):
+                failed_at = time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > self.peer_grace:
+                break
             self.client.wait(pending, timeout=0.2)
+        for ar in ars.values():   # output can trail the result on the iopub channel
+            if ar.ready():
+                try:
+                    ar.wait_for_output(1.0)
+                except Exception:
+                    pass
         self._echo(ars, shown)
-        reports, unfinished = {}, []
+        reports, waiting = {}, []
         for r, ar in ars.items():
             if not ar.ready():
-                unfinished.append(r)
+                waiting.append(r)
                 continue
             try:
                 reports[r] = ar.get()
             except Exception as e:  # the engine itself died (e.g. killed by a NCCL watchdog)
                 reports[r] = dict(rank=r, status="failed", error=f"engine error: {e}")
-        return reports, unfinished
+        if failed_at is not None:
+            for r in waiting:
+                reports[r] = dict(rank=r, status="failed", error=(
+                    "stopped because a peer failed: still waiting (in a collective) "
+                    f"{self.peer_grace:.0f} s after it; its engine is restarted"))
+            self.needs_restart = bool(waiting)
+            waiting = []
+        return reports, waiting
 
     def _echo(self, ars, shown) -> None:
         """Engine output (prints, warnings, NCCL_DEBUG lines written to the fds) reaches the
@@ -291,6 +324,13 @@ class Lab:
                 f", {len(self.history)} runs>")
 
 
+def _failed(ar) -> bool:
+    try:
+        return ar.get(0).get("status") != "ok"
+    except Exception:
+        return True
+
+
 def _first_error(run: Run) -> str:
     """The root cause first: a rank whose error is its own, not a peer's abort."""
     own = {r: e for r, e in run.errors.items() if not any(s in e for s in _PEER_SIGNS)}
@@ -301,6 +341,19 @@ def _first_error(run: Run) -> str:
     others = sorted(set(run.errors) - {r})
     tail = f" (rank(s) {others} stopped with it)" if others else ""
     return f"rank {r}: {pick[r].splitlines()[0]}{tail}. "
+
+
+def _pickle_by_value(fn) -> bytes:
+    """A step function defined in a notebook, a test file or a script the engines cannot
+    import travels by value (its code, not its module's name)."""
+    import cloudpickle
+    mod = sys.modules.get(getattr(fn, "__module__", None) or "")
+    if mod is not None and mod.__name__ != "__main__" and not mod.__name__.startswith(("nbtools", "torch")):
+        try:
+            cloudpickle.register_pickle_by_value(mod)
+        except Exception:
+            pass
+    return cloudpickle.dumps(fn)
 
 
 def _visible_gpus() -> list:

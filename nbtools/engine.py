@@ -98,7 +98,9 @@ def _init_pg() -> None:
 
 
 def reinit_pg() -> int:
-    """After a failed run aborted the group: a fresh one on the same store, all ranks."""
+    """After a failed run aborted the group: a fresh one on the same store, all ranks.
+    Used on gloo; NCCL engines are restarted instead (re-initialising after an abort was
+    not reliable on H200 / torch 2.11)."""
     import torch.distributed as dist
     if dist.is_initialized():
         _bounded(dist.destroy_process_group, 10.0)
@@ -130,17 +132,24 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dic
     status='failed' with the traceback, after aborting the group so peers stop waiting."""
     t_start = time.time_ns()
     out = dict(rank=_S.rank, status="ok", error="", run_id=run_id)
+    failed = False
     try:
         if _S.pg_broken:
             raise RuntimeError("process group is broken after an earlier failure; the lab "
                                "re-initialises it before the next run")
+        if isinstance(user_fn, bytes):
+            import cloudpickle
+            user_fn = cloudpickle.loads(user_fn)
         out.update(_run(cfg, run_id, user_fn))
     except BaseException as e:  # noqa: BLE001 - everything goes back to the client
         out.update(status="failed", error=_describe(e), error_type=type(e).__name__)
-        _release_peers(run_id, out["error"])
+        failed = True
     finally:
         if _S.recorder is not None:
             _S.recorder.set_step(-1)
+    if failed:   # outside the except block: the traceback no longer pins the group
+        user_fn = None
+        _release_peers(run_id, out["error"])
     out["engine_s"] = (time.time_ns() - t_start) / 1e9
     return out
 
@@ -157,17 +166,34 @@ def _release_peers(run_id: str, error: str) -> None:
     """Mark the failure in the store, then abort our communicators: a gloo peer blocked in
     a collective with us gets 'connection closed' at once instead of waiting for the
     timeout; NCCL peers are told through the store by their own watcher."""
+    import gc
     import torch.distributed as dist
+    # The state built on this group (models, DDP, TP blocks) goes first: it holds the group,
+    # and gloo closes its connections, which is what releases a peer blocked in a
+    # collective with us, only when the group is freed. References from inside torch can
+    # still keep it alive, so the client also restarts ranks left waiting (cluster.py).
+    _S.group, _S.prepared, _S.workload, _S.build_key, _S.model_key = None, None, None, (), ()
+    _S.cache.clear()
+    _S.custom_state.clear()
+    gc.collect()
     try:
         _S.store.set(f"failed/{run_id}", f"rank {_S.rank}: {error.splitlines()[0][:300]}")
     except Exception:
         pass
     if dist.is_initialized():
-        try:
-            dist.distributed_c10d._abort_process_group()
-        except Exception:
-            _bounded(dist.destroy_process_group, 5.0)
+        # Bounded: on NCCL the abort itself was seen to block for the PG timeout (H200,
+        # torch 2.11) after it had already released the peer; the lab restarts CUDA engines
+        # after a failure anyway.
+        _bounded(_abort, 5.0)
     _S.pg_broken = True
+
+
+def _abort() -> None:
+    import torch.distributed as dist
+    try:
+        dist.distributed_c10d._abort_process_group()
+    except Exception:
+        dist.destroy_process_group()
 
 
 class _PeerWatch:
@@ -191,8 +217,8 @@ class _PeerWatch:
                 if _S.store.check([key]):
                     self.peer_error = _S.store.get(key).decode()
                     if _S.device.type == "cuda" and dist.is_initialized():
-                        dist.distributed_c10d._abort_process_group()
                         _S.pg_broken = True
+                        _abort()     # frees a sync waiting on the failed peer (~1 s on H200)
                     return
             except Exception:
                 return

@@ -67,10 +67,16 @@ def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None) -> 
     out = []
     if divergence:
         out.append(f"divergent ranks: {divergence}")
-    if cfg is not None and cfg.compiled and len(summary) and "compiles" in summary \
-            and int(summary["compiles"].max()) == 0 and cfg.scenario != "custom":
-        how = "torch.compile(DDP(model))" if cfg.ddp_wrap == "compile-outside" else "this config"
+    compiled = cfg is not None and cfg.compiled and cfg.scenario != "custom" and len(summary)
+    outside = compiled and cfg.resolved_parallel == "ddp" and cfg.ddp_wrap == "compile-outside"
+    if compiled and "graphs" in summary and int(summary["graphs"].max()) == 0:
+        how = "torch.compile(DDP(model))" if outside else "this config"
         out.append(f"0 graphs compiled: {how} ran eagerly (with Dynamo's overhead on top)")
+    elif outside and int(summary["graph_breaks"].max()) > 0:
+        out.append(f"torch.compile(DDP(model)): Dynamo graph-breaks inside DDP's forward "
+                   f"({int(summary['graph_breaks'].max())} breaks); only "
+                   f"{int(summary['graphs'].max())} graph(s) came from frames DDP calls, "
+                   "outside DDPOptimizer's per-bucket split. See compile_events.")
     unused = sorted({u for rep in reports.values() for u in rep.get("unused", [])})
     out += [f"unused: {u}" for u in unused]
     if len(summary) > 1 and "step_ms" in summary and summary["step_ms"].notna().all():
