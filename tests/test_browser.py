@@ -1,0 +1,107 @@
+"""An exported report in real headless Chromium: loads offline, draws, answers a hover.
+
+Needs /usr/bin/chromium (Debian's chromium package). Without it this test FAILS: a
+report nobody has seen render is not tested.
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from nbtools.report import export_html
+from test_timeline import synthetic_run
+
+CHROMIUM = os.environ.get("NBTOOLS_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+
+# The first run's timeline: scroll it into view, pick its widest unmerged compute kernel,
+# and map that box's centre to page coordinates through BokehJS's own scales.
+FIND_KERNEL = """(runId) => {
+  const pv = [...Bokeh.index.all_views()].find(v => v.frame && v.model.title
+      && v.model.title.text.includes(runId)
+      && v.model.renderers.some(r => r.data_source && r.data_source.data.hatch));
+  if (!pv) return null;
+  pv.el.scrollIntoView({block: "center"});
+  const d = pv.model.renderers.find(r => r.data_source && r.data_source.data.hatch).data_source.data;
+  let best = -1, width = -1;
+  for (let i = 0; i < d.left.length; i++) {
+    const w = d.right[i] - d.left[i];
+    if (d.count[i] == 1 && d.category[i] == "compute" && w > width) { best = i; width = w; }
+  }
+  const box = pv.canvas.el.getBoundingClientRect();
+  return {name: d.name[best], boxes: d.left.length,
+          x: box.left + pv.frame.x_scale.compute((d.left[best] + d.right[best]) / 2),
+          y: box.top + pv.frame.y_scale.compute(d.y[best])};
+}"""
+
+
+def _launch(pw):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium not found at {CHROMIUM}: install it (apt-get install chromium) "
+                    "or point NBTOOLS_CHROMIUM at a Chromium binary. This test does not skip.")
+    return pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+
+
+def test_report_renders_offline_and_hovers(tmp_path):
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    a = synthetic_run(events_per_rank=600, seed=5)
+    b = synthetic_run(events_per_rank=600, seed=6, step_ns=2_000_000)
+    path = export_html(tmp_path / "report.html", [a, b], notes="Browser check.",
+                       comparisons=[(a, b)])
+    with sync_playwright() as pw:
+        browser = _launch(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            errors, requests = [], []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(path.as_uri(), wait_until="load")
+            page.wait_for_function("() => window.Bokeh && Bokeh.index && "
+                                   "[...Bokeh.index.all_views()].some(v => v.frame)", timeout=20_000)
+            canvases = page.locator("canvas")
+            assert canvases.count() >= 3
+            page.wait_for_timeout(500)    # let the first paint finish
+
+            kernel = page.evaluate(FIND_KERNEL, a.run_id)
+            assert kernel and kernel["boxes"] > 0
+            page.wait_for_timeout(300)    # after scrolling
+            kernel = page.evaluate(FIND_KERNEL, a.run_id)
+            shot = page.screenshot()
+            pixels = Image.open(io.BytesIO(shot)).convert("RGB")
+            colours = pixels.getcolors(maxcolors=1 << 16)
+            assert colours is None or len(colours) > 20, "the page looks blank"
+            # the kernel's own pixel carries a compute colour, not the background
+            px = pixels.getpixel((int(kernel["x"]), int(kernel["y"])))
+            assert px != (255, 255, 255), f"no glyph drawn at the kernel: {px}"
+
+            page.mouse.move(kernel["x"], kernel["y"])
+            tip = page.get_by_text(kernel["name"]).first
+            tip.wait_for(state="visible", timeout=5_000)
+            # the hover's absolute time is this kernel's own epoch ns, to the nanosecond
+            stamp = page.get_by_text(re.compile(r"\(\d{19} ns\)")).first.inner_text()
+            ns = int(re.search(r"\((\d{19}) ns\)", stamp).group(1))
+            assert ns in set(a.events["ts_ns"].tolist()), stamp
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "report_timeline.png"))
+
+            assert not errors, errors
+            remote = [u for u in requests if not u.startswith(("file:", "data:", "blob:"))]
+            assert not remote, f"the report fetched from the network: {remote}"
+        finally:
+            browser.close()
+
+
+def test_missing_chromium_fails_rather_than_skips(monkeypatch):
+    import sys
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", "/nonexistent/chromium")
+    with pytest.raises(pytest.fail.Exception, match="Chromium not found"):
+        _launch(None)

@@ -1,0 +1,326 @@
+"""Timeline figures and level of detail, on synthetic runs (no GPU, no browser).
+
+``synthetic_run`` lives here and is imported by test_report.py, test_browser.py and the
+timeline benchmark: a realistic multi-rank run, generated with numpy only.
+"""
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nbtools import tables
+from nbtools.config import StepConfig
+from nbtools.run import Run
+
+T_BASE = 1_700_000_000_123_456_789          # epoch ns, as real traces have
+COMPUTE = np.array(["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "triton_poi_fused_add_mul_0",
+                    "triton_red_fused_native_layer_norm_1",
+                    "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>"])
+CPU_OPS = np.array(["aten::mm", "aten::add", "aten::native_layer_norm",
+                    "/home/alice/proj/train.py(42): forward", "<script>alert('evt')</script>"])
+
+
+def _lane(rng, n, start, span, mean_ns):
+    """n non-overlapping events spread over [start, start + span)."""
+    slot = span / n
+    ts = start + (np.arange(n) * slot + rng.uniform(0, 0.2, n) * slot).astype(np.int64)
+    dur = np.minimum(rng.lognormal(np.log(mean_ns), 0.6, n), 0.75 * slot).astype(np.int64)
+    return ts, np.maximum(dur, 1)
+
+
+def synthetic_run(n_ranks=2, events_per_rank=2_000, steps=3, step_ns=3_000_000, seed=0,
+                  config=None, graph_from_step=None, tag="") -> Run:
+    """A realistic profiled run: per rank a compute stream (with memcpy/memset and
+    graph-replayed kernels), an NCCL stream, two CPU threads (ops, runtime launches,
+    ProfilerStep annotations), warm-up/measured/profiled steps, compile events with a
+    recompile and its reason, and a summary with the busy/communication columns."""
+    rng = np.random.default_rng(seed)
+    cfg = config or StepConfig(scenario="tp-mlp-infer", compile="reduce-overhead")
+    first_prof = 13
+    graph_from = first_prof + steps - 1 if graph_from_step is None else graph_from_step
+    ev, st, ce = {k: [] for k in tables.EVENT_COLUMNS}, {k: [] for k in tables.STEP_COLUMNS}, \
+        {k: [] for k in tables.COMPILE_COLUMNS}
+    span = steps * step_ns
+    shares = {"cuda:0:7": 0.45, "cuda:0:13": 0.05, "cpu:1001": 0.4, "cpu:1002": 0.1}
+    for r in range(n_ranks):
+        t_prof = T_BASE + 5_000_000_000 + r * 3_000      # ranks line up to a few µs
+        for lane, share in shares.items():
+            n = max(int(events_per_rank * share), steps)
+            mean = {"cuda:0:7": span / n * 0.6, "cuda:0:13": span / n * 0.4}.get(lane, span / n * 0.5)
+            ts, dur = _lane(rng, n, t_prof, span, mean)
+            if lane == "cuda:0:7":
+                cat = rng.choice(["compute", "memcpy", "memset"], n, p=[0.9, 0.06, 0.04])
+                name = np.where(cat == "compute", rng.choice(COMPUTE, n),
+                                np.where(cat == "memcpy", "Memcpy HtoD (Pageable -> Device)",
+                                         "Memset (Device)"))
+            elif lane == "cuda:0:13":
+                cat = np.full(n, "communication")
+                name = np.full(n, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL")
+            else:
+                cat = rng.choice(["cpu_op", "runtime"], n, p=[0.6, 0.4])
+                name = np.where(cat == "cpu_op", rng.choice(CPU_OPS, n),
+                                rng.choice(["cudaLaunchKernel", "cudaGraphLaunch"], n))
+            step = first_prof + np.minimum((ts - t_prof) // step_ns, steps - 1)
+            _add(ev, rank=np.full(n, r), lane=np.full(n, lane), category=cat, name=name,
+                 ts_ns=ts, dur_ns=dur, step=step, correlation=np.arange(n),
+                 graph=lane.startswith("cuda") & (step >= graph_from) & (cat != "memset"))
+        for s in range(steps):    # ProfilerStep ranges: nested over the CPU ops
+            _add(ev, rank=[r], lane=["cpu:1001"], category=["annotation"],
+                 name=[f"ProfilerStep#{first_prof + s}"], ts_ns=[t_prof + s * step_ns],
+                 dur_ns=[step_ns - 1000], step=[first_prof + s], correlation=[-1], graph=[False])
+        for s in range(first_prof + steps):
+            phase = "warmup" if s < 3 else "measured" if s < first_prof else "profiled"
+            ts0 = t_prof + (s - first_prof) * step_ns if phase == "profiled" else \
+                T_BASE + s * 50_000_000
+            _add(st, rank=[r], step=[s], phase=[phase], ts_ns=[ts0], dur_ns=[step_ns - 1000])
+        kinds = [("compile", "", 2_000_000_000, 0), ("recompile",
+                 "tensor 'x' size mismatch at index 0. expected 8, actual 16", 800_000_000, 1),
+                 ("graph_break", "call_function print in /root/proj/model.py:17", 0, 1),
+                 ("cudagraph_skip", "skipping cudagraphs due to mutated inputs (1 instances)", 0, 2)]
+        if r == 1:   # one rank hit the limit: a divergence the report must show
+            kinds.append(("limit_hit", "cache_size_limit reached (8)", 0, 2))
+        for i, (kind, reason, dur, step) in enumerate(kinds):
+            _add(ce, rank=[r], kind=[kind], name=["forward"], frame=["/home/alice/proj/model.py:31"],
+                 reason=[reason], compile_id=[f"0/{i}"], ts_ns=[T_BASE + step * 50_000_000 + i * 1000],
+                 dur_ns=[dur], step=[step], graphs=[1 if "compile" in kind else 0], ops=[12],
+                 guards=[30], cache=["miss" if kind == "compile" else ""])
+    events = tables.from_columns({k: np.concatenate([np.asarray(v) for v in vs])
+                                  for k, vs in ev.items()}, tables.EVENT_COLUMNS)
+    summary = pd.DataFrame({"rank": np.arange(n_ranks), "step_ms": 2.9, "gpu_busy_pct": 71.0,
+                            "compute_ms": 1.8, "comm_ms": 0.6, "exposed_comm_ms": 0.3,
+                            "idle_ms": 0.8, "recompiles": 1})
+    env = {"torch": "2.11.0+cu130", "cuda": "13.0", "nccl": "2.27.5", "world_size": n_ranks,
+           "gpus": ["NVIDIA H200"] * n_ranks, "hosts": ["gpu-node-1"],
+           "ipp_key": "a1b2c3d4-FAKE-CONNECTION-KEY-e5f6", "username": "alice",
+           "cwd": "/home/alice/proj", "environ": {"HOME": "/root", "SECRET_TOKEN": "hunter2"}}
+    run = Run(config=cfg, steps=_table(st, tables.STEP_COLUMNS), events=events,
+              compile_events=_table(ce, tables.COMPILE_COLUMNS), summary=summary, env=env,
+              flags=["rank 1 hit the recompile limit (divergent ranks)"] + ([tag] if tag else []))
+    return run
+
+
+@functools.lru_cache(maxsize=1)
+def million_run() -> Run:
+    """1M events over 8 ranks (shared by the timeline and report tests; ~2 s to make)."""
+    return synthetic_run(n_ranks=8, events_per_rank=125_000, step_ns=100_000_000, seed=1)
+
+
+def _add(cols, **kw):
+    for k, v in kw.items():
+        cols[k].append(np.asarray(v))
+
+
+def _table(cols, schema):
+    return tables.from_columns({k: np.concatenate(v) for k, v in cols.items()}, schema)
+
+
+def _events(rows):
+    """Tiny event table from (rank, lane, category, ts, dur[, graph]) tuples."""
+    rows = [r + (False,) * (6 - len(r)) for r in rows]
+    return tables.from_columns(dict(
+        rank=[r[0] for r in rows], lane=[r[1] for r in rows], category=[r[2] for r in rows],
+        name=[f"k{i}" for i in range(len(rows))], ts_ns=[r[3] for r in rows],
+        dur_ns=[r[4] for r in rows], step=[0] * len(rows), correlation=list(range(len(rows))),
+        graph=[r[5] for r in rows]), tables.EVENT_COLUMNS)
+
+
+# -- lod ---------------------------------------------------------------------------------
+def test_lod_is_exact_when_nothing_is_sub_pixel():
+    from nbtools.timeline import lod
+    run = synthetic_run(events_per_rank=500)
+    ev = run.events
+    t0, t1 = int(ev.ts_ns.min()), int((ev.ts_ns + ev.dur_ns).max())
+    px_budget = int((t1 - t0) / ev.dur_ns.min()) + 10       # every event >= 1 px
+    out = lod(ev, px_budget, t0, t1)
+    assert len(out) == len(ev) and (out["count"] == 1).all()
+    key = ["rank", "ts_ns", "dur_ns"]
+    a = out[key].sort_values(key).to_numpy()
+    b = ev[key].sort_values(key).to_numpy()
+    np.testing.assert_array_equal(a, b)
+    assert (out["busy_ns"] == out["dur_ns"]).all()
+
+
+def test_lod_merges_sub_pixel_events_and_keeps_busy_time():
+    from nbtools.timeline import lod
+    run = synthetic_run(events_per_rank=20_000)
+    ev = run.events
+    t0, t1 = int(ev.ts_ns.min()), int((ev.ts_ns + ev.dur_ns).max())
+    width = 800
+    out = lod(ev, width, t0, t1)
+    px = (t1 - t0) / width
+    assert len(out) < len(ev) / 4
+    assert out["count"].sum() == len(ev)
+    assert out["busy_ns"].sum() == ev["dur_ns"].sum()            # summed time is exact
+    for (rank, lane), grp in out.groupby(["rank", "lane"], observed=True):
+        if not str(lane).startswith("cuda"):
+            continue
+        orig = ev[(ev["rank"] == rank) & (ev["lane"] == lane)]
+        busy = orig["dur_ns"].sum()
+        drawn = grp["dur_ns"].sum()           # merged boxes are drawn across their span
+        assert busy <= drawn <= busy + len(grp) * 2 * px
+        # a merged box never spans more than its pixel column plus one sub-pixel event
+        assert grp.loc[grp["count"] > 1, "dur_ns"].max() < 2 * px
+    assert set(out["rank"]) == {0, 1}
+
+
+def test_lod_keeps_the_dominant_category_and_graph_share():
+    from nbtools.timeline import lod
+    ev = _events([(0, "cuda:0:7", "compute", 0, 10, True), (0, "cuda:0:7", "compute", 12, 10, True),
+                  (0, "cuda:0:7", "communication", 25, 30), (0, "cuda:0:7", "compute", 5000, 4000)])
+    out = lod(ev, 10, 0, 10_000).sort_values("ts_ns")       # 1 px = 1000 ns
+    assert list(out["count"]) == [3, 1]
+    first = out.iloc[0]
+    assert first["category"] == "communication" and first["busy_ns"] == 50
+    assert first["ts_ns"] == 0 and first["dur_ns"] == 55 and not first["graph"]
+    assert out.iloc[1]["category"] == "compute" and out.iloc[1]["dur_ns"] == 4000
+
+
+def test_lod_window_and_empty():
+    from nbtools.timeline import lod
+    ev = _events([(0, "cuda:0:7", "compute", 0, 10), (0, "cuda:0:7", "compute", 5000, 10)])
+    assert len(lod(ev, 100, 1000, 2000)) == 0
+    assert list(lod(ev, 100, 4000, 6000)["ts_ns"]) == [5000]
+
+
+def test_lod_on_a_million_events_takes_seconds():
+    from nbtools.timeline import lod
+    ev = million_run().events
+    t0, t1 = int(ev.ts_ns.min()), int((ev.ts_ns + ev.dur_ns).max())
+    start = time.perf_counter()
+    out = lod(ev, 1100, t0, t1)
+    assert time.perf_counter() - start < 5.0
+    assert len(ev) >= 1_000_000 and out["count"].sum() == len(ev) and len(out) < 60_000
+
+
+# -- Timeline ----------------------------------------------------------------------------
+def test_sources_hold_both_ranks_and_collapse_cpu_lanes():
+    from nbtools.timeline import Timeline
+    run = synthetic_run()
+    tl = Timeline(run)
+    data = tl.events_source.data
+    assert {s.split(" ")[0] for s in data["lane"]} == {"r0", "r1"}
+    labels = list(tl.figure.yaxis.major_label_overrides.values())
+    assert labels == ["r0 compile", "r0 cuda:0:7", "r0 cuda:0:13", "r0 cpu",
+                      "r1 compile", "r1 cuda:0:7", "r1 cuda:0:13", "r1 cpu"]
+    assert sorted(set(tl.compile_source.data["rank"])) == [0, 1]
+    assert "/" in set(data["hatch"]) and " " in set(data["hatch"])   # graph replays hatched
+    assert tl.stats["events"] == len(run.events)
+    # x axis: ms from the earliest event; the hover's absolute ns comes from this origin
+    assert tl.origin == int(run.events.ts_ns.min()) and tl._meta.data["t0"] == [str(tl.origin)]
+    assert min(data["left"]) == pytest.approx(0.0)
+    wide = Timeline(run, collapse_cpu=False)
+    assert "r0 cpu:1001" in wide.figure.yaxis.major_label_overrides.values()
+
+
+def test_compile_lane_has_reasons_and_every_kind():
+    from nbtools.timeline import Timeline
+    tl = Timeline(synthetic_run())
+    d = tl.compile_source.data
+    kinds = set(d["kind"])
+    assert {"compile", "recompile", "graph_break", "cudagraph_skip", "limit_hit"} <= kinds
+    i = list(d["kind"]).index("recompile")
+    assert "size mismatch" in d["reason"][i] and d["marker"][i] == "triangle"
+    assert len(tl.span_source.data["left"]) == 4     # compile + recompile durations, 2 ranks
+    assert "compile events before this window" in tl.figure.title.text
+    everything = Timeline(synthetic_run(), window="all")
+    assert "before this window" not in everything.figure.title.text
+    assert everything.figure.x_range.start < min(everything.compile_source.data["x"])
+
+
+def test_update_replaces_data_in_place_and_notifies_the_document():
+    from bokeh.document import Document
+    from nbtools.timeline import Timeline
+    tl = Timeline(synthetic_run(seed=1))
+    doc = Document()
+    doc.add_root(tl.layout)
+    changed = []
+    doc.on_change(lambda event: changed.append(event))
+    sources = (tl.events_source, tl.compile_source, tl.steps_source, tl.summary_source)
+    before = [s.data for s in sources]
+    fig = tl.figure
+    tl.update(synthetic_run(n_ranks=3, seed=2))
+    assert (tl.events_source, tl.compile_source, tl.steps_source, tl.summary_source) == sources
+    assert tl.figure is fig and tl.layout.document is doc
+    assert all(s.data is not b for s, b in zip(sources, before))
+    assert {s.split(" ")[0] for s in tl.events_source.data["lane"]} == {"r0", "r1", "r2"}
+    touched = {(getattr(e, "model", None), getattr(e, "attr", None)) for e in changed}
+    assert (tl.events_source, "data") in touched
+
+
+def test_zoom_refines_through_jupyter_bokeh():
+    """A RangesUpdate from the browser, delivered the way BokehModel delivers it."""
+    from jupyter_bokeh.widgets import BokehModel
+    from nbtools.timeline import Timeline
+    tl = Timeline(synthetic_run(events_per_rank=20_000))
+    widget = BokehModel(tl.layout)
+    sent = []
+    widget.send = lambda msg, buffers=None: sent.append(msg)   # no frontend attached
+    coarse = tl.events_source.data
+    px_coarse = tl.stats["pixel_ns"]
+    x0, x1 = 1.0, 1.2                                  # 0.2 ms of a 9 ms window
+    # what BokehJS sends after a zoom: a MessageSent bokeh_event with the model as a ref
+    values = {"type": "map", "entries": [["model", {"id": tl.figure.id}], ["x0", x0],
+                                         ["x1", x1], ["y0", 0.0], ["y1", 1.0]]}
+    widget._sync_model(widget, {"event": "jsevent", "kind": "MessageSent",
+                                "msg_type": "bokeh_event",
+                                "msg_data": {"type": "event", "name": "rangesupdate",
+                                             "values": values}}, [])
+    fine = tl.events_source.data
+    assert fine is not coarse and sent, "refine must replace the data and patch the frontend"
+    def in_view(d):
+        return (d["right"] >= x0) & (d["left"] <= x1)
+    assert in_view(fine).sum() > 5 * in_view(coarse).sum()          # more detail where we look
+    assert fine["count"][in_view(fine)].sum() >= coarse["count"][in_view(coarse)].sum() * 0.9
+    assert tl.stats["pixel_ns"] < px_coarse / 20
+    # only what overlaps the window plus its padding (a ProfilerStep range may start earlier)
+    assert min(fine["right"]) >= x0 - 0.1 and max(fine["left"]) <= x1 + 0.1
+
+
+def test_summary_strip_reads_summary_and_tolerates_missing_columns():
+    from nbtools.timeline import Timeline
+    run = synthetic_run()
+    tl = Timeline(run)
+    d = tl.summary_source.data
+    assert list(d["compute_ms"]) == [1.8, 1.8] and "busy 71%" in d["text"][0]
+    run.summary = pd.DataFrame({"rank": [0, 1], "step_ms": [3.0, 3.1]})
+    tl.update(run)
+    d = tl.summary_source.data
+    assert list(d["compute_ms"]) == [0.0, 0.0] and "busy n/a" in d["text"][1]
+    run.summary = pd.DataFrame()
+    tl.update(run)
+    assert len(tl.summary_source.data["text"]) == 2
+
+
+def test_empty_run_builds():
+    from nbtools.timeline import Timeline, run_figure
+    run = Run(config=None)
+    tl = Timeline(run)
+    assert len(tl.events_source.data["left"]) == 0
+    assert run_figure(run) is not None
+
+
+def test_compare_aligns_first_profiled_steps_and_shows_deltas():
+    from nbtools.timeline import compare_figure
+    a = synthetic_run(seed=3)
+    b = synthetic_run(seed=4, step_ns=2_000_000, config=StepConfig(scenario="tp-mlp-infer"))
+    lay = compare_figure(a, b)
+    fig_a, fig_b, *_rest, bar = lay.children
+    assert fig_a.x_range is fig_b.x_range
+    for fig in (fig_a, fig_b):
+        src = next(r.data_source for r in fig.renderers if "shade" in r.data_source.data)
+        assert min(src.data["left"]) == pytest.approx(0.0)       # first profiled step at 0
+    deltas = bar.renderers[0].data_source.data
+    assert "compute" in deltas["category"] and "communication" in deltas["category"]
+    i = list(deltas["category"]).index("compute")
+    assert deltas["delta"][i] == pytest.approx(deltas["b"][i] - deltas["a"][i])
+    assert deltas["b"][i] < deltas["a"][i]          # B's steps are shorter
+
+
+def test_run_plot_and_webgl_option():
+    run = synthetic_run(events_per_rank=300)
+    lay = run.plot(backend="webgl", width=700)
+    assert lay.children[0].output_backend == "webgl" and lay.children[0].width == 700
