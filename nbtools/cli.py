@@ -151,8 +151,8 @@ def main(argv=None) -> int:
             print(f"installed kernel spec in {install(user=args.user)}")
             return 0
         if args.cmd == "export":
-            from .notebook_export import export_notebook
-            out = export_notebook(args.notebook, args.output, execute=not args.no_execute)
+            from .notebook import export_notebook
+            out = export_notebook(args.notebook, args.output, execute_first=not args.no_execute)
             print(f"wrote {out}")
             return 0
     except ConfigError as e:

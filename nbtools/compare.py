@@ -45,8 +45,10 @@ class Comparison:
         return df.reset_index().rename(columns={"index": "category"})
 
     def plot(self, **kw):
+        """Both timelines aligned at their first profiled step, and per-category deltas."""
+        from .display import Figure
         from .timeline import compare_figure
-        return compare_figure(self.a, self.b, **kw)
+        return Figure(compare_figure(self.a, self.b, **kw))
 
     def _repr_html_(self):
         diff = "".join(f"<li><code>{k}</code>: {a!r} → {b!r}</li>" for k, (a, b) in self.config_diff.items())

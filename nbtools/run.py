@@ -65,8 +65,11 @@ class Run:
 
     # -- figures (built by the plotting module; imported lazily so analysis stays bokeh-free)
     def plot(self, **kw):
-        from .timeline import run_figure
-        return run_figure(self, **kw)
+        """The per-rank timeline: a live widget in Jupyter, ``.layout`` for Bokeh."""
+        from .display import Figure
+        from .timeline import Timeline
+        tl = Timeline(self, **kw)
+        return Figure(tl.layout, tl)
 
     # -- persistence ---------------------------------------------------------------------
     def save(self, folder) -> Path:

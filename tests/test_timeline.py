@@ -322,5 +322,14 @@ def test_compare_aligns_first_profiled_steps_and_shows_deltas():
 
 def test_run_plot_and_webgl_option():
     run = synthetic_run(events_per_rank=300)
-    lay = run.plot(backend="webgl", width=700)
+    fig = run.plot(backend="webgl", width=700)
+    lay = fig.layout
     assert lay.children[0].output_backend == "webgl" and lay.children[0].width == 700
+    # in Jupyter it is a live widget (zoom refines in Python); exported, static inline HTML
+    assert "application/vnd.jupyter.widget-view+json" in fig._repr_mimebundle_()
+
+
+def test_static_mode_gives_self_contained_html(monkeypatch):
+    monkeypatch.setenv("NBTOOLS_STATIC", "1")
+    html = synthetic_run(events_per_rank=50).plot()._repr_mimebundle_()["text/html"]
+    assert "Bokeh" in html and "<script" in html and "cdn.bokeh.org" not in html
