@@ -96,6 +96,7 @@ def _run_all(lab, cfgs, keep_going=True):
             if not keep_going:
                 break
         print(f"   {time.perf_counter() - t:.1f} s", flush=True)
+        print("\n".join("   " + line for line in format_table(runs[-1:]).splitlines()[2:]), flush=True)
     return runs
 
 

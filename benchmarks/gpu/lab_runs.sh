@@ -7,11 +7,11 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), torch.cuda.get_device_name(0), 'x', torch.cuda.device_count())" | tee "$OUT/versions.txt"
 # 1. issue 2 + 3: the compile-mode sweep for both scenarios (one lab, 8 configs)
-time python3 -m nbtools run --scenario tp-mlp-infer,ddp-train \
+timeout ${SWEEP_S:-330} python3 -m nbtools run --scenario tp-mlp-infer,ddp-train \
     --compile off,default,reduce-overhead,max-autotune-no-cudagraphs \
-    --history "$OUT/runs-sweep" --html "$OUT/sweep.html" --quiet 2>&1 | tee "$OUT/sweep.txt" | grep -v -E "^(USDT|\[rank)"
+    --history "$OUT/runs-sweep" --html "$OUT/sweep.html" --quiet 2>&1 | grep -v -E "^(USDT|\[rank)" | tee "$OUT/sweep.txt"
 # 2. issue 4: varlen recompiles, reduce-overhead with a changing batch
-time python3 benchmarks/gpu/compile_experiments.py "$OUT/compile" 2>&1 | grep -v -E "^(USDT|\[rank)" | tail -40
+timeout ${COMPILE_S:-150} python3 benchmarks/gpu/compile_experiments.py "$OUT/compile" 2>&1 | grep -v -E "^(USDT|\[rank)" | tail -40
 # the device tool returns at most 8 files: pack the run histories
 tar czf "$OUT/runs.tgz" -C "$OUT" runs-sweep compile/runs 2>/dev/null && rm -rf "$OUT/runs-sweep" "$OUT/compile/runs"
 ls -la "$OUT" "$OUT/compile"
