@@ -1,6 +1,6 @@
 """Compile-event experiments on a real lab (issue 4's GPU lines), printed as tables.
 
-    python benchmarks/gpu/compile_experiments.py OUT_DIR
+    python benchmarks/gpu/compile_experiments.py OUT_DIR [varlen,batch]
 
 1. varlen-train with compile on: dynamic=static (a recompile per new length, up to the
    limit) vs auto (automatic dynamic) vs mark (mark_dynamic) vs bucketed padding.
@@ -17,6 +17,7 @@ from nbtools.cli import format_table
 from nbtools.cluster import RunFailed
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "compile-experiments")
+parts = (sys.argv[2] if len(sys.argv) > 2 else "varlen,batch").split(",")
 out.mkdir(parents=True, exist_ok=True)
 
 
@@ -48,19 +49,23 @@ def run(lab, cfg):
 
 with Lab(history=out / "runs", echo=False) as lab:
     print(f"lab: {lab.world_size} ranks on {lab.device_type}", flush=True)
-    base = StepConfig(scenario="varlen-train", compile="default", size="small", warmup=12,
-                      steps=6, profiled=2)
-    t = time.perf_counter()
-    varlen = [run(lab, base.replace(dynamic=d)) for d in ("static", "auto", "mark")]
-    varlen.append(run(lab, base.replace(dynamic="static", seq_schedule="bucketed")))
-    show(varlen, f"varlen-train, size small, compile default ({time.perf_counter() - t:.0f} s)")
+    varlen, batches = [], []
+    if "varlen" in parts:
+        base = StepConfig(scenario="varlen-train", compile="default", size="small", warmup=12,
+                          steps=6, profiled=2)
+        t = time.perf_counter()
+        varlen = [run(lab, base.replace(dynamic=d)) for d in ("static", "auto", "mark")]
+        varlen.append(run(lab, base.replace(dynamic="static", seq_schedule="bucketed")))
+        show(varlen, f"varlen-train, size small, compile default ({time.perf_counter() - t:.0f} s)")
 
-    ro = StepConfig(scenario="tp-mlp-infer", compile="reduce-overhead", cache="continue",
-                    warmup=3, steps=10, profiled=2)
-    t = time.perf_counter()
-    batches = [run(lab, ro.replace(batch=b)) for b in (1, 2, 4, 8, 2, 1)]
-    show(batches, f"tp-mlp-infer reduce-overhead, batch 1,2,4,8,2,1, cache=continue "
-                  f"({time.perf_counter() - t:.0f} s)")
+    if "batch" in parts:
+        ro = StepConfig(scenario="tp-mlp-infer", compile="reduce-overhead", cache="continue",
+                        warmup=3, steps=10, profiled=2)
+        t = time.perf_counter()
+        for b in (1, 2, 4, 8, 2, 1):
+            batches.append(run(lab, ro.replace(batch=b)))
+            show(batches[-1:], f"tp-mlp-infer reduce-overhead batch {b}, cache=continue "
+                               f"({time.perf_counter() - t:.0f} s so far)")
     export_html(out / "compile_experiments.html", varlen + batches,
                 notes="Compile events on 2 GPUs: varying sequence lengths under each dynamic "
                       "policy, and reduce-overhead with a changing batch size.")
