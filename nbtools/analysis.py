@@ -27,7 +27,7 @@ import pandas as pd
 
 from .trace import STEP_PATTERNS
 
-PER_RANK_COLUMNS = ["rank", "gpu_busy_pct", "compute_ms", "comm_ms", "memcpy_ms", "overlap_pct",
+PER_RANK_COLUMNS = ["rank", "gpu_busy_pct", "compute_busy_pct", "compute_ms", "comm_ms", "memcpy_ms", "overlap_pct",
                     "exposed_comm_ms", "idle_ms", "graph_coverage_pct", "kernels",
                     "comm_kernels", "graph_kernels", "queue_delay_us_median", "syncs"]
 
@@ -148,6 +148,9 @@ def _metrics(c: dict, group: np.ndarray, n: int) -> pd.DataFrame:
     with np.errstate(invalid="ignore", divide="ignore"):
         out = pd.DataFrame({
             "gpu_busy_pct": np.where(is_gpu, 100 * k_busy / busy_span, np.nan),
+            # An NCCL kernel's time includes waiting for its peers: busy counting it looks
+            # healthy while the GPU waits. Compute-busy is what did work.
+            "compute_busy_pct": np.where(busy_span > 0, 100 * k_comp / busy_span, np.nan),
             "compute_ms": k_comp / 1e6, "comm_ms": k_comm / 1e6,
             "memcpy_ms": union(c["gpu"] & c["memcpy"] & inside) / 1e6,
             "overlap_pct": np.where(k_comm > 0, 100 * overlap / k_comm, np.nan),

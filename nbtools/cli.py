@@ -47,7 +47,7 @@ def _add_field_args(p: argparse.ArgumentParser) -> None:
 def format_table(runs) -> str:
     """One row per (config, rank): median and p10/p90 step ms, compile s, recompiles, memory."""
     head = f"{'config':<58} {'rank':>4} {'step_ms':>9} {'p10':>8} {'p90':>8} {'compile_s':>9} " \
-           f"{'recomp':>6} {'graphs':>6} {'busy%':>6} {'overlap%':>8} {'graph%':>6} {'peak_MB':>8}  status"
+           f"{'recomp':>6} {'graphs':>6} {'cbusy%':>6} {'overlap%':>8} {'graph%':>6} {'peak_MB':>8}  status"
     lines = [head, "-" * len(head)]
     for run in runs:
         label = run.config.label() if run.config else run.run_id
@@ -62,7 +62,7 @@ def format_table(runs) -> str:
             lines.append(f"{label[:58]:<58} {int(row['rank']):>4} {g('step_ms', '{:.3f}'):>9} "
                          f"{g('p10_ms', '{:.3f}'):>8} {g('p90_ms', '{:.3f}'):>8} {g('compile_s', '{:.2f}'):>9} "
                          f"{g('recompiles', '{:.0f}'):>6} {g('graphs', '{:.0f}'):>6} "
-                         f"{g('gpu_busy_pct', '{:.1f}'):>6} {g('overlap_pct', '{:.1f}'):>8} "
+                         f"{g('compute_busy_pct', '{:.1f}'):>6} {g('overlap_pct', '{:.1f}'):>8} "
                          f"{g('graph_coverage_pct', '{:.1f}'):>6} {g('peak_mem_mb', '{:.0f}'):>8}  {run.status}")
         for f in run.flags:
             lines.append(f"    ! {f}")

@@ -62,6 +62,22 @@ def build(steps, events, compile_events, reports: dict, cfg) -> pd.DataFrame:
     return base
 
 
+def refresh_analysis(run):
+    """Recompute the timeline columns of a saved run's summary from its events with the
+    current analysis (pure); the step times, compile counts and memory stay as measured."""
+    from .analysis import per_rank
+    if not len(run.events) or not len(run.summary):
+        return run
+    n_prof = run.steps[run.steps["phase"] == "profiled"].groupby("rank").size()
+    pr = per_rank(run.events)
+    for col in _PER_STEP:
+        if col in pr:
+            pr[col] = pr[col] / pr["rank"].map(n_prof).fillna(1).clip(lower=1).to_numpy()
+    keep = [c for c in run.summary.columns if c not in pr.columns or c == "rank"]
+    run.summary = run.summary[keep].merge(pr, on="rank", how="left")
+    return run
+
+
 def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None) -> list[str]:
     """What a reader must not miss."""
     out = []

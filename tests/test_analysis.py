@@ -68,7 +68,8 @@ def test_union_is_the_covered_length():
 
 def test_per_rank_by_hand():
     pr = analysis.per_rank(table(RANK0 + RANK1)).set_index("rank")
-    assert list(pr.columns[:13]) == analysis.PER_RANK_COLUMNS[1:]
+    n = len(analysis.PER_RANK_COLUMNS) - 1
+    assert list(pr.columns[:n]) == analysis.PER_RANK_COLUMNS[1:]
     r0 = pr.loc[0]
     assert r0["device"] == "gpu"
     # compute = [0,100) + [150,250) = 200 µs; comm = [50,200) = 150 µs
@@ -81,6 +82,8 @@ def test_per_rank_by_hand():
     # GPU busy: [0,250) + [260,270) = 260 of the 270 µs span; idle = 10 µs
     assert r0["gpu_busy_pct"] == pytest.approx(100 * 260 / 270)
     assert r0["idle_ms"] == pytest.approx(0.010)
+    # compute-busy leaves the NCCL kernel out (its time includes waiting): 200 of 270 µs
+    assert r0["compute_busy_pct"] == pytest.approx(100 * 200 / 270)
     # kernel time 100 + 150 + 100 = 350 µs, 100 of it replayed from a graph
     assert r0["graph_coverage_pct"] == pytest.approx(100 * 100 / 350)
     assert (r0["kernels"], r0["comm_kernels"], r0["graph_kernels"]) == (3, 1, 1)
