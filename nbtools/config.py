@@ -8,7 +8,7 @@ which the Lab calls with the device its engines report.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from .scenarios_spec import SCENARIOS, scenario_spec

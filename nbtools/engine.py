@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import socket
-import statistics
 import threading
 import time
 import traceback
@@ -15,8 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Callable, Optional
 
-from . import tables
-from .config import ConfigError, StepConfig
+from .config import StepConfig
 
 # Fields that do not change what is built: changing only these reuses all state.
 _RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "torch_trace", "cache")

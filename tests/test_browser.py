@@ -6,19 +6,14 @@ report nobody has seen render is not tested.
 from __future__ import annotations
 
 import io
-import os
 import re
-from pathlib import Path
 
 import pytest
 
 from nbtools.report import export_html
 from test_timeline import synthetic_run
 
-CHROMIUM = os.environ.get("NBTOOLS_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+from browser import ARTIFACTS, launch as _launch  # noqa: E402
 
 # The first run's timeline: scroll it into view, pick its widest unmerged compute kernel,
 # and map that box's centre to page coordinates through BokehJS's own scales.
@@ -40,12 +35,6 @@ FIND_KERNEL = """(runId) => {
           y: box.top + pv.frame.y_scale.compute(d.y[best])};
 }"""
 
-
-def _launch(pw):
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: install it (apt-get install chromium) "
-                    "or point NBTOOLS_CHROMIUM at a Chromium binary. This test does not skip.")
-    return pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
 
 
 def test_report_renders_offline_and_hovers(tmp_path):
@@ -100,8 +89,6 @@ def test_report_renders_offline_and_hovers(tmp_path):
             browser.close()
 
 
-def test_missing_chromium_fails_rather_than_skips(monkeypatch):
-    import sys
-    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", "/nonexistent/chromium")
+def test_missing_chromium_fails_rather_than_skips():
     with pytest.raises(pytest.fail.Exception, match="Chromium not found"):
-        _launch(None)
+        _launch(None, "/nonexistent/chromium")

@@ -21,11 +21,8 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = os.environ.get("NBTOOLS_CHROMIUM", "/usr/bin/chromium")
 PYTHON = os.environ.get("NBTOOLS_PYTHON", sys.executable)
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+from browser import ARTIFACTS, launch as _launch  # noqa: E402
 CELLS = ["from nbtools import Lab, StepConfig",
          "lab = Lab(n=2, history=None)",
          "p = lab.panel(); p"]
@@ -58,12 +55,6 @@ WATCH_STATUS = """() => {
       .observe(el, {childList: true, subtree: true, characterData: true});
 }"""
 
-
-def _launch(pw):
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: install it (apt-get install chromium) "
-                    "or point NBTOOLS_CHROMIUM at a Chromium binary. This test does not skip.")
-    return pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
 
 
 def _free_port() -> int:
@@ -253,8 +244,3 @@ def test_panel_in_jupyterlab(tmp_path):
             killed = server.stop()
     assert killed == [], f"processes left after the kernel shutdown had to be killed: {killed}"
 
-
-def test_missing_chromium_fails_rather_than_skips(monkeypatch):
-    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", "/nonexistent/chromium")
-    with pytest.raises(pytest.fail.Exception, match="Chromium not found"):
-        _launch(None)
