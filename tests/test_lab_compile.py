@@ -1,0 +1,104 @@
+"""Compile events through the lab on 2 CPU ranks (real engines, gloo): reasons and counts
+as PyTorch reports them, on every rank, on the run's clock."""
+import pytest
+
+from nbtools import Lab, StepConfig, export_html
+
+FAST = dict(warmup=1, steps=2, profiled=0)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    with Lab(n=2, history=tmp_path_factory.mktemp("h"), timeout=300, echo=False) as lab:
+        yield lab
+
+
+def _per_rank(run, kind):
+    ce = run.compile_events
+    return ce[ce["kind"] == kind].groupby("rank").size().reindex([0, 1], fill_value=0)
+
+
+def test_flipping_autocast_on_a_compiled_scenario_recompiles(lab):
+    base = StepConfig(scenario="fsdp2-train", parallel="ddp", compile="default",
+                      backend="aot_eager", cache="continue", **FAST)
+    first = lab.run(base)
+    assert (_per_rank(first, "compile") >= 1).all()
+    flipped = lab.run(base.replace(autocast="bf16"))
+    rec = flipped.compile_events[flipped.compile_events["kind"] == "recompile"]
+    assert set(rec["rank"]) == {0, 1}
+    # the reason is PyTorch's own guard text
+    assert rec["reason"].str.contains("GLOBAL_STATE changed").all(), rec["reason"].tolist()
+    assert rec["reason"].str.contains("autocast").all(), rec["reason"].tolist()
+    assert (flipped.summary["recompiles"] >= 1).all()
+    # on the run's clock: inside a warm-up step of this run
+    steps = flipped.steps
+    t0, t1 = steps["ts_ns"].min(), (steps["ts_ns"] + steps["dur_ns"]).max()
+    assert rec["ts_ns"].between(t0, t1).all()
+    assert (rec["step"] >= 0).all()
+
+
+def test_varlen_static_recompiles_per_length_until_the_limit(lab):
+    run = lab.run(StepConfig(scenario="varlen-train", compile="default", backend="eager",
+                             dynamic="static", warmup=14, steps=2, profiled=0))
+    s = run.summary.set_index("rank")
+    # one compile per new length; PyTorch's recompile_limit is 8
+    assert (s["recompiles"] == 7).all(), s["recompiles"]
+    limit = run.compile_events[run.compile_events["kind"] == "limit_hit"]
+    assert set(limit["rank"]) == {0, 1}
+    rec = run.compile_events[run.compile_events["kind"] == "recompile"]
+    assert rec["reason"].str.contains("tensor 'tokens' size mismatch at index 1").all()
+    assert not any(f.startswith("divergent") for f in run.flags), run.flags
+
+
+@pytest.mark.parametrize("dynamic", ["auto", "dynamic"])
+def test_varlen_dynamic_compiles_at_most_twice(lab, dynamic):
+    run = lab.run(StepConfig(scenario="varlen-train", compile="default", backend="eager",
+                             dynamic=dynamic, warmup=10, steps=2, profiled=0))
+    s = run.summary.set_index("rank")
+    assert (s["compiles"] <= 2).all(), s[["compiles", "recompiles"]]   # recompiles included
+    assert not len(run.compile_events[run.compile_events["kind"] == "limit_hit"])
+
+
+def _step_with_break(ctx):
+    import torch
+
+    def f(x):
+        y = x * 2
+        print("inside the compiled function")   # the graph break
+        return y + 1
+    return ctx.compile(f)(torch.ones(8)).sum()
+
+
+def test_graph_break_reported_with_its_source_line(lab):
+    import inspect
+    run = lab.run(_step_with_break, StepConfig(compile="default", backend="eager", **FAST))
+    br = run.compile_events[run.compile_events["kind"] == "graph_break"]
+    assert set(br["rank"]) == {0, 1}
+    lines, start = inspect.getsourcelines(_step_with_break)
+    line = start + next(i for i, t in enumerate(lines) if "the graph break" in t)
+    assert br["frame"].str.endswith(f":{line}").all(), (line, br["frame"].tolist())
+    assert br["reason"].str.contains("print").all()
+
+
+def _rank_dependent_step(ctx):
+    import torch
+    n = 8 if ctx.rank == 0 else 8 + ctx.step   # rank 1 sees a new shape every step
+    return ctx.compile(lambda x: (x * 2).sum())(torch.ones(n))
+
+
+def test_a_rank_on_another_code_path_is_flagged_divergent(lab):
+    run = lab.run(_rank_dependent_step, StepConfig(compile="default", backend="eager",
+                                                   dynamic="static", warmup=3, steps=2,
+                                                   profiled=0))
+    flag = [f for f in run.flags if f.startswith("divergent")]
+    assert flag, run.flags
+    assert "rank 1" in flag[0] and "rank 0" in flag[0]
+
+
+def test_export_carries_no_connection_key_of_this_lab(lab, tmp_path):
+    key = lab.client.session.key.decode()
+    assert len(key) > 8
+    out = export_html(tmp_path / "r.html", lab.history, notes="compile events")
+    text = out.read_text()
+    assert key not in text
+    assert all(r.run_id in text for r in lab.history)
