@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 
 from nbtools import tables  # noqa: E402
 from nbtools.compile_events import CompileRecorder, divergence  # noqa: E402
@@ -212,7 +212,10 @@ def test_nothing_compiled_means_no_events(rec):
 
 
 # -- inductor ------------------------------------------------------------------------
-def test_inductor_compile_reports_cache_and_time_split(rec):
+def test_inductor_compile_reports_cache_and_time_split(rec, tmp_path, monkeypatch):
+    # an empty cache folder of its own: a miss for certain, whatever ran on this machine before
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+
     def f(x):
         return torch.nn.functional.gelu(x) * 3
 
@@ -221,11 +224,9 @@ def test_inductor_compile_reports_cache_and_time_split(rec):
     run_steps(rec, compiled, [torch.randn(16)])
     out = rec.finish_run(0)
     row = table(out).query("kind == 'compile'").iloc[0]
-    assert row.cache in ("hit", "miss") and row.ops >= 2 and row.graphs == 1
+    assert row.cache == "miss" and row.ops >= 2 and row.graphs == 1
     t = out["counts"]["compile_times"][row.compile_id]
-    assert t["total_ms"] >= t["backend_ms"] >= t["inductor_ms"] >= 0 and t["backend_ms"] > 0
-    if row.cache == "miss":                      # a cache hit skips inductor's compile
-        assert t["inductor_ms"] > 0 and t["codegen_ms"] > 0
+    assert t["total_ms"] >= t["backend_ms"] >= t["inductor_ms"] > 0
 
 
 # -- divergence (pure) -------------------------------------------------------------------
