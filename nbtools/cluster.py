@@ -28,6 +28,8 @@ class RunTimeout(RunFailed):
     """Some ranks did not finish in time; the lab must be restarted (lab.restart())."""
 
 
+# Kineto prints a USDT line at every profiler start/stop: not the user's output.
+_NOISE = ("USDT:",)
 _PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Connection reset",
                "process group is broken", "NCCL communicator was aborted")
 
@@ -273,7 +275,8 @@ class Lab:
                 new = text[shown[r][k]:]
                 if "\n" in new:
                     new = new[:new.rindex("\n") + 1]
-                    target.write("".join(f"[rank {r}] {line}\n" for line in new.splitlines()))
+                    target.write("".join(f"[rank {r}] {line}\n" for line in new.splitlines()
+                                         if not line.startswith(_NOISE)))
                     shown[r][k] += len(new)
 
     def _assemble(self, cfg, run_id, t0, reports, unfinished) -> Run:
