@@ -372,3 +372,14 @@ def top_kernels(events: pd.DataFrame, n: int = 20) -> pd.DataFrame:
     out["mean_us"], out["max_us"] = out["mean"] / 1e3, out["mx"] / 1e3
     out["pct"] = 100 * out["total"] / total if total else np.nan
     return out.sort_values("total", ascending=False).head(n).reset_index(drop=True)[cols]
+
+
+def category_ms(events: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
+    """Event time per category, per profiled step and rank (ms). Nested CPU ranges each
+    count: this is where time went by kind, not a busy fraction. Without a steps table,
+    per rank."""
+    if not len(events):
+        return pd.Series(dtype=float)
+    rows = int((steps["phase"] == "profiled").sum()) if len(steps) else 0
+    tot = events.groupby(events["category"].astype(str), observed=True)["dur_ns"].sum()
+    return tot / 1e6 / (rows or max(int(events["rank"].nunique()), 1))

@@ -38,7 +38,8 @@ class Comparison:
 
     @property
     def category_deltas(self) -> pd.DataFrame:
-        """Per category, GPU/CPU time per profiled step (ms, mean over ranks): A, B, B - A."""
+        """Per category, time per profiled step and rank (ms): A, B, B - A (the same numbers
+        as the delta chart of ``plot()``)."""
         ca, cb = category_ms(self.a), category_ms(self.b)
         df = pd.concat([ca.rename("a"), cb.rename("b")], axis=1).fillna(0.0)
         df["delta"] = df["b"] - df["a"]
@@ -64,11 +65,5 @@ def _worst(summary: pd.DataFrame, col: str) -> float:
 
 
 def category_ms(run: Run) -> pd.Series:
-    ev = run.events
-    if not len(ev):
-        return pd.Series(dtype=float)
-    n_steps = max(1, int((run.steps["phase"] == "profiled").sum() / max(1, run.steps["rank"].nunique())))
-    ranks = max(1, ev["rank"].nunique())
-    inside = ev[ev["step"] >= 0]
-    tot = inside.groupby("category", observed=True)["dur_ns"].sum() / 1e6
-    return tot / n_steps / ranks
+    from .analysis import category_ms as per_category
+    return per_category(run.events, run.steps)

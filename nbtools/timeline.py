@@ -419,14 +419,8 @@ def run_figure(run, **kw):
 
 
 def category_ms(run) -> pd.Series:
-    """Event time per category per profiled step and rank (nested CPU ranges each count)."""
-    ev = run.events
-    if not len(ev):
-        return pd.Series(dtype=float)
-    # one steps row per (rank, profiled step); without steps, per rank
-    rows = int((run.steps["phase"] == "profiled").sum()) if len(run.steps) else 0
-    tot = ev.groupby(ev["category"].astype(str), observed=True)["dur_ns"].sum()
-    return tot / 1e6 / (rows or max(int(ev["rank"].nunique()), 1))
+    from .analysis import category_ms as per_category
+    return per_category(run.events, run.steps)
 
 
 def compare_figure(run_a, run_b, **kw):
