@@ -85,7 +85,9 @@ def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None) -> 
         out.append(f"divergent ranks: {divergence}")
     compiled = cfg is not None and cfg.compiled and cfg.scenario != "custom" and len(summary)
     outside = compiled and cfg.resolved_parallel == "ddp" and cfg.ddp_wrap == "compile-outside"
-    if compiled and "graphs" in summary and int(summary["graphs"].max()) == 0:
+    # Under cache="continue" a run may rightly compile nothing new (earlier graphs run).
+    if compiled and cfg.cache == "fresh" and "graphs" in summary \
+            and int(summary["graphs"].max()) == 0:
         how = "torch.compile(DDP(model))" if outside else "this config"
         out.append(f"0 graphs compiled: {how} ran eagerly (with Dynamo's overhead on top)")
     elif outside and int(summary["graph_breaks"].max()) > 0:
