@@ -1,0 +1,854 @@
+"""Helpers the claim notebooks (notebooks/0*.ipynb) call, so a notebook cell stays a few
+lines: sweeps, one-row-per-run tables, counts read off a run's timeline, and custom step
+functions for experiments the built-in scenarios cannot express.
+
+Client side: ``table``, ``speedup``, ``compile_counts``, ``compile_signatures``,
+``compiled_regions``, ``collectives``, ``graph_capture``, ``sync_counts`` / ``sync_totals``,
+``lockstep``, ``tokens_per_s``: pure functions of Runs (lab runs, or the recorded H200
+profiles of ``recorded_h200``). ``sweep``, ``run_reporting``, ``engine_log`` and the
+``*_study`` functions drive the lab.
+
+Engine side: the step classes (``DDPAccumStep``, ``DtypeProbeStep``, ``RankDivergenceStep``,
+``CompileCacheStep``) run as ``lab.run(step, cfg)``. They are classes, not closures, so they
+travel to the engines by reference (this module is installed there too) and keep a stable
+name, hence their state, across runs. What a step wants to tell the notebook beyond the
+lab's tables it appends to ``_REPORTS`` on its engine; ``run_reporting`` fetches it.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import time
+
+import numpy as np
+import pandas as pd
+
+from .config import ConfigError, StepConfig
+
+# -- client: sweeps and tables ------------------------------------------------------------
+# How a column is reduced over ranks in ``table``: a step waits for the slowest rank, and
+# data-parallel throughput is the sum of what each rank processes.
+_MAX = ("step_ms", "p10_ms", "p90_ms", "compile_s", "compiles", "recompiles", "graph_breaks",
+        "graphs", "cudagraph_skips", "peak_mem_mb", "rss_mb", "exposed_comm_ms", "syncs")
+_SUM = ("items_per_s", "tflops")
+COLUMNS = ("step_ms", "p90_ms", "items_per_s", "compile_s", "compiles", "recompiles",
+           "graph_breaks", "graphs", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
+           "compute_busy_pct", "gpu_busy_pct", "cpu_busy_pct", "graph_coverage_pct", "peak_mem_mb")
+
+
+def sweep(lab, base: StepConfig, **field_values) -> list:
+    """One run per combination of the given fields' values (cross product, in the order
+    given), e.g. ``sweep(lab, cfg, compile=["off", "default"], batch=[1, 8])``.
+
+    A combination the config rejects is skipped with the reason printed; a run that fails
+    is kept (its Run has the errors) and the lab is restarted if it has to be."""
+    from .cluster import RunFailed
+    names = list(field_values)
+    runs = []
+    for combo in itertools.product(*(field_values[n] for n in names)):
+        change = dict(zip(names, combo))
+        try:
+            cfg = base.replace(**change)
+            cfg.check_device(lab.device_type)
+        except ConfigError as e:
+            print(f"skipped {change}: {e}")
+            continue
+        t = time.perf_counter()
+        try:
+            run = lab.run(cfg)
+        except RunFailed as e:
+            run = e.run
+            if lab.needs_restart:
+                lab.restart()
+        runs.append(run)
+        s = run.summary
+        ms = f"{s['step_ms'].max():.3g} ms/step" if len(s) and "step_ms" in s else "no summary"
+        print(f"{_describe(change)}: {run.status}, {ms} ({time.perf_counter() - t:.1f} s)")
+    return runs
+
+
+def _describe(change: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in change.items()) or "base"
+
+
+def varying_fields(runs) -> list:
+    """The config fields whose value differs between the runs."""
+    cfgs = [r.config for r in runs if r.config is not None]
+    if len(cfgs) < 2:
+        return []
+    d = cfgs[0].to_dict()
+    return [k for k in d if any(c.to_dict()[k] != d[k] for c in cfgs[1:])]
+
+
+def _field(cfg, name):
+    """A config field's value for a table; the backend of an eager run is "-"."""
+    if cfg is None:
+        return None
+    if name == "backend" and not cfg.compiled:
+        return "-"
+    return getattr(cfg, name)
+
+
+def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None) -> pd.DataFrame:
+    """One row per run (or per run and rank): the config fields that vary between the runs
+    (or ``fields``), then ``columns`` from each summary. Over ranks: times and counts take
+    the slowest/largest rank, items_per_s and tflops the sum (for tensor parallelism, whose
+    ranks share one batch, items_per_s the slowest rank), the rest the mean. Computed
+    columns (not per rank): ``tokens_per_s`` and ``padding_pct`` (real tokens, see
+    tokens_per_s), ``n_<kind>`` (compile events of that kind, e.g. n_limit_hit) and
+    ``<kind>_per_step`` (collectives, e.g. all_reduce_per_step). Missing columns are NaN."""
+    runs = [runs] if not isinstance(runs, (list, tuple)) else list(runs)
+    fields = varying_fields(runs) if fields is None else list(fields)
+    rows = []
+    for run in runs:
+        head = {f: _field(run.config, f) for f in fields}
+        head["run"] = run.run_id
+        s = run.summary
+        if per_rank and len(s):
+            for _, r in s.iterrows():
+                rows.append({**head, "rank": int(r["rank"]),
+                             **{c: r[c] if c in s else np.nan for c in columns}})
+            continue
+        row = dict(head)
+        tp = run.config is not None and run.config.resolved_parallel == "tp"
+        for c in columns:
+            if c in _DERIVED or c.startswith("n_") or c.endswith("_per_step"):
+                row[c] = _derived(run, c) if run.ok else np.nan
+                continue
+            if not len(s) or c not in s:
+                row[c] = np.nan
+                continue
+            v = pd.to_numeric(s[c], errors="coerce")
+            if c in _MAX:
+                row[c] = v.max()
+            elif c in _SUM:
+                row[c] = v.min() if (tp and c == "items_per_s") else v.sum()
+            else:
+                row[c] = v.mean()
+        row["status"] = run.status
+        row["flags"] = "; ".join(run.flags)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# Columns ``table`` computes rather than reads from the summary (any ``n_<kind>`` of compile
+# event and ``<collective>_per_step`` too).
+_DERIVED = ("tokens_per_s", "steady_tokens_per_s", "padding_pct")
+
+
+def _derived(run, c: str) -> float:
+    if c in ("tokens_per_s", "steady_tokens_per_s"):   # data parallel: ranks' throughputs add up
+        return float(tokens_per_s(run)[c].sum())
+    if c == "padding_pct":
+        return float(tokens_per_s(run)["padding_pct"].mean())
+    if c.startswith("n_"):        # compile events of one kind, largest count over ranks
+        ce = run.compile_events
+        n = ce[ce["kind"] == c[2:]].groupby("rank").size() if len(ce) else pd.Series(dtype=int)
+        return float(n.max()) if len(n) else 0.0
+    col = collectives(run)        # <kind>_per_step: mean over ranks and profiled steps
+    kind = c[:-len("_per_step")]
+    return float(col[kind].mean()) if kind in col else 0.0
+
+
+# -- client: counts read off a run's timeline ------------------------------------------
+_KINDS = (("allreduce", "all_reduce"), ("allgather", "all_gather"),
+          ("reducescatter", "reduce_scatter"), ("broadcast", "broadcast"),
+          ("alltoall", "all_to_all"), ("sendrecv", "send_recv"), ("barrier", "barrier"))
+
+
+def _kind(name: str) -> str:
+    n = name.lower().replace("_", "")
+    return next((k for key, k in _KINDS if key in n), "other")
+
+
+def _gpu_lane(ev) -> np.ndarray:
+    return ev["lane"].astype(str).str.startswith("cuda:").to_numpy()
+
+
+def _anchor_ts(ev: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
+    """For GPU rows: the start of the CPU call that launched each (same rank and
+    correlation; a graph replay's kernels link to their cudaGraphLaunch). Else own start."""
+    if not len(rows):
+        return np.zeros(0, np.int64)
+    cpu = ev[~_gpu_lane(ev) & ev["category"].isin(["runtime", "sync"]) & (ev["correlation"] >= 0)]
+    launch = cpu.groupby(["rank", "correlation"])["ts_ns"].min()
+    key = pd.MultiIndex.from_arrays([rows["rank"].to_numpy(), rows["correlation"].to_numpy()])
+    return launch.reindex(key).fillna(pd.Series(rows["ts_ns"].to_numpy(), index=key)).to_numpy(np.int64)
+
+
+def collective_events(run) -> pd.DataFrame:
+    """One row per collective executed in the profiled steps: rank, step, kind (all_reduce,
+    all_gather, ...), name, ts_ns (on GPU: when the CPU launched it), graph. GPU ranks: NCCL
+    kernels; CPU ranks: gloo's own ``gloo:*`` events (one per collective, unlike the nested
+    c10d/functional ranges around it)."""
+    ev = run.events
+    cols = ["rank", "step", "kind", "name", "ts_ns", "graph"]
+    if not len(ev):
+        return pd.DataFrame(columns=cols)
+    comm = (ev["category"] == "communication").to_numpy()
+    gpu = _gpu_lane(ev)
+    if (comm & gpu).any():
+        rows = ev[comm & gpu]
+        ts = _anchor_ts(ev, rows)
+    else:
+        rows = ev[comm & ~gpu & ev["name"].astype(str).str.startswith("gloo:").to_numpy()]
+        ts = rows["ts_ns"].to_numpy(np.int64)
+    names = rows["name"].astype(str)
+    return pd.DataFrame({"rank": rows["rank"].to_numpy(), "step": rows["step"].to_numpy(),
+                         "kind": [_kind(n) for n in names], "name": names.to_numpy(),
+                         "ts_ns": ts, "graph": rows["graph"].to_numpy()})[cols]
+
+
+def ranges(run, prefix: str) -> pd.DataFrame:
+    """CPU-lane events whose name starts with ``prefix``: record_function ranges ("micro 0")
+    or ops such as "Torch-Compiled Region: 0/1" (a compiled graph running). Columns: rank,
+    step, name, ts_ns, end_ns."""
+    ev = run.events
+    if not len(ev):
+        return pd.DataFrame(columns=["rank", "step", "name", "ts_ns", "end_ns"])
+    m = ev["category"].isin(["annotation", "cpu_op"]).to_numpy() & ~_gpu_lane(ev) & \
+        ev["name"].astype(str).str.startswith(prefix).to_numpy()
+    r = ev[m]
+    return pd.DataFrame({"rank": r["rank"].to_numpy(), "step": r["step"].to_numpy(),
+                         "name": r["name"].astype(str).to_numpy(), "ts_ns": r["ts_ns"].to_numpy(),
+                         "end_ns": (r["ts_ns"] + r["dur_ns"]).to_numpy()})
+
+
+def collectives(run, within: str | None = None) -> pd.DataFrame:
+    """Collectives per profiled step and rank, by kind (a column each). With ``within``,
+    per record_function range whose name starts with it (e.g. "micro" for the
+    micro-steps of DDPAccumStep): a collective belongs to the range it started (GPU: was
+    launched) in; ranges with none get zeros."""
+    ce = collective_events(run)
+    ce = ce[ce["step"] >= 0]
+    keys = ["rank", "step"]
+    if within is not None:
+        rg = ranges(run, within)
+        ce = ce.assign(range=_containing(ce, rg))
+        ce = ce[ce["range"].notna()]
+        keys = ["rank", "step", "range"]
+    counts = ce.groupby(keys + ["kind"]).size().unstack("kind", fill_value=0) if len(ce) \
+        else pd.DataFrame()
+    if within is not None:      # every range, with or without collectives
+        idx = pd.MultiIndex.from_frame(rg[["rank", "step", "name"]].rename(columns={"name": "range"}))
+        counts = counts.reindex(idx.union(counts.index) if len(counts) else idx, fill_value=0)
+    out = counts.reset_index()
+    out.columns.name = None
+    return out
+
+
+def _containing(ce: pd.DataFrame, rg: pd.DataFrame) -> list:
+    out = []
+    for rank, ts in zip(ce["rank"].to_numpy(), ce["ts_ns"].to_numpy()):
+        hit = rg[(rg["rank"] == rank) & (rg["ts_ns"] <= ts) & (rg["end_ns"] > ts)]
+        # nested ranges: the innermost (latest start) wins
+        out.append(hit.sort_values("ts_ns")["name"].iloc[-1] if len(hit) else None)
+    return out
+
+
+def graph_capture(run) -> pd.DataFrame:
+    """Per rank, per profiled step (mean): kernels, those replayed from a CUDA graph,
+    NCCL kernels and NCCL kernels inside a graph, and the CPU's launch calls
+    (cudaLaunchKernel-like vs cudaGraphLaunch). All zero on CPU ranks (no CUDA)."""
+    ev = run.events
+    cols = ["rank", "kernels", "graph_kernels", "comm_kernels", "comm_in_graph",
+            "kernel_launches", "graph_launches"]
+    if not len(ev):
+        return pd.DataFrame(columns=cols)
+    ev = ev[ev["step"] >= 0]
+    gpu = _gpu_lane(ev)
+    cat = ev["category"].to_numpy()
+    kern = gpu & np.isin(cat, ["compute", "communication"])
+    comm = kern & (cat == "communication")
+    graph = ev["graph"].to_numpy(bool)
+    name = ev["name"].astype(str)
+    cpu_rt = ~gpu & np.isin(cat, ["runtime", "sync"])
+    glaunch = cpu_rt & name.str.contains(r"GraphLaunch", regex=True).to_numpy()
+    klaunch = cpu_rt & name.str.contains(r"LaunchKernel|cuLaunch", regex=True).to_numpy()
+    df = pd.DataFrame({"rank": ev["rank"].to_numpy(), "kernels": kern, "graph_kernels": kern & graph,
+                       "comm_kernels": comm, "comm_in_graph": comm & graph,
+                       "kernel_launches": klaunch & ~glaunch, "graph_launches": glaunch})
+    steps = run.steps[run.steps["phase"] == "profiled"].groupby("rank").size()
+    out = df.groupby("rank").sum()
+    out = out.div(steps.reindex(out.index).fillna(1).clip(lower=1), axis=0)
+    return out.reset_index()[cols]
+
+
+def sync_counts(run) -> pd.DataFrame:
+    """Per rank and name: host-blocking/ordering calls (category "sync":
+    cudaStreamSynchronize, cudaDeviceSynchronize, cudaStreamWaitEvent, ...) per profiled
+    step. CPU ranks make none (no CUDA runtime): the table is empty there."""
+    ev = run.events
+    if not len(ev):
+        return pd.DataFrame(columns=["rank", "name", "per_step"])
+    s = ev[(ev["category"] == "sync") & ~_gpu_lane(ev) & (ev["step"] >= 0)]
+    n = run.steps[run.steps["phase"] == "profiled"].groupby("rank").size()
+    out = s.groupby(["rank", "name"], observed=True).size().rename("count").reset_index()
+    out["per_step"] = out["count"] / out["rank"].map(n).fillna(1).clip(lower=1).to_numpy()
+    return out[["rank", "name", "per_step"]]
+
+
+def sync_totals(run) -> pd.DataFrame:
+    """Per rank: sync calls per profiled step in all (0 where there were none) and which."""
+    sc = sync_counts(run)
+    ranks = sorted(set(run.events["rank"])) if len(run.events) else []
+    g = sc.groupby("rank")
+    return pd.DataFrame({"rank": ranks,
+                         "syncs_per_step": [float(g.get_group(r)["per_step"].sum()) if r in g.groups
+                                            else 0.0 for r in ranks],
+                         "which": [", ".join(sorted(map(str, g.get_group(r)["name"])))
+                                   if r in g.groups else "" for r in ranks]})
+
+
+def lockstep(run) -> dict:
+    """How far apart ranks start the same collective (profiled steps): median and max
+    start skew in µs over all collectives matched across ranks (analysis.collective_skew)."""
+    from .analysis import collective_skew
+    sk = collective_skew(run.events)
+    sk = sk[sk["step"] >= 0] if len(sk) else sk
+    if not len(sk):
+        return dict(collectives=0, median_skew_us=np.nan, max_skew_us=np.nan)
+    return dict(collectives=len(sk), median_skew_us=float(sk["skew_us"].median()),
+                max_skew_us=float(sk["skew_us"].max()))
+
+
+def compile_signatures(run) -> pd.DataFrame:
+    """Per rank: what it compiled, as the lab's divergence check sees it (kind, frame name,
+    ops, guards of every compile / recompile / graph break / limit hit, in order), with a
+    short hash: equal hashes = the ranks compiled the same graphs."""
+    ce = run.compile_events
+    kinds = ("compile", "recompile", "compile_failed", "graph_break", "limit_hit")
+    rows = []
+    for rank in sorted(set(run.summary["rank"]) if len(run.summary) else set()):
+        c = ce[(ce["rank"] == rank) & ce["kind"].isin(kinds)].sort_values("ts_ns") if len(ce) else ce
+        sig = [[str(k), str(n), int(o), int(g)] for k, n, o, g in
+               zip(c["kind"], c["name"], c["ops"], c["guards"])] if len(c) else []
+        rows.append(dict(rank=rank, events=len(sig),
+                         compiles=sum(s[0] in ("compile", "recompile") for s in sig),
+                         recompiles=sum(s[0] == "recompile" for s in sig),
+                         ops=sum(s[2] for s in sig),
+                         signature=hashlib.sha1(repr(sig).encode()).hexdigest()[:12]))
+    return pd.DataFrame(rows)
+
+
+def tokens_per_s(run) -> pd.DataFrame:
+    """Real (unpadded) tokens per second of an LM scenario's measured steps, per rank.
+    ``tokens_per_s``: summed tokens / summed step time, so recompiles inside the measured
+    steps count (an epoch's view). ``steady_tokens_per_s``: mean tokens per step / median
+    step time (what the steps cost once compiled). items_per_s counts batch x maximum
+    length instead."""
+    from .scenarios import seq_len_at, sizes
+    import torch
+    cfg = run.config
+    _, batch, seq = sizes(cfg, torch.device(run.env.get("device", "cpu").split(":")[0]))
+    st = run.steps[run.steps["phase"] == "measured"]
+    out = []
+    for rank, g in st.groupby("rank"):
+        lens = [seq_len_at(int(i), seq, cfg.resolved_schedule, cfg.seed) for i in g["step"]]
+        real, padded = sum(n for n, _ in lens), sum(p for _, p in lens)
+        secs = g["dur_ns"].sum() / 1e9
+        out.append(dict(rank=rank, tokens_per_s=batch * real / secs,
+                        steady_tokens_per_s=batch * real / len(g) / (g["dur_ns"].median() / 1e9),
+                        padding_pct=100 * (1 - real / padded), mean_step_ms=1e3 * secs / len(g)))
+    return pd.DataFrame(out)
+
+
+def compiled_regions(run) -> pd.DataFrame:
+    """Which compiled graphs ran in the profiled steps, per rank and step: the profiler's
+    "Torch-Compiled Region: F/N" ranges (frame F, N-th compile of it). None: eager."""
+    rg = ranges(run, "Torch-Compiled Region")
+    rg = rg[rg["step"] >= 0]
+    if not len(rg):
+        return pd.DataFrame(columns=["rank", "step", "regions", "graphs_run"])
+    ids = rg.assign(id=rg["name"].str.replace("Torch-Compiled Region: ", "", regex=False))
+    return ids.groupby(["rank", "step"]).agg(
+        regions=("id", "size"), graphs_run=("id", lambda x: " ".join(sorted(set(x))))).reset_index()
+
+
+def compile_counts(runs, kinds=None) -> pd.DataFrame:
+    """One row per run: the varying config fields, then ``n_<kind>``: how many compile
+    events of each kind the run had (compile, recompile, graph_break, limit_hit,
+    cudagraph_record, cudagraph_rerecord, cudagraph_skip, ...; the largest count over
+    ranks). ``kinds`` picks the kinds (default: every kind any of the runs had)."""
+    runs = [runs] if not isinstance(runs, (list, tuple)) else list(runs)
+    kinds = kinds or sorted({k for r in runs for k in r.compile_events["kind"].astype(str)})
+    return table(runs, [f"n_{k}" for k in kinds]).drop(columns=["status", "flags"])
+
+
+def speedup(base_runs, new_runs, on: str = "batch", names=("eager", "graphs")) -> pd.DataFrame:
+    """Pair runs that share ``on`` (e.g. batch): step_ms of each (slowest rank) and
+    base / new (> 1: the new one is faster)."""
+    a = table(base_runs, ["step_ms"], fields=[on]).set_index(on)["step_ms"]
+    b = table(new_runs, ["step_ms"], fields=[on]).set_index(on)["step_ms"]
+    out = pd.DataFrame({f"{names[0]}_ms": a, f"{names[1]}_ms": b})
+    out["speedup"] = out[f"{names[0]}_ms"] / out[f"{names[1]}_ms"]
+    return out.reset_index()
+
+
+def signatures_equal(run) -> bool:
+    """True when every rank compiled the same sequence of graphs (compile_signatures)."""
+    sig = compile_signatures(run)
+    return bool(len(sig)) and sig["signature"].nunique() == 1
+
+
+def recorded_h200() -> dict:
+    """Profiles recorded on 2 x H200 (torch 2.11, NCCL 2.28.9; tp-mlp-infer, batch 1, 8
+    blocks of d=4096, 3 profiled steps; written by benchmarks/gpu/check_assumptions.py and
+    kept in the repository as tests/fixtures/h200), loaded as Runs: {"off": eager,
+    "reduce-overhead": graph replay}. Empty where that folder is absent (an installed
+    package without the repository). They have timelines but no lab summary (step_ms)."""
+    from pathlib import Path
+    from .trace import load_traces
+    folder = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "h200"
+    out = {}
+    for mode in ("off", "reduce-overhead"):
+        files = sorted(folder.glob(f"tp_{mode}_rank*.json.gz"))
+        if files:
+            out[mode] = load_traces(files)
+    return out
+
+
+# -- engine-side reports -------------------------------------------------------------------
+_REPORTS: dict = {}
+
+
+def _report(name: str, **row) -> None:
+    _REPORTS.setdefault(name, []).append(row)
+
+
+def _take_reports(name: str) -> list:
+    return _REPORTS.pop(name, [])
+
+
+def engine_reports(lab, name: str) -> pd.DataFrame:
+    """What the steps called ``name`` reported on every engine since the last fetch (then
+    forgotten there), one row per report."""
+    rows = []
+    for rank, eid in sorted(lab.rank_to_engine.items()):
+        rows += lab.client[eid].apply_sync(_take_reports, name)
+    return pd.DataFrame(rows)
+
+
+def run_reporting(lab, step, cfg: StepConfig):
+    """``lab.run(step, cfg)``, then the step's own reports: (Run, DataFrame)."""
+    from .cluster import RunFailed
+    engine_reports(lab, step.__name__)          # drop leftovers of an earlier failed run
+    try:
+        run = lab.run(step, cfg)
+    except RunFailed as e:
+        print(f"run failed: {e}")
+        run = e.run
+        if lab.needs_restart:
+            lab.restart()
+    return run, engine_reports(lab, step.__name__)
+
+
+# -- engine-side log capture ---------------------------------------------------------------
+DDP_OPTIMIZER_LOG = "torch._dynamo.backends.distributed"
+"""DDPOptimizer logs "... created N buckets" here (INFO): one compiled subgraph per bucket."""
+_LOGS: dict = {}
+_HANDLERS: dict = {}
+
+
+class _Collect(logging.Handler):
+    def __init__(self, key):
+        super().__init__(logging.DEBUG)
+        self.key = key
+
+    def emit(self, record):
+        try:
+            _LOGS.setdefault(self.key, []).append(dict(ts=record.created, level=record.levelname,
+                                                       message=record.getMessage()))
+        except Exception:   # never break the step for a log line
+            pass
+
+
+def _log_start(name: str, level: int) -> None:
+    log = logging.getLogger(name)
+    if name not in _HANDLERS:
+        h = _Collect(name)
+        _HANDLERS[name] = (h, log.level, log.propagate)
+        log.addHandler(h)
+    log.setLevel(level)
+    log.propagate = False      # ours only: INFO lines would otherwise reach stderr
+
+
+def _log_stop(name: str) -> list:
+    import os
+    h, level, propagate = _HANDLERS.pop(name, (None, None, None))
+    if h is not None:
+        log = logging.getLogger(name)
+        log.removeHandler(h)
+        log.setLevel(level)
+        log.propagate = propagate
+    rank = int(os.environ.get("RANK", -1))
+    return [dict(rank=rank, **r) for r in _LOGS.pop(name, [])]
+
+
+class engine_log:
+    """``with engine_log(lab, name) as log:`` collects what the logger ``name`` emits on
+    every engine at ``level`` or above while the block runs (without printing it), then
+    ``log.records``: rank, ts, level, message; ``log.by_run(runs)`` adds each record's run."""
+
+    def __init__(self, lab, name: str, level: int = logging.INFO):
+        self.lab, self.name, self.level = lab, name, level
+        self.records = pd.DataFrame(columns=["rank", "ts", "level", "message"])
+
+    def _each(self, fn, *args):
+        return [self.lab.client[e].apply_sync(fn, *args)
+                for _, e in sorted(self.lab.rank_to_engine.items())]
+
+    def __enter__(self):
+        self._each(_log_start, self.name, self.level)
+        return self
+
+    def __exit__(self, *exc):
+        rows = [r for rs in self._each(_log_stop, self.name) for r in rs]
+        if rows:
+            self.records = pd.DataFrame(rows)
+        return False
+
+    def by_run(self, runs) -> pd.DataFrame:
+        """Records with the id of the run that was in flight (the last one started before)."""
+        runs = sorted(runs, key=lambda r: r.started)
+        starts = np.array([r.started for r in runs])
+        rec = self.records.copy()
+        i = np.searchsorted(starts, rec["ts"].to_numpy(float), side="right") - 1
+        rec["run"] = [runs[j].run_id if j >= 0 else None for j in i]
+        return rec
+
+
+def ddp_buckets(log: "engine_log", runs) -> pd.DataFrame:
+    """Per run and rank: the buckets (= compiled subgraphs) DDPOptimizer made, from its
+    "created N buckets" log line; 0 where it logged nothing (no DDPOptimizer split: eager,
+    optimize_ddp off, or one bucket only)."""
+    rec = log.by_run(runs)
+    n = rec["message"].str.extract(r"created (\d+) buckets")[0].astype(float)
+    rec = rec.assign(buckets=n).dropna(subset=["buckets"])
+    got = rec.groupby(["run", "rank"])["buckets"].sum()
+    rows = [dict(run=r.run_id, rank=k, ddp_optimizer_buckets=int(got.get((r.run_id, k), 0)))
+            for r in runs for k in sorted(set(r.summary["rank"]) if len(r.summary) else [])]
+    return pd.DataFrame(rows)
+
+
+def accumulation_study(lab, configs, micro: int = 4, no_sync=(True, False)) -> tuple:
+    """Run DDPAccumStep under each config, with and without no_sync. Returns (table,
+    runs): per config and no_sync, the graphs Dynamo made, DDPOptimizer's buckets
+    (subgraphs), the all-reduces of each micro-step (rank 0, last profiled step), the
+    largest gradient difference between ranks after the synchronising micro-step (0: in
+    sync), the gradient norm at the last step (equal to eager's: same numbers), step_ms."""
+    rows, runs = [], []
+    for ns in no_sync:
+        step = DDPAccumStep(micro=micro, no_sync=ns)
+        for cfg in configs:
+            with engine_log(lab, DDP_OPTIMIZER_LOG) as log:
+                run, rep = run_reporting(lab, step, cfg)
+            runs.append(run)
+            row = dict(compile=cfg.compile, backend=cfg.backend if cfg.compiled else "-",
+                       optimize_ddp=cfg.optimize_ddp if cfg.compiled else "eager",
+                       ddp_wrap=cfg.ddp_wrap if cfg.compiled else "-", no_sync=ns,
+                       status=run.status)
+            if run.ok:
+                c = collectives(run, within="micro")
+                c = c[(c["rank"] == 0) & (c["step"] == c["step"].max())] if len(c) else c
+                per = c.sort_values("range")["all_reduce"].astype(int).tolist() \
+                    if "all_reduce" in c else [0] * len(c)
+                b = ddp_buckets(log, [run])
+                row.update(graphs=int(run.summary["graphs"].max()),
+                           graph_breaks=int(run.summary["graph_breaks"].max()),
+                           ddp_optimizer_buckets=int(b["ddp_optimizer_buckets"].max()) if len(b) else 0,
+                           all_reduces_per_micro=" ".join(map(str, per)),
+                           rank_grad_diff=float(rep["rank_grad_diff"].max()),
+                           last_grad_norm=float(rep.sort_values("step")["grad_norm"].iloc[-1]),
+                           step_ms=float(run.summary["step_ms"].max()))
+            rows.append(row)
+    return pd.DataFrame(rows), runs
+
+
+def dtype_study(lab, base: StepConfig, compiles=("off", "default"), backend="inductor",
+                dtype="bf16", fullgraph: bool = True) -> pd.DataFrame:
+    """DtypeProbeStep for autocast off and each scope (forward, forward+loss, step), eager
+    and compiled (with ``fullgraph``): one row per combination, rank 0's last step, plus
+    step_ms."""
+    rows = []
+    for comp in compiles:
+        for ac, scope in (("off", "forward"), (dtype, "forward"), (dtype, "forward+loss"),
+                          (dtype, "step")):
+            extra = dict(backend=backend, fullgraph=fullgraph) if comp != "off" else {}
+            cfg = base.replace(scenario="custom", compile=comp, autocast=ac, autocast_scope=scope,
+                               **extra)
+            run, rep = run_reporting(lab, DtypeProbeStep(), cfg)
+            if not len(rep):
+                rows.append(dict(compile=comp, autocast=ac, scope=scope, status=run.status))
+                continue
+            last = rep[rep["rank"] == 0].sort_values("step").iloc[-1].to_dict()
+            last.pop("rank", None)
+            last.pop("step", None)
+            rows.append({**last, "step_ms": float(run.summary["step_ms"].max())})
+    return pd.DataFrame(rows)
+
+
+def warmup_table(*reports, skip_steps: int = 0) -> pd.DataFrame:
+    """CompileCacheStep reports -> per (share, rank): median seconds until the model was
+    ready, of which waiting for rank 0, loading, compiling; FX-graph cache hits and misses
+    per cold start, artefact bytes. ``skip_steps`` leaves out the first (process warm-up)."""
+    rep = pd.concat([r for r in reports if len(r)], ignore_index=True)
+    rep = rep[rep["step"] >= skip_steps]
+    return rep.groupby(["share", "rank"]).agg(
+        cold_starts=("step", "size"), ready_s=("ready_s", "median"),
+        waited_for_rank0_s=("waited_for_rank0_s", "median"), load_s=("load_s", "median"),
+        compile_s=("compile_s", "median"), fx_hits=("fx_hits", "median"),
+        fx_misses=("fx_misses", "median"), artifact_bytes=("artifact_bytes", "max")).reset_index()
+
+
+# -- engine-side steps -------------------------------------------------------------------
+class _Step:
+    """A named, picklable step: its name keys the engine-side state across runs."""
+
+    def __init__(self, **params):
+        self.params = params
+        self.__name__ = type(self).__name__
+        self.__qualname__ = self.__name__ + "(" + ", ".join(f"{k}={v!r}" for k, v in params.items()) + ")"
+
+    def __repr__(self):
+        return self.__qualname__
+
+    def _rng(self, *key):
+        import torch
+        g = torch.Generator()
+        g.manual_seed(int(hashlib.sha1(repr(key).encode()).hexdigest()[:8], 16))
+        return g
+
+
+def _mlp(d: int, layers: int, seed: int = 0):
+    import torch
+    torch.manual_seed(seed)
+    mods = []
+    for _ in range(layers):
+        mods += [torch.nn.Linear(d, d), torch.nn.GELU()]
+    return torch.nn.Sequential(*mods, torch.nn.Linear(d, 1))
+
+
+class DDPAccumStep(_Step):
+    """Gradient accumulation under DDP: ``micro`` forward/backward passes per step, the
+    first micro-1 inside ``ddp.no_sync()`` when ``no_sync``, each in a record_function
+    range "micro k" (count collectives per range with ``collectives(run, within="micro")``).
+    Honours the config's compile / backend / ddp_wrap / optimize_ddp (python_reducer runs
+    backward under compiled autograd, as the built-in scenarios do). Small buckets
+    (``bucket_cap_mb``) make DDP use several, so DDPOptimizer's graph split shows.
+    Reports, per step: the loss, the gradient norm, and the largest difference of any
+    gradient element between ranks after the synchronising backward (0: in sync); that
+    check runs in a range named "check", outside the micro ranges."""
+
+    def __init__(self, micro=4, no_sync=True, bucket_cap_mb=1.0, d=512, layers=4, batch=8):
+        super().__init__(micro=micro, no_sync=no_sync, bucket_cap_mb=bucket_cap_mb, d=d,
+                         layers=layers, batch=batch)
+
+    def __call__(self, ctx):
+        import contextlib
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        p, cfg = self.params, ctx.cfg
+        key = ("ddp", cfg.compile, cfg.backend, cfg.ddp_wrap, cfg.optimize_ddp, cfg.dynamic)
+        if key not in ctx.state:
+            if cfg.compiled:
+                torch._dynamo.config.optimize_ddp = {"off": False}.get(cfg.optimize_ddp, cfg.optimize_ddp)
+            model = _mlp(p["d"], p["layers"]).to(ctx.device)
+            kw = dict(bucket_cap_mb=p["bucket_cap_mb"],
+                      device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+            if cfg.compiled and cfg.ddp_wrap == "compile-outside":
+                ddp = DDP(model, **kw)
+                fwd = ctx.compile(ddp)
+            else:
+                ddp = DDP(ctx.compile(model), **kw)
+                fwd = ddp
+            opt = torch.optim.SGD(ddp.parameters(), lr=1e-2)
+            ca = None
+            if cfg.compiled and cfg.optimize_ddp == "python_reducer":
+                ca = torch.compile(backend=cfg.backend) if cfg.compile == "default" else \
+                    torch.compile(backend=cfg.backend, mode=cfg.compile)
+            ctx.state[key] = (ddp, fwd, opt, ca)
+        ddp, fwd, opt, ca = ctx.state[key]
+        bwd_ctx = contextlib.nullcontext
+        if ca is not None:
+            from torch._dynamo import compiled_autograd
+            bwd_ctx = lambda: compiled_autograd._enable(ca)  # noqa: E731
+        opt.zero_grad(set_to_none=True)
+        for k in range(p["micro"]):
+            g = self._rng(ctx.rank, ctx.step, k)
+            x = torch.randn(p["batch"], p["d"], generator=g).to(ctx.device)
+            y = torch.randn(p["batch"], 1, generator=g).to(ctx.device)
+            last = k == p["micro"] - 1
+            sync = contextlib.nullcontext() if (last or not p["no_sync"]) else ddp.no_sync()
+            with torch.profiler.record_function(f"micro {k}"), sync:
+                loss = torch.nn.functional.mse_loss(fwd(x), y)
+                with bwd_ctx():
+                    loss.backward()
+        with torch.profiler.record_function("check"):
+            flat = torch.cat([q.grad.flatten() for q in ddp.parameters() if q.grad is not None])
+            hi, lo = flat.clone(), flat.clone()
+            dist.all_reduce(hi, dist.ReduceOp.MAX)
+            dist.all_reduce(lo, dist.ReduceOp.MIN)
+            diff = float((hi - lo).abs().max())
+        opt.step()
+        _report(self.__name__, rank=ctx.rank, step=ctx.step, config=cfg.label(),
+                loss=float(loss), grad_norm=float(flat.norm()), rank_grad_diff=diff)
+        return torch.tensor(diff)
+
+
+class DtypeProbeStep(_Step):
+    """One training step of a small two-stage MLP (up + GELU, then down; each stage compiled
+    on its own when compile is on, so the tensor between them is visible) under the
+    config's autocast dtype and scope: forward, forward+loss, or step (backward inside
+    too). Reports the dtype of what each part produced: the hidden activation, the output,
+    the loss, the gradient flowing back into the hidden activation, and the parameters'
+    gradients (and the parameters' own dtype)."""
+
+    def __init__(self, d=64, batch=16):
+        super().__init__(d=d, batch=batch)
+
+    def __call__(self, ctx):
+        import contextlib
+        import torch
+        p, cfg = self.params, ctx.cfg
+        key = ("dtype", cfg.compile, cfg.backend)
+        if key not in ctx.state:
+            torch.manual_seed(0)
+            up = torch.nn.Sequential(torch.nn.Linear(p["d"], 4 * p["d"]), torch.nn.GELU())
+            down = torch.nn.Linear(4 * p["d"], p["d"])
+            up, down = up.to(ctx.device), down.to(ctx.device)
+            params = list(up.parameters()) + list(down.parameters())
+            ctx.state[key] = (params, ctx.compile(up), ctx.compile(down),
+                              torch.optim.SGD(params, lr=1e-3))
+        params, up, down, opt = ctx.state[key]
+        scope = cfg.autocast_scope if cfg.autocast != "off" else "none"
+        ac, null = ctx.autocast, contextlib.nullcontext
+        g = self._rng(ctx.rank, ctx.step)
+        x = torch.randn(p["batch"], p["d"], generator=g).to(ctx.device)
+        target = torch.randn(p["batch"], p["d"], generator=g).to(ctx.device)
+        seen = {}
+        opt.zero_grad(set_to_none=True)
+        with ac():
+            hidden = up(x)
+            out = down(hidden)
+        hidden.register_hook(lambda gr: seen.__setitem__("grad_hidden", str(gr.dtype)))
+        with (ac if scope in ("forward+loss", "step") else null)():
+            loss = torch.nn.functional.mse_loss(out, target)
+        with (ac if scope == "step" else null)():
+            loss.backward()
+        opt.step()
+        grads = sorted({str(q.grad.dtype) for q in params if q.grad is not None})
+        _report(self.__name__, rank=ctx.rank, step=ctx.step, autocast=cfg.autocast, scope=scope,
+                compile=cfg.compile, backend=cfg.backend if cfg.compiled else "-",
+                fullgraph=cfg.fullgraph,
+                hidden=str(hidden.dtype), output=str(out.dtype), loss=str(loss.dtype),
+                grad_hidden=seen.get("grad_hidden", "?"), param_grads=", ".join(grads),
+                params=str(params[0].dtype))
+        return loss.detach().float()
+
+
+class RankDivergenceStep(_Step):
+    """A compiled MLP forward whose input differs between ranks on purpose, to see what
+    makes ranks compile different graphs: ``kind="none"`` (same shapes everywhere),
+    ``"shape"`` (from step ``at`` on, the last rank gets a smaller batch, like an uneven
+    last shard), ``"branch"`` (rank 0 takes an extra op inside the compiled function)."""
+
+    def __init__(self, kind="shape", at=2, d=32, batch=8):
+        super().__init__(kind=kind, at=at, d=d, batch=batch)
+
+    def __call__(self, ctx):
+        import torch
+        p = self.params
+        key = ("div", ctx.cfg.compile, ctx.cfg.backend, ctx.cfg.dynamic)
+        if key not in ctx.state:
+            model = _mlp(p["d"], 2).to(ctx.device)
+            extra = p["kind"] == "branch" and ctx.rank == 0
+
+            def forward(x):
+                y = model(x)
+                return y * 2 + 1 if extra else y
+            ctx.state[key] = ctx.compile(forward)
+        fn = ctx.state[key]
+        b = p["batch"]
+        if p["kind"] == "shape" and ctx.rank == ctx.world_size - 1 and ctx.step >= p["at"]:
+            b = max(1, b // 2)
+        x = torch.randn(b, p["d"], generator=self._rng(ctx.step)).to(ctx.device)
+        with torch.no_grad():
+            return fn(x).sum()
+
+
+class CompileCacheStep(_Step):
+    """Each step is one cold start: fresh Dynamo state and a fresh, empty inductor cache
+    (torch._inductor.utils.fresh_cache), then compile and run a small model's forward and
+    backward. ``share=False``: every rank compiles alone. ``share=True``: rank 0 compiles,
+    saves its artefacts (torch.compiler.save_cache_artifacts), broadcasts them, and the
+    other ranks load them (load_cache_artifacts) before compiling. All ranks start each
+    cold start together (a barrier), so a rank's ``ready_s`` includes waiting for rank 0.
+    The report splits it into parts and counts FX-graph cache hits/misses."""
+
+    def __init__(self, share=False, d=64, layers=2, batch=8):
+        super().__init__(share=share, d=d, layers=layers, batch=batch)
+
+    def __call__(self, ctx):
+        import torch
+        import torch.distributed as dist
+        from torch._dynamo.utils import counters
+        from torch._inductor import utils as iu
+        fresh = getattr(iu, "fresh_cache", None) or iu.fresh_inductor_cache
+        p = self.params
+        torch._dynamo.reset()
+        dist.barrier()            # every rank starts its cold start together, as a job does
+        t0 = time.perf_counter()
+        waited = loaded = 0.0
+        size = 0
+        with fresh():
+            _clear_cache_artifacts()
+            c0 = dict(counters["inductor"])
+            if p["share"] and ctx.rank != 0:
+                box = [None]
+                t = time.perf_counter()
+                dist.broadcast_object_list(box, src=0)
+                waited = time.perf_counter() - t
+                t = time.perf_counter()
+                if box[0]:
+                    torch.compiler.load_cache_artifacts(box[0])
+                    size = len(box[0])
+                loaded = time.perf_counter() - t
+            t = time.perf_counter()
+            model = _mlp(p["d"], p["layers"]).to(ctx.device)
+            x = torch.randn(p["batch"], p["d"], generator=self._rng(ctx.step)).to(ctx.device)
+            torch.compile(model, backend="inductor")(x).sum().backward()
+            if ctx.device.type == "cuda":
+                torch.cuda.synchronize()
+            compile_s = time.perf_counter() - t
+            if p["share"] and ctx.rank == 0:
+                art = torch.compiler.save_cache_artifacts()
+                blob = art[0] if art else b""
+                size = len(blob)
+                dist.broadcast_object_list([blob], src=0)
+            hits = counters["inductor"].get("fxgraph_cache_hit", 0) - c0.get("fxgraph_cache_hit", 0)
+            miss = counters["inductor"].get("fxgraph_cache_miss", 0) - c0.get("fxgraph_cache_miss", 0)
+        _report(self.__name__, rank=ctx.rank, step=ctx.step, share=p["share"],
+                ready_s=time.perf_counter() - t0, waited_for_rank0_s=waited, load_s=loaded,
+                compile_s=compile_s, fx_hits=hits, fx_misses=miss, artifact_bytes=size)
+        return torch.zeros(())
+
+
+def _clear_cache_artifacts() -> None:
+    """save_cache_artifacts returns everything recorded since the process started; start
+    each cold start with an empty record (private API, guarded)."""
+    try:
+        from torch.compiler._cache import CacheArtifactManager
+        CacheArtifactManager.clear()
+    except Exception:
+        pass
+
+
+def backends_available() -> dict:
+    """torch.compile backends this torch registers, and whether nvfuser is among them."""
+    import torch
+    names = sorted(torch._dynamo.list_backends(exclude_tags=()))
+    return dict(torch=torch.__version__, nvfuser="nvfuser" in names, backends=names)
+
