@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 # analysis.per_rank columns that are totals over the profiled window: shown per step
-_PER_STEP = ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms", "idle_ms")
+_PER_STEP = ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms", "idle_ms", "syncs")
 
 
 def step_stats(steps: pd.DataFrame, phase: str = "measured") -> pd.DataFrame:
