@@ -134,7 +134,10 @@ def main(argv=None) -> int:
             return _cmd_run(args)
         if args.cmd == "view":
             from .history import History
+            from .summary import refresh_analysis
             h = History.load(args.folder)
+            for r in h:      # histories saved by older versions get today's columns
+                refresh_analysis(r)
             if not len(h):
                 print(f"no runs in {args.folder}", file=sys.stderr)
                 return 1
