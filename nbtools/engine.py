@@ -259,7 +259,7 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
     result.update(
         compile=compile_wire, notes=list(notes), reused=reused, check=check,
         peak_mem_mb=(torch.cuda.max_memory_allocated() / 2**20) if cuda else float("nan"),
-        rss_mb=_rss_mb(), items_per_step=wl.items_per_step, flops_per_step=wl.flops_per_step,
+        rss_mb=_rss_mb(), items_per_step=_items_per_step(wl, cfg), flops_per_step=wl.flops_per_step,
         shapes=wl.shapes(0), unused=list(cfg.unused_on(dev.type)),
         env=_env(), host=socket.gethostname())
     _S.run_count += 1
@@ -304,6 +304,15 @@ def _prepare(cfg: StepConfig, user_fn) -> tuple[tuple, bool]:
     _S.prepared = apply.Prepared(step, module, opt, eager_forward, notes)
     _S.build_key, _S.model_key = build_key, model_key
     return notes, False
+
+
+def _items_per_step(wl, cfg) -> float:
+    """Mean real items of the measured steps (varying sequence lengths: tokens actually
+    processed, padding excluded), so items_per_s is real throughput."""
+    if wl.items_at is None:
+        return wl.items_per_step
+    measured = range(cfg.warmup, cfg.warmup + cfg.steps)
+    return sum(wl.items_at(i) for i in measured) / max(1, len(measured))
 
 
 def _check(prep, batch) -> dict:

@@ -34,6 +34,8 @@ class Workload:
     """model FLOPs per step on this rank (forward x3 when training)."""
     shapes: Callable[[int], str] = field(default=lambda i: "")
     """human shape string for step i (hover, steps table)."""
+    items_at: Optional[Callable[[int], int]] = None
+    """real items (tokens, padding excluded) of step i when they vary; else items_per_step."""
 
     @property
     def train(self) -> bool:
@@ -255,5 +257,6 @@ def _lm(size, batch, seq, schedule, device, seed) -> Workload:
     params = sum(p.numel() for p in model.parameters())
     return Workload(model, make_batch, lm_loss, dynamic_dims=((0, 1),),
                     items_per_step=batch * seq,
+                    items_at=lambda i: batch * seq_len_at(i, seq, schedule, seed)[0],
                     flops_per_step=6.0 * params * batch * seq,
                     shapes=lambda i: f"tokens[{batch},{seq_len_at(i, seq, schedule, seed)[1]}]")

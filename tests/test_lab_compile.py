@@ -102,3 +102,15 @@ def test_export_carries_no_connection_key_of_this_lab(lab, tmp_path):
     text = out.read_text()
     assert key not in text
     assert all(r.run_id in text for r in lab.history)
+
+
+def test_varlen_throughput_counts_real_tokens():
+    import torch
+    from nbtools import scenarios
+    cfg = StepConfig(scenario="varlen-train", seq_schedule="bucketed")
+    wl = scenarios.build(cfg, torch.device("cpu"), 0, 1)
+    real = [wl.items_at(i) for i in range(12)]
+    padded = [wl.make_batch(i)[0][0].numel() for i in range(12)]
+    assert len(set(real)) > 1 and all(r <= p for r, p in zip(real, padded))
+    assert any(r < p for r, p in zip(real, padded))          # padding is not throughput
+    assert max(real) <= wl.items_per_step                   # batch x maximum length
