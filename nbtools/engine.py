@@ -30,6 +30,7 @@ class EngineState:
     group: object = None
     store: object = None
     generation: int = 0
+    pg_timeout: float = 300.0
     pg_broken: bool = False
     recorder: object = None
     model_key: tuple = ()

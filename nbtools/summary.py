@@ -19,6 +19,17 @@ def step_stats(steps: pd.DataFrame, phase: str = "measured") -> pd.DataFrame:
                          "p90_ms": ms.quantile(0.9)}).reset_index()
 
 
+def timeline_columns(events, steps) -> pd.DataFrame:
+    """analysis.per_rank, with the totals over the profiled window shown per profiled step."""
+    from .analysis import per_rank
+    n_prof = steps[steps["phase"] == "profiled"].groupby("rank").size()
+    pr = per_rank(events)
+    for col in _PER_STEP:
+        if col in pr:
+            pr[col] = pr[col] / pr["rank"].map(n_prof).fillna(1).clip(lower=1).to_numpy()
+    return pr
+
+
 def build(steps, events, compile_events, reports: dict, cfg) -> pd.DataFrame:
     """reports: rank -> the engine's result dict (counts, memory, check, ...)."""
     ranks = sorted(reports)
@@ -51,13 +62,7 @@ def build(steps, events, compile_events, reports: dict, cfg) -> pd.DataFrame:
     base["tflops"] = base["_flops"] / (base["step_ms"] / 1e3) / 1e12
     base = base.drop(columns=["_items", "_flops"])
     if len(events):
-        from .analysis import per_rank
-        n_prof = steps[steps["phase"] == "profiled"].groupby("rank").size()
-        pr = per_rank(events)
-        for col in _PER_STEP:
-            if col in pr:
-                pr[col] = pr[col] / pr["rank"].map(n_prof).fillna(1).clip(lower=1).to_numpy()
-        base = base.merge(pr, on="rank", how="left")
+        base = base.merge(timeline_columns(events, steps), on="rank", how="left")
     base["cache"] = cfg.cache if cfg is not None else ""
     return base
 
@@ -65,14 +70,9 @@ def build(steps, events, compile_events, reports: dict, cfg) -> pd.DataFrame:
 def refresh_analysis(run):
     """Recompute the timeline columns of a saved run's summary from its events with the
     current analysis (pure); the step times, compile counts and memory stay as measured."""
-    from .analysis import per_rank
     if not len(run.events) or not len(run.summary):
         return run
-    n_prof = run.steps[run.steps["phase"] == "profiled"].groupby("rank").size()
-    pr = per_rank(run.events)
-    for col in _PER_STEP:
-        if col in pr:
-            pr[col] = pr[col] / pr["rank"].map(n_prof).fillna(1).clip(lower=1).to_numpy()
+    pr = timeline_columns(run.events, run.steps)
     keep = [c for c in run.summary.columns if c not in pr.columns or c == "rank"]
     run.summary = run.summary[keep].merge(pr, on="rank", how="left")
     return run

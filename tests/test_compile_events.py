@@ -89,15 +89,20 @@ def test_compiled_library_module_is_named_by_its_call_site(rec):
     assert row.frame == f"{__file__}:{line_of(test_compiled_library_module_is_named_by_its_call_site, 'CALL-SITE')}"
 
 
-def test_static_shapes_recompile_per_length_until_the_limit(rec):
+def _lengths_8_to_28(rec, dynamic, rank):
+    """f on lengths 8, 12, ..., 28, one per step, with recompile_limit 4."""
     def f(x):
         return (x * 2).cos()
 
-    compiled = torch.compile(f, backend="eager", dynamic=False)
+    compiled = torch.compile(f, backend="eager", dynamic=dynamic)
     rec.start_run()
     with torch._dynamo.config.patch(recompile_limit=4):
         run_steps(rec, compiled, [torch.randn(n) for n in (8, 12, 16, 20, 24, 28)])
-    out = rec.finish_run(rank=3)
+    return rec.finish_run(rank=rank)
+
+
+def test_static_shapes_recompile_per_length_until_the_limit(rec):
+    out = _lengths_8_to_28(rec, dynamic=False, rank=3)
     df, counts = table(out), out["counts"]
     assert counts["compiles"] == 4 and counts["recompiles"] == 3
     assert counts["limit_hit"] is True
@@ -115,14 +120,7 @@ def test_static_shapes_recompile_per_length_until_the_limit(rec):
 
 
 def test_automatic_dynamic_compiles_at_most_twice(rec):
-    def f(x):
-        return (x * 2).cos()
-
-    compiled = torch.compile(f, backend="eager", dynamic=None)
-    rec.start_run()
-    with torch._dynamo.config.patch(recompile_limit=4):
-        run_steps(rec, compiled, [torch.randn(n) for n in (8, 12, 16, 20, 24, 28)])
-    counts = rec.finish_run(0)["counts"]
+    counts = _lengths_8_to_28(rec, dynamic=None, rank=0)["counts"]
     assert counts["compiles"] <= 2 and counts["recompiles"] <= 1
     assert counts["limit_hit"] is False
 
