@@ -127,6 +127,15 @@ def main(argv=None) -> int:
     ex.add_argument("notebook")
     ex.add_argument("--output", "-o", default=None)
     ex.add_argument("--no-execute", action="store_true")
+    ex.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a name of the notebook's parameters cell (a Python literal: "
+                         "-p SMALL=True -p 'BATCHES=[1, 8]')")
+    ex.add_argument("--save-ipynb", default=None, metavar="PATH",
+                    help="also write the executed notebook (outputs included) here")
+    ex.add_argument("--cell-timeout", type=int, default=3600, help="seconds one cell may run")
+    ex.add_argument("--deadline", type=float, default=None,
+                    help="seconds the whole notebook may run; past it the running cell is "
+                         "interrupted and the HTML holds what ran")
     args = ap.parse_args(argv)
 
     try:
@@ -155,14 +164,36 @@ def main(argv=None) -> int:
             print(f"installed kernel spec in {install(user=args.user)}")
             return 0
         if args.cmd == "export":
-            from .notebook import export_notebook
-            out = export_notebook(args.notebook, args.output, execute_first=not args.no_execute)
+            from .notebook import NotebookStopped, export_notebook
+            try:
+                out = export_notebook(args.notebook, args.output, execute_first=not args.no_execute,
+                                      parameters=_parse_params(args.param),
+                                      timeout=args.cell_timeout, deadline_s=args.deadline,
+                                      save_ipynb=args.save_ipynb)
+            except NotebookStopped as e:
+                print(f"{e}\nwrote what ran to {e.output}", file=sys.stderr)
+                return 1
             print(f"wrote {out}")
             return 0
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _parse_params(items) -> dict:
+    import ast
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise ConfigError(f"--param {item!r}: write NAME=VALUE, e.g. -p SMALL=True")
+        try:
+            out[name.strip()] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise ConfigError(f"--param {item!r}: {value!r} is not a Python literal; quote "
+                              f"strings: -p {name.strip()}='\"{value}\"'") from None
+    return out
 
 
 def _cmd_run(args) -> int:

@@ -13,17 +13,35 @@ def static_mode() -> bool:
 
 def static_html(layout) -> str:
     """The figure's div and script, with BokehJS inlined: the cell output stands alone."""
+    import logging
     from bokeh.embed import file_html
     from bokeh.resources import INLINE
-    page = file_html(layout, INLINE, title="")
-    start, end = page.index("<body>") + len("<body>"), page.rindex("</body>")
-    head = page[page.index("<head>") + len("<head>"):page.index("</head>")]
-    return _scripts(head) + page[start:end]
+    # the live figure's Python callbacks (LOD refine) are simply inert in a static copy;
+    # bokeh's warning about them would land in every exported cell
+    quiet = logging.getLogger("bokeh.embed.util")
+    level, quiet.level = quiet.level, logging.ERROR
+    try:
+        page = file_html(layout, INLINE, title="")
+    finally:
+        quiet.setLevel(level)
+    return _head_scripts_and_body(page)
 
 
-def _scripts(head: str) -> str:
+def _head_scripts_and_body(page: str) -> str:
+    """BokehJS contains the texts "<head>", "</head>" and "<body>" but never "</script>":
+    set the script blocks aside before looking for the page's own tags."""
     import re
-    return "".join(re.findall(r"<script[^>]*>.*?</script>", head, flags=re.S))
+    scripts = []
+
+    def hide(m):
+        scripts.append(m.group(0))
+        return f"\x00{len(scripts) - 1}\x00"
+
+    bare = re.sub(r"<script[^>]*>.*?</script>", hide, page, flags=re.S)
+    head = bare[bare.index("<head>") + len("<head>"):bare.index("</head>")]
+    body = bare[bare.index("<body>") + len("<body>"):bare.rindex("</body>")]
+    restore = lambda text: re.sub("\x00(\\d+)\x00", lambda m: scripts[int(m.group(1))], text)
+    return "".join(restore(m) for m in re.findall("\x00\\d+\x00", head)) + restore(body)
 
 
 class Figure:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 KERNEL = "torch-nbtools"
@@ -17,28 +18,61 @@ _REMOTE_LINK = re.compile(r"<link[^>]*\bhref=[\"']https?://[^>]*>", re.I)
 _WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
+class NotebookStopped(RuntimeError):
+    """Execution stopped before the end (a cell raised, a cell or the whole notebook ran out
+    of time). ``nb`` holds every output produced up to that point."""
+
+    def __init__(self, message: str, nb, cell_index: int | None):
+        super().__init__(message)
+        self.nb, self.cell_index = nb, cell_index
+
+
 def execute(path, parameters: dict | None = None, timeout: int = 1800, cwd=None,
-            static: bool = False, kernel_name: str | None = None):
+            static: bool = False, kernel_name: str | None = None,
+            deadline_s: float | None = None):
     """Execute a notebook; returns the executed NotebookNode. ``parameters`` replace the
-    assignments of the cell tagged ``parameters`` (a new cell after it sets them)."""
+    assignments of the cell tagged ``parameters`` (a new cell after it sets them).
+    ``timeout`` bounds each cell, ``deadline_s`` the whole notebook (the running cell is
+    interrupted when it passes). Raises NotebookStopped, carrying the partial notebook."""
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellControlSignal, CellExecutionError, DeadKernelError
     nb = nbformat.read(str(path), as_version=4)
     if parameters:
         inject_parameters(nb, parameters)
     name = kernel_name or nb.metadata.get("kernelspec", {}).get("name") or KERNEL
+    start = time.monotonic()
+
+    def cell_timeout(cell) -> int:
+        if deadline_s is None:
+            return timeout
+        return max(1, min(timeout, int(deadline_s - (time.monotonic() - start))))
+
     old = os.environ.get("NBTOOLS_STATIC")
     os.environ["NBTOOLS_STATIC"] = "1" if static else "0"
+    client = NotebookClient(nb, timeout=timeout, timeout_func=cell_timeout,
+                            interrupt_on_timeout=True, kernel_name=name,
+                            resources={"metadata": {"path": str(cwd or Path(path).parent)}})
     try:
-        client = NotebookClient(nb, timeout=timeout, kernel_name=name,
-                                resources={"metadata": {"path": str(cwd or Path(path).parent)}})
         client.execute()
+    except (CellExecutionError, CellControlSignal, DeadKernelError, TimeoutError,
+            KeyboardInterrupt) as e:
+        index = _last_executed(nb)
+        why = (f"it ran past its {deadline_s:.0f} s deadline"
+               if deadline_s is not None and time.monotonic() - start >= deadline_s - 1
+               else f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
+        raise NotebookStopped(f"{Path(path).name} stopped at cell {index}: {why}", nb, index) from e
     finally:
         if old is None:
             os.environ.pop("NBTOOLS_STATIC", None)
         else:
             os.environ["NBTOOLS_STATIC"] = old
     return nb
+
+
+def _last_executed(nb) -> int | None:
+    done = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.get("outputs")]
+    return done[-1] if done else None
 
 
 def inject_parameters(nb, parameters: dict) -> None:
@@ -69,15 +103,52 @@ def to_html(nb) -> str:
     nb.metadata.pop("widgets", None)
     body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
     body = _REMOTE_SCRIPT.sub("", body)
-    return _REMOTE_LINK.sub("", body)
+    return _once(_REMOTE_LINK.sub("", body))
+
+
+def _once(html: str) -> str:
+    """Each static figure carries BokehJS (1.3 MB) so that its cell stands alone; in one
+    page the first copy serves every figure after it."""
+    seen = set()
+
+    def first(m):
+        text = m.group(0)
+        if len(text) < 10_000:
+            return text
+        key = hash(text)
+        if key in seen:
+            return ""
+        seen.add(key)
+        return text
+    return re.sub(r"<script[^>]*>.*?</script>", first, html, flags=re.S)
 
 
 def export_notebook(path, output=None, execute_first: bool = True, parameters=None,
-                    timeout: int = 3600) -> Path:
+                    timeout: int = 3600, deadline_s: float | None = None,
+                    save_ipynb=None) -> Path:
+    """Execute (static figures) and write offline HTML; ``save_ipynb`` also keeps the
+    executed notebook (written first, so a failing conversion loses nothing). If execution
+    stops early, both are still written, with what ran and a note saying where and why it
+    stopped, and then NotebookStopped is raised: a long GPU notebook cut off by its
+    deadline keeps its tables."""
     import nbformat
     path = Path(path)
-    nb = execute(path, parameters, timeout, static=True) if execute_first \
-        else nbformat.read(str(path), as_version=4)
     out = Path(output) if output else path.with_suffix(".html")
+    if not execute_first:
+        out.write_text(to_html(nbformat.read(str(path), as_version=4)), encoding="utf-8")
+        return out
+    stopped = None
+    try:
+        nb = execute(path, parameters, timeout, static=True, deadline_s=deadline_s)
+    except NotebookStopped as e:
+        stopped, nb = e, e.nb
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(
+            f"**Incomplete export.** {e} Cells above that point ran and show their "
+            "outputs; cells after it did not run."))
+    if save_ipynb:
+        nbformat.write(nb, str(save_ipynb))
     out.write_text(to_html(nb), encoding="utf-8")
+    if stopped is not None:
+        stopped.output = out
+        raise stopped
     return out

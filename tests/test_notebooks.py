@@ -74,3 +74,41 @@ def test_quickstart_exports_offline_html(tmp_path):
     assert "(interactive widget" not in html, "a figure came out as a widget placeholder"
     # the notebook's own export_html wrote its findings file too, outside the repo
     assert Path(params["HTML"]).exists()
+
+
+def _tiny_notebook(path, cells):
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "torch-nbtools", "display_name": "torch-nbtools",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.mark.timeout(120)
+def test_export_past_its_deadline_keeps_what_ran(tmp_path):
+    from nbtools.notebook import NotebookStopped
+    nb = _tiny_notebook(tmp_path / "slow.ipynb", [
+        "N = 1", "print('measured', N * 21)", "import time; time.sleep(120)", "print('never')"])
+    with pytest.raises(NotebookStopped) as info:
+        export_notebook(nb, tmp_path / "slow.html", parameters={"N": 2}, deadline_s=15)
+    assert info.value.cell_index == 3 and "deadline" in str(info.value)
+    html = (tmp_path / "slow.html").read_text(encoding="utf-8")
+    assert "Incomplete export" in html and "measured 42" in html
+    assert not info.value.nb.cells[-1].outputs, "a cell after the deadline ran"
+
+
+@pytest.mark.timeout(120)
+def test_export_cli_params_and_a_failing_cell(tmp_path, capsys):
+    from nbtools.cli import main
+    nb = _tiny_notebook(tmp_path / "bad.ipynb", [
+        "X = 0", "print('x is', X)", "1 / X"])
+    assert main(["export", str(nb), "-o", str(tmp_path / "bad.html"), "-p", "X=0"]) == 1
+    err = capsys.readouterr().err
+    assert "bad.ipynb stopped at cell 3" in err and "ZeroDivisionError" in err
+    assert "x is 0" in (tmp_path / "bad.html").read_text(encoding="utf-8")
+    assert main(["export", str(nb), "-o", str(tmp_path / "ok.html"), "-p", "X=4"]) == 0
+    assert main(["export", str(nb), "-p", "X=not python"]) == 2
+    assert "not a Python literal" in capsys.readouterr().err

@@ -6,6 +6,7 @@ timeline benchmark: a realistic multi-rank run, generated with numpy only.
 from __future__ import annotations
 
 import functools
+import re
 import time
 
 import numpy as np
@@ -333,3 +334,17 @@ def test_static_mode_gives_self_contained_html(monkeypatch):
     monkeypatch.setenv("NBTOOLS_STATIC", "1")
     html = synthetic_run(events_per_rank=50).plot()._repr_mimebundle_()["text/html"]
     assert "Bokeh" in html and "<script" in html and "cdn.bokeh.org" not in html
+    # BokehJS itself holds the texts "<head>" and "<body>": the cut must not fall inside it
+    assert html.count("BEGIN bokeh.min.js") == 1
+    outside = re.sub(r"<script[^>]*>.*?</script>", "", html, flags=re.S)
+    assert "function _(" not in outside and len(outside) < 5_000, outside[:300]
+
+
+def test_exported_notebook_carries_bokehjs_once():
+    from nbtools.notebook import _once
+    js = "<script>/* BEGIN bokeh.min.js */" + "x" * 20_000 + "</script>"
+    page = f"<html>{js}<div>fig 1</div><script>embed(1)</script>{js}<div>fig 2</div>" \
+           "<script>embed(2)</script></html>"
+    out = _once(page)
+    assert out.count("BEGIN bokeh.min.js") == 1 and "embed(1)" in out and "embed(2)" in out
+    assert out.index("BEGIN bokeh") < out.index("fig 1")
