@@ -430,9 +430,14 @@ def test_live_cuda_graph_profile_matches_its_json_export(tmp_path):
     live = tables.from_wire(tables.EVENT_COLUMNS, events_from_profiler(prof, 0, windows))
     prof.export_chrome_trace(str(tmp_path / "rank-0.json"))
     saved = load_traces(tmp_path / "rank-0.json").events
-    key = lambda d: sorted(zip(d["name"].astype(str), d["ts_ns"], d["step"], d["graph"],
-                               d["category"].astype(str), d["lane"].astype(str)))
-    assert key(live) == key(saved)
+    key = lambda d: sorted(zip(d["name"].astype(str), d["step"], d["graph"],
+                               d["category"].astype(str), d["lane"].astype(str), d["ts_ns"]))
+    a, b = key(live), key(saved)
+    assert [e[:5] for e in a] == [e[:5] for e in b], f"live {len(a)} vs saved {len(b)} events"
+    # The JSON holds microseconds with three decimals; on the H200 host (torch 2.11) the
+    # GPU copies of record_function ranges came back 1 ns earlier from the file than live.
+    off = [(x[0], x[3], x[5] - y[5]) for x, y in zip(a, b) if x[5] != y[5]]
+    assert all(abs(d) <= 1 and cat == "annotation" for _, cat, d in off), off[:12]
     kernels = live[live["category"] == "compute"]
     assert kernels["graph"].sum() >= 3 * 2 and (~kernels["graph"]).sum() >= 3
     assert set(kernels["step"]) == {0, 1, 2}
