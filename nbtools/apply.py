@@ -107,16 +107,23 @@ def apply_parallel_and_compile(cfg: StepConfig, wl: Workload, device, group, cac
     elif par == "fsdp2":
         from torch.distributed.fsdp import fully_shard
         blocks = list(getattr(model, "layers", []))
-        if cfg.compiled:
+        per_block = cfg.compiled and cfg.fsdp_compile == "per-block"
+        if per_block:
             for b in blocks:             # in place (nn.Module.compile): no _orig_mod prefix
                 b.compile(**kw)
             notes.append(f"{len(blocks)} blocks compiled, then fully_shard per block")
         if not cache.get("sharded"):
+            shard = dict(mesh=cache.get("mesh"), reshard_after_forward=cfg.reshard_after_forward)
             for b in blocks:
-                fully_shard(b, mesh=cache.get("mesh"))
-            fully_shard(model, mesh=cache.get("mesh"))
+                fully_shard(b, **shard)
+            fully_shard(model, **shard)
             cache["sharded"] = True
         module = model
+        if cfg.compiled and not per_block:
+            module = torch.compile(model, **kw)
+            notes.append(f"fully_shard per block ({len(blocks)}), then the whole model compiled")
+        if not cfg.reshard_after_forward:
+            notes.append("reshard_after_forward=False: gathered parameters kept for backward")
     elif par in ("tp", "none"):
         module = torch.compile(model, **kw) if cfg.compiled else model
     else:  # pragma: no cover - validated in StepConfig

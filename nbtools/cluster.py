@@ -297,8 +297,9 @@ class Lab:
                           if rep.get("compile")}) if len(ok) > 1 else None
         env = dict(next(iter(ok.values()))["env"]) if ok else {}
         env.update(world_size=self.world_size, hosts=sorted({p.host for p in self.placements}))
-        ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "peak_mem_mb", "shapes",
-                                             "engine_s", "parse_s", "last_value", "unused")}
+        ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "model_built_at",
+                                             "peak_mem_mb", "shapes", "engine_s", "parse_s",
+                                             "last_value", "unused")}
                  for r, rep in reports.items()}
         run = Run(config=cfg, steps=steps, events=events, compile_events=comp, env=env,
                   status="ok" if not errors else "failed", errors=errors, ranks=ranks,

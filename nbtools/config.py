@@ -25,6 +25,7 @@ PARALLEL = ("none", "ddp", "fsdp2", "tp")
 CACHE_POLICIES = ("fresh", "continue")
 DDP_WRAP = ("compile-inside", "compile-outside")
 OPTIMIZE_DDP = ("ddp_optimizer", "python_reducer", "off")
+FSDP_COMPILE = ("per-block", "whole")
 SEQ_SCHEDULES = ("fixed", "varying", "bucketed")
 CAPTURE = ("full", "light", "off")
 SIZES = ("auto", "small", "large")
@@ -85,6 +86,14 @@ class StepConfig:
     """torch._dynamo.config.optimize_ddp: ddp_optimizer (a graph per bucket), python_reducer
     (compiled autograd traces the reducer), off (one graph; all-reduces after backward)."""
 
+    reshard_after_forward: bool = True
+    """For FSDP2: free each block's all-gathered parameters after its forward (True: less
+    memory, gathered again for backward) or keep them until backward (False)."""
+
+    fsdp_compile: str = "per-block"
+    """For FSDP2 with compile on: per-block compiles each block, then fully_shard per block
+    (torchtitan's order); whole shards first, then compiles the whole model in one call."""
+
     batch: Optional[int] = None
     """Batch size; None takes the scenario's default for the device."""
 
@@ -130,6 +139,9 @@ class StepConfig:
         _choice("cache", self.cache, CACHE_POLICIES)
         _choice("ddp_wrap", self.ddp_wrap, DDP_WRAP)
         _choice("optimize_ddp", self.optimize_ddp, OPTIMIZE_DDP)
+        _choice("fsdp_compile", self.fsdp_compile, FSDP_COMPILE)
+        if not isinstance(self.reshard_after_forward, bool):
+            raise ConfigError(f"reshard_after_forward={self.reshard_after_forward!r}: True or False")
         if self.seq_schedule is not None:
             _choice("seq_schedule", self.seq_schedule, SEQ_SCHEDULES)
         _choice("capture", self.capture, CAPTURE)
@@ -202,6 +214,12 @@ class StepConfig:
             if self.ddp_wrap != "compile-inside" or self.optimize_ddp != "ddp_optimizer":
                 raise ConfigError("ddp_wrap / optimize_ddp choose how DDP is compiled; with "
                                   "compile='off' they would be ignored. Turn compile on.")
+        if par != "fsdp2" and (not self.reshard_after_forward or self.fsdp_compile != "per-block"):
+            raise ConfigError("reshard_after_forward / fsdp_compile apply to parallel='fsdp2' "
+                              f"only (this config runs {par!r}).")
+        if par == "fsdp2" and self.compile == "off" and self.fsdp_compile != "per-block":
+            raise ConfigError(f"fsdp_compile={self.fsdp_compile!r} chooses what is compiled; "
+                              "with compile='off' it would be ignored. Turn compile on.")
         if par in ("ddp", "fsdp2") and self.cudagraph == "manual":
             raise ConfigError(
                 f"cudagraph='manual' with parallel={par!r}: capturing a {par} training step needs "

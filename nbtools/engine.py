@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Callable, Optional
 
@@ -19,7 +19,15 @@ from .config import StepConfig
 # Fields that do not change what is built: changing only these reuses all state.
 _RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "torch_trace", "cache")
 # Fields that change the weights, optimizer and inputs (everything else changes wrappers).
-_MODEL = ("scenario", "parallel", "size", "batch", "seq_len", "seq_schedule", "seed")
+_MODEL = ("scenario", "parallel", "size", "batch", "seq_len", "seq_schedule", "seed",
+          # fully_shard is applied once per model, and per-block compile changes the blocks
+          # in place: either choice needs a fresh model
+          "reshard_after_forward", "fsdp_compile")
+# Of those, the ones that change only the inputs: under cache="continue" the same model
+# (weights, optimizer, compiled code) meets the new inputs, as a served model meets a new
+# batch size. Rebuilding it instead would hand the compiler a new module and the CUDA-graph
+# trees new static inputs, which is not the experiment.
+_INPUTS_ONLY = ("batch",)
 
 
 @dataclass
@@ -40,6 +48,7 @@ class EngineState:
     cache: dict = field(default_factory=dict)     # strategy state kept with the weights
     custom_state: dict = field(default_factory=dict)
     run_count: int = 0
+    model_built_at: int = -1     # the engine's run count when the current weights were built
 
 
 _S = EngineState()
@@ -259,6 +268,7 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
     compile_wire = rec.finish_run(_S.rank)
     result.update(
         compile=compile_wire, notes=list(notes), reused=reused, check=check,
+        model_built_at=_S.model_built_at,
         peak_mem_mb=(torch.cuda.max_memory_allocated() / 2**20) if cuda else float("nan"),
         rss_mb=_rss_mb(), items_per_step=_items_per_step(wl, cfg), flops_per_step=wl.flops_per_step,
         shapes=wl.shapes(0), unused=list(cfg.unused_on(dev.type)),
@@ -286,13 +296,19 @@ def _prepare(cfg: StepConfig, user_fn) -> tuple[tuple, bool]:
         _S.workload, _S.prepared = prepare_custom(user_fn, cfg, _S)
         _S.build_key, _S.model_key = build_key, model_key
         return _S.prepared.notes, False
-    if fresh or model_key != _S.model_key or _S.workload is None:
+    if (not fresh and _S.workload is not None and model_key != _S.model_key
+            and _only_inputs_differ(model_key, _S.model_key)):
+        kept = _S.workload.model
+        _S.workload = replace(scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group),
+                              model=kept)
+    elif fresh or model_key != _S.model_key or _S.workload is None:
         _S.cache.clear()
         _S.prepared = None
         if cfg.resolved_parallel == "fsdp2":
             from torch.distributed.device_mesh import init_device_mesh
             _S.cache["mesh"] = init_device_mesh(_S.device.type, (_S.world,))
         _S.workload = scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group)
+        _S.model_built_at = _S.run_count
         _S.cache["optimizer"] = None
     wl = _S.workload
     module, notes = apply.apply_parallel_and_compile(cfg, wl, _S.device, _S.group, _S.cache)
@@ -305,6 +321,11 @@ def _prepare(cfg: StepConfig, user_fn) -> tuple[tuple, bool]:
     _S.prepared = apply.Prepared(step, module, opt, eager_forward, notes)
     _S.build_key, _S.model_key = build_key, model_key
     return notes, False
+
+
+def _only_inputs_differ(new: tuple, old: tuple) -> bool:
+    return all(a == b for k, a, b in zip(_MODEL, new, old) if k not in _INPUTS_ONLY) \
+        and new[len(_MODEL):] == old[len(_MODEL):]
 
 
 def _items_per_step(wl, cfg) -> float:

@@ -19,8 +19,8 @@ from jupyter_bokeh import BokehModel
 
 from .cluster import RunFailed, RunTimeout
 from .config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,
-                     CUDAGRAPH, DDP_WRAP, DYNAMIC, OPTIMIZE_DDP, PARALLEL, SEQ_SCHEDULES, SIZES,
-                     ConfigError, StepConfig)
+                     CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, PARALLEL,
+                     SEQ_SCHEDULES, SIZES, ConfigError, StepConfig)
 from .scenarios_spec import SCENARIOS
 from .timeline import Timeline, compare_figure
 
@@ -31,14 +31,16 @@ CHOICES = {
     "scenario": tuple(SCENARIOS), "compile": COMPILE_MODES, "backend": BACKENDS,
     "dynamic": DYNAMIC, "autocast": AUTOCAST, "autocast_scope": AUTOCAST_SCOPES,
     "cudagraph": CUDAGRAPH, "parallel": (DEFAULT,) + PARALLEL, "cache": CACHE_POLICIES,
-    "ddp_wrap": DDP_WRAP, "optimize_ddp": OPTIMIZE_DDP, "seq_schedule": (DEFAULT,) + SEQ_SCHEDULES,
+    "ddp_wrap": DDP_WRAP, "optimize_ddp": OPTIMIZE_DDP, "fsdp_compile": FSDP_COMPILE,
+    "seq_schedule": (DEFAULT,) + SEQ_SCHEDULES,
     "capture": CAPTURE, "size": SIZES,
 }
 # Every StepConfig field has a control (tests check this), grouped as a user thinks of them.
 GROUPS = (
-    ("workload", ("scenario", "parallel", "batch", "seq_len", "seq_schedule", "size", "seed")),
+    ("workload", ("scenario", "parallel", "reshard_after_forward", "batch", "seq_len",
+                  "seq_schedule", "size", "seed")),
     ("compile", ("compile", "backend", "fullgraph", "dynamic", "cache", "ddp_wrap",
-                 "optimize_ddp")),
+                 "optimize_ddp", "fsdp_compile")),
     ("precision & graphs", ("autocast", "autocast_scope", "cudagraph")),
     ("steps & capture", ("warmup", "steps", "profiled", "capture", "check", "torch_trace")),
 )

@@ -72,6 +72,12 @@ def _gen(seed: int, step: int) -> torch.Generator:
 
 
 # -- tp-mlp-infer ------------------------------------------------------------------------
+def _linear_init(out_f: int, in_f: int, g: torch.Generator) -> torch.Tensor:
+    """nn.Linear's default weight distribution, U(-1/sqrt(in), 1/sqrt(in)), from g."""
+    w = torch.rand(out_f, in_f, generator=g, device=g.device)
+    return (w * 2 - 1) / in_f ** 0.5
+
+
 class TPBlock(nn.Module):
     """Column-parallel up projection, row-parallel down projection, then one all-reduce
     (functional collective, so torch.compile and CUDA graphs can capture it)."""
@@ -107,19 +113,22 @@ def _tp_mlp(size, batch, device, rank, world, group, seed) -> Workload:
     hidden = 4 * d
     if hidden % world:
         raise ConfigError(f"tp-mlp-infer: hidden size {hidden} does not split over {world} ranks")
-    # Each rank draws the full weights from one seed and keeps its shard, so the TP model
-    # computes exactly what the unsharded one does.
-    model = TPMLP(d, hidden, blocks, 1, None)
-    if world > 1:
-        sharded = TPMLP(d, hidden, blocks, world, group)
-        with torch.no_grad():
-            for full, part in zip(model.blocks, sharded.blocks):
-                k = hidden // world
-                part.norm.load_state_dict(full.norm.state_dict())
-                part.up.weight.copy_(full.up.weight[rank * k:(rank + 1) * k])
-                part.down.weight.copy_(full.down.weight[:, rank * k:(rank + 1) * k])
-        model = sharded
-    model = model.to(device).eval().requires_grad_(False)
+    # Each rank draws the full weights of every block from one seed and keeps its shard, so
+    # the TP model computes exactly what the unsharded one does. Drawn on the device a block
+    # at a time: building the full 1 G-parameter model on the CPU cost ~10 s a run on GPUs.
+    k = hidden // world
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    with torch.device("meta"):      # no default init: every weight is drawn below
+        model = TPMLP(d, hidden, blocks, world, group)
+    model = model.to_empty(device=device)
+    with torch.no_grad():
+        for b in model.blocks:
+            b.norm.reset_parameters()
+            up, down = _linear_init(hidden, d, g), _linear_init(d, hidden, g)
+            b.up.weight.copy_(up[rank * k:(rank + 1) * k])
+            b.down.weight.copy_(down[:, rank * k:(rank + 1) * k])
+    model = model.eval().requires_grad_(False)
 
     def make_batch(step):
         return (torch.randn(batch, d, generator=_gen(seed, step)).to(device),), None

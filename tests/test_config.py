@@ -94,3 +94,19 @@ def test_diff_and_label():
     assert "compile=default" in b.label() and "autocast=bf16" in b.label()
     with pytest.raises(ConfigError, match="unknown StepConfig field"):
         StepConfig.from_dict({"compile": "off", "colour": "red"})
+
+
+def test_fsdp2_sharding_and_compile_placement_fields():
+    ok = StepConfig(scenario="fsdp2-train", compile="default", fsdp_compile="whole",
+                    reshard_after_forward=False)
+    assert ok.label().count("=") >= 3
+    with pytest.raises(ConfigError, match="apply to parallel='fsdp2' only"):
+        StepConfig(scenario="ddp-train", reshard_after_forward=False)
+    with pytest.raises(ConfigError, match="apply to parallel='fsdp2' only"):
+        StepConfig(scenario="fsdp2-train", parallel="ddp", compile="default", fsdp_compile="whole")
+    with pytest.raises(ConfigError, match="Turn compile on"):
+        StepConfig(scenario="fsdp2-train", fsdp_compile="whole")
+    with pytest.raises(ConfigError, match="fsdp_compile='blocks' is not one of"):
+        StepConfig(scenario="fsdp2-train", compile="default", fsdp_compile="blocks")
+    with pytest.raises(ConfigError, match="True or False"):
+        StepConfig(scenario="fsdp2-train", reshard_after_forward="no")

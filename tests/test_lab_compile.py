@@ -37,6 +37,20 @@ def test_flipping_autocast_on_a_compiled_scenario_recompiles(lab):
     assert (rec["step"] >= 0).all()
 
 
+def test_a_new_batch_under_continue_meets_the_same_model(lab):
+    """cache=continue with a new batch keeps the model and its compiled code: going back to
+    a batch seen before hits the cached graph (a rebuilt model would recompile)."""
+    base = StepConfig(scenario="tp-mlp-infer", compile="default", backend="aot_eager",
+                      dynamic="static", **FAST)
+    runs = [lab.run(base.replace(batch=b, cache="fresh" if i == 0 else "continue"))
+            for i, b in enumerate((1, 3, 1))]
+    kinds = [set(r.compile_events.query("rank == 0")["kind"]) for r in runs]
+    assert "compile" in kinds[0] and "recompile" in kinds[1], kinds
+    assert not kinds[2] & {"compile", "recompile"}, kinds
+    built = [r.ranks[0]["model_built_at"] for r in runs]
+    assert built[0] >= 0 and built == [built[0]] * 3, built
+
+
 def test_varlen_static_recompiles_per_length_until_the_limit(lab):
     run = lab.run(StepConfig(scenario="varlen-train", compile="default", backend="eager",
                              dynamic="static", warmup=14, steps=2, profiled=0))
@@ -114,3 +128,23 @@ def test_varlen_throughput_counts_real_tokens():
     assert len(set(real)) > 1 and all(r <= p for r, p in zip(real, padded))
     assert any(r < p for r, p in zip(real, padded))          # padding is not throughput
     assert max(real) <= wl.items_per_step                   # batch x maximum length
+
+
+def test_fsdp2_whole_model_compile_and_kept_parameters(lab):
+    """The claim-11 matrix's other cells run: shard first then compile the whole model, and
+    keep the gathered parameters for backward (reshard_after_forward=False)."""
+    base = StepConfig(scenario="fsdp2-train", compile="default", backend="aot_eager", **FAST)
+    whole = lab.run(base.replace(fsdp_compile="whole", reshard_after_forward=False))
+    notes = whole.ranks[0]["notes"]
+    assert any("whole model compiled" in n for n in notes), notes
+    assert any("reshard_after_forward=False" in n for n in notes), notes
+    # FSDP2's hooks are Dynamo-disabled: the model's own frame breaks at them and runs
+    # eagerly, and the frames it calls (the blocks) compile on their own
+    ce = whole.compile_events
+    broke = ce[ce["kind"] == "graph_break"]
+    assert set(broke["rank"]) == {0, 1} and broke["frame"].str.contains("fsdp").all(), broke
+    assert (_per_rank(whole, "compile") >= 1).all() and (whole.summary["graphs"] >= 1).all()
+    blocks = lab.run(base)
+    assert (blocks.summary["graph_breaks"] == 0).all()
+    assert any("then fully_shard per block" in n for n in blocks.ranks[0]["notes"])
+    assert blocks.ranks[0]["model_built_at"] != whole.ranks[0]["model_built_at"]
