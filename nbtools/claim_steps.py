@@ -201,14 +201,18 @@ class DtypeProbeStep(_Step):
             out = down(hidden)
         hidden.register_hook(lambda gr: seen.__setitem__("grad_hidden", str(gr.dtype)))
         with (ac if scope in ("forward+loss", "step") else null)():
-            loss = torch.nn.functional.mse_loss(out, target)
+            # Outside autocast a bf16/fp16 output meets the fp32 target: on CUDA (torch 2.11,
+            # H200) mse_loss's backward then raised "Found dtype Float but expected
+            # BFloat16", so a loss outside autocast needs the cast users write anyway.
+            cast = scope == "forward" and out.dtype != target.dtype
+            loss = torch.nn.functional.mse_loss(out.float() if cast else out, target)
         with (ac if scope == "step" else null)():
             loss.backward()
         opt.step()
         grads = sorted({str(q.grad.dtype) for q in params if q.grad is not None})
         _report(self.__name__, rank=ctx.rank, step=ctx.step, autocast=cfg.autocast, scope=scope,
                 compile=cfg.compile, backend=cfg.backend if cfg.compiled else "-",
-                fullgraph=cfg.fullgraph,
+                fullgraph=cfg.fullgraph, loss_input_cast=cast,
                 hidden=str(hidden.dtype), output=str(out.dtype), loss=str(loss.dtype),
                 grad_hidden=seen.get("grad_hidden", "?"), param_grads=", ".join(grads),
                 params=str(params[0].dtype))
