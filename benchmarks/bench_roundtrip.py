@@ -231,11 +231,6 @@ def main():
     finally:
         lab.close()
 
-    cache = tempfile.mkdtemp(prefix="nbtools-relaunch-cache-")
-    relaunch = {}
-    for label, cfg in (("A", a), ("B", b)):
-        relaunch[label] = [relaunch_s(cfg, n, gpus, cache) for _ in range(args.relaunches)]
-
     keys = [k for k in warm[0] if k not in ("total", "patch_kb", "compile_s", "events")]
     med = {k: statistics.median(w[k] for w in warm) for k in warm[0]}
     say(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
@@ -255,7 +250,11 @@ def main():
         f"{cold['total'] - cold['step']:>10.4f}")
     say(f"{'PATCH-DOC size (kB)':<28}{med['patch_kb']:>10.1f}{cold['patch_kb']:>10.1f}")
     say("")
-    for label, ts in relaunch.items():
+    # after the lab's table, so a run cut short by its time budget still has that
+    cache = tempfile.mkdtemp(prefix="nbtools-relaunch-cache-")
+    relaunch = {}
+    for label, cfg in (("A", a), ("B", b)):
+        relaunch[label] = ts = [relaunch_s(cfg, n, gpus, cache) for _ in range(args.relaunches)]
         say(f"fresh torchrun job, config {label}: median {statistics.median(ts):.2f} s "
             f"(runs: {', '.join(f'{x:.2f}' for x in ts)})")
     adds = med["total"] - med["step"]
@@ -274,7 +273,9 @@ def main():
         text = path.read_text() if path.exists() else "# Benchmarks\n"
         head, sep, rest = text.partition("## Toggle round trip")
         if sep:      # replace our own section only; every other section stays
-            nxt = rest.find("\n## ")
+            # stop at the next section or at a "### On <hardware>" record kept by hand
+            ends = [i for i in (rest.find("\n## "), rest.find("\n### On ")) if i >= 0]
+            nxt = min(ends) if ends else -1
             text = head + section + (rest[nxt + 1:] if nxt >= 0 else "")
         else:
             text = text.rstrip("\n") + "\n\n" + section

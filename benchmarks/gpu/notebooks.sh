@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Run the claim notebooks at their GPU sizes and export each one as offline HTML (issue 7),
+# plus the leftover GPU measurements of issues 2, 4 and 5. One device call runs a few parts:
+#
+#   OUT=gpu-out bash benchmarks/gpu/notebooks.sh gputest nb01:200 nb03:200
+#
+# nbNN:SECONDS[:NAME=VALUE;NAME=VALUE] exports notebooks/NN-*.ipynb to $OUT/NN.html with that deadline (past it the
+# running cell is interrupted and the HTML keeps what ran); every run lands in
+# $OUT/runs/NN, tarred at the end. Other parts: gputest (pytest -m gpu), roundtrip:SECONDS
+# (bench_roundtrip.py on every GPU), autotune:SECONDS (the ddp-train max-autotune-no-cudagraphs
+# row of the issue 2 sweep).
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT/runs" && OUT=$(cd "$OUT" && pwd)
+# pip --target puts nbconvert's templates under /tmp/site/share/jupyter
+[ -d /tmp/site/share/jupyter ] && export JUPYTER_PATH=/tmp/site/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}
+python3 -m nbtools kernel install --user >/dev/null
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), torch.cuda.get_device_name(0), 'x', torch.cuda.device_count())" | tee "$OUT/versions.txt"
+log() { grep --line-buffered -v -E "^(USDT|\[rank [0-9]+\] USDT)"; }
+cleanup() {   # a notebook cut off at its deadline must not leave engines holding the GPUs
+    pkill -f ipengine >/dev/null 2>&1; pkill -f ipcontroller >/dev/null 2>&1; sleep 1
+}
+for part in "$@"; do
+    IFS=: read -r name secs extra <<<"$part"; secs=${secs:-300}
+    params=(); IFS=';' read -ra kv <<<"${extra:-}"; for p in "${kv[@]}"; do params+=(-p "$p"); done
+    t0=$(date +%s)
+    echo "=== $name (budget ${secs} s)" | tee -a "$OUT/log.txt"
+    case $name in
+        gputest)
+            timeout "$secs" python3 -m pytest -m gpu tests/ -q -p no:cacheprovider 2>&1 \
+                | tail -40 | tee -a "$OUT/log.txt" ;;
+        nb0*)
+            nn=${name#nb}; nb=$(ls notebooks/${nn}-*.ipynb)
+            timeout $((secs + 60)) python3 -m nbtools export "$nb" -o "$OUT/$nn.html" \
+                --deadline "$secs" -p "HISTORY='$OUT/runs/$nn'" -p "HTML='$OUT/$nn-report.html'" \
+                --save-ipynb "$OUT/runs/$nn.ipynb" "${params[@]}" \
+                2>&1 | log | tail -5 | tee -a "$OUT/log.txt"
+            cleanup ;;
+        roundtrip)
+            timeout "$secs" python3 benchmarks/bench_roundtrip.py --relaunches 2 2>&1 | log \
+                | tee -a "$OUT/log.txt" | tail -40
+            cleanup ;;
+        autotune)
+            timeout "$secs" python3 -m nbtools run --scenario ddp-train \
+                --compile max-autotune-no-cudagraphs --history "$OUT/runs/autotune" --quiet 2>&1 \
+                | log | tail -8 | tee -a "$OUT/log.txt"
+            cleanup ;;
+        *) echo "unknown part $name" ;;
+    esac
+    echo "=== $name took $(( $(date +%s) - t0 )) s" | tee -a "$OUT/log.txt"
+    tar czf "$OUT/runs.tgz" -C "$OUT" runs   # after every part: a call cut off keeps the rest
+done
+rm -rf "$OUT/runs"
+ls -la "$OUT"
