@@ -301,9 +301,11 @@ class Lab:
                                              "peak_mem_mb", "shapes", "engine_s", "parse_s",
                                              "last_value", "unused")}
                  for r, rep in reports.items()}
+        import pandas as pd
+        rows = pd.DataFrame([row for r in sorted(ok) for row in ok[r].get("reports") or []])
         run = Run(config=cfg, steps=steps, events=events, compile_events=comp, env=env,
                   status="ok" if not errors else "failed", errors=errors, ranks=ranks,
-                  run_id=run_id, started=t0)
+                  run_id=run_id, started=t0, reports=rows)
         if sm is not None:
             run.summary = sm
             run.flags = summ.flags(sm, ok, cfg, div)

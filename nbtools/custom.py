@@ -23,6 +23,28 @@ class StepContext:
     state: dict = field(default_factory=dict)
     """Kept on the engine across steps and runs (models, optimizers, data)."""
     step: int = 0
+    rows: list = field(default_factory=list)
+    """What report() recorded in the current run (the engine empties it per run)."""
+
+    def report(self, **values) -> None:
+        """Record values for this step (a loss, a metric, a dtype): they come back as
+        ``run.reports``, one row per call with its rank and step, saved with the run. A
+        one-element tensor is read with .item(), which waits for the device: report what
+        you need rather than everything every step."""
+        clash = {"rank", "step"} & set(values)
+        if clash:
+            raise ValueError(f"ctx.report({', '.join(sorted(clash))}=...): rank and step are "
+                             "filled in by the lab; use another name")
+        row = {"rank": self.rank, "step": self.step}
+        for k, v in values.items():
+            if isinstance(v, torch.Tensor):
+                v = v.item() if v.numel() == 1 else str(tuple(v.shape))
+            elif isinstance(v, torch.dtype):
+                v = str(v)
+            elif v is not None and not isinstance(v, (bool, int, float, str)):
+                v = repr(v)
+            row[k] = v
+        self.rows.append(row)
 
     def compile(self, fn):
         """torch.compile with the config's mode/backend/dynamic; identity when compile='off'.
@@ -51,7 +73,7 @@ def fn_key(fn) -> str:
 def prepare_custom(user_fn, cfg: StepConfig, engine_state):
     state = engine_state.custom_state.setdefault(fn_key(user_fn), {})
     ctx = StepContext(engine_state.rank, engine_state.world, engine_state.device,
-                      engine_state.group, cfg, state)
+                      engine_state.group, cfg, state, rows=engine_state.reports)
 
     def step(inputs, target):
         ctx.step = inputs[0]

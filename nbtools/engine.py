@@ -47,6 +47,7 @@ class EngineState:
     prepared: object = None
     cache: dict = field(default_factory=dict)     # strategy state kept with the weights
     custom_state: dict = field(default_factory=dict)
+    reports: list = field(default_factory=list)   # ctx.report() rows of the current run
     run_count: int = 0
     model_built_at: int = -1     # the engine's run count when the current weights were built
 
@@ -261,6 +262,7 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
 
         if cfg.check:
             check = _check(prep, batch(0))
+        _S.reports.clear()     # the same list object the custom step's ctx appends to
         timings = capture.run_steps(cfg, prep.step, batch, dev, rec, _S.rank)
         if watch.peer_error:
             raise RuntimeError(f"stopped because a peer failed ({watch.peer_error})")
@@ -272,7 +274,7 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
         peak_mem_mb=(torch.cuda.max_memory_allocated() / 2**20) if cuda else float("nan"),
         rss_mb=_rss_mb(), items_per_step=_items_per_step(wl, cfg), flops_per_step=wl.flops_per_step,
         shapes=wl.shapes(0), unused=list(cfg.unused_on(dev.type)),
-        env=_env(), host=socket.gethostname())
+        env=_env(), host=socket.gethostname(), reports=list(_S.reports))
     _S.run_count += 1
     return result
 

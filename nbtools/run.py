@@ -22,6 +22,8 @@ class Run:
     events: pd.DataFrame = field(default_factory=lambda: tables.empty(tables.EVENT_COLUMNS))
     compile_events: pd.DataFrame = field(default_factory=lambda: tables.empty(tables.COMPILE_COLUMNS))
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    reports: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """What a custom step recorded with ctx.report(): rank, step, then its own columns."""
     env: dict = field(default_factory=dict)
     """Versions, devices, hosts, world size: what a colleague needs to reproduce it."""
     status: str = "ok"
@@ -78,6 +80,8 @@ class Run:
         for name in ("steps", "events", "compile_events", "summary"):
             df = getattr(self, name)
             df.to_parquet(folder / f"{name}.parquet", index=False)
+        if len(self.reports):
+            _parquet_safe(self.reports).to_parquet(folder / "reports.parquet", index=False)
         meta = dict(config=self.config.to_dict() if self.config else None, env=self.env,
                     status=self.status, errors={str(k): v for k, v in self.errors.items()},
                     flags=list(self.flags), ranks={str(k): v for k, v in self.ranks.items()},
@@ -100,6 +104,8 @@ class Run:
             if cols is not None:
                 df = tables.concat([df], cols) if len(df) else tables.empty(cols)
             frames[name] = df
+        p = folder / "reports.parquet"
+        frames["reports"] = pd.read_parquet(p) if p.exists() else pd.DataFrame()
         return cls(config=cfg, env=meta.get("env", {}), status=meta.get("status", "ok"),
                    errors={int(k): v for k, v in meta.get("errors", {}).items()},
                    flags=meta.get("flags", []),
@@ -123,3 +129,14 @@ def _jsonable(o):
 def _esc(s: str) -> str:
     import html
     return html.escape(str(s))
+
+
+def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """A user's report column may mix types (a number on one step, None or text on
+    another); Parquet needs one type per column, so such columns are kept as text."""
+    out = df.copy()
+    for c in out.columns[out.dtypes == object]:
+        kinds = {type(v) for v in out[c] if v is not None}
+        if len(kinds) > 1:
+            out[c] = [None if v is None else str(v) for v in out[c]]
+    return out

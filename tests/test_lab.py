@@ -108,6 +108,29 @@ def test_engine_output_is_tagged_by_rank(lab, capsys):
     assert "[rank 0] sum is 3" in out and "[rank 1] sum is 3" in out
 
 
+def _reporting_step(ctx):
+    import torch
+    loss = torch.tensor(float(ctx.step) + ctx.rank / 10)
+    # a column that is text on one step and a number on another must still save
+    ctx.report(loss=loss, dtype=loss.dtype, phase="warm" if ctx.step == 0 else ctx.step)
+    return loss
+
+
+def test_custom_step_reports_come_back_per_rank_and_step(lab):
+    run = lab.run(_reporting_step, StepConfig(scenario="custom", warmup=1, steps=2, profiled=1,
+                                              check=True))
+    rep = run.reports
+    # one row per rank and step: the check's extra eager call is not counted
+    assert sorted(zip(rep["rank"], rep["step"])) == [(r, s) for r in (0, 1) for s in range(4)]
+    assert rep.set_index(["rank", "step"]).loc[(1, 2), "loss"] == pytest.approx(2.1)
+    assert set(rep["dtype"]) == {"torch.float32"}
+    again = History.load(lab.history.folder)[run.run_id].reports
+    assert len(again) == 8 and again["loss"].tolist() == pytest.approx(rep["loss"].tolist())
+    with pytest.raises(RunFailed, match="rank and step are filled in by the lab"):
+        lab.run(lambda ctx: ctx.report(step=1), StepConfig(scenario="custom", warmup=0, steps=1,
+                                                           profiled=0))
+
+
 def test_history_saved_and_reloaded(lab):
     h = History.load(lab.history.folder)
     assert [r.run_id for r in h] == [r.run_id for r in lab.history]
