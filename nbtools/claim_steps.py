@@ -1,6 +1,6 @@
 """Engine-side pieces of the claim notebooks: custom step classes that run as
-``lab.run(step, cfg)`` and the per-engine buffers they report into (fetched by the client
-helpers in ``nbtools.experiments``). Classes, not closures: they travel to the engines by
+``lab.run(step, cfg)`` and record what they measure with ``ctx.report`` (``run.reports``),
+and the engine-side log capture the client helpers in ``nbtools.experiments`` read. Classes, not closures: they travel to the engines by
 reference (this module is installed there too) and keep a stable name, hence their state,
 across runs."""
 from __future__ import annotations
@@ -8,21 +8,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-
-
-
-# -- engine-side reports -------------------------------------------------------------------
-_REPORTS: dict = {}
-
-
-def _report(name: str, **row) -> None:
-    _REPORTS.setdefault(name, []).append(row)
-
-
-def _take_reports(name: str) -> list:
-    return _REPORTS.pop(name, [])
-
-
 
 # -- engine-side log capture ---------------------------------------------------------------
 DDP_OPTIMIZER_LOG = "torch._dynamo.backends.distributed"
@@ -159,7 +144,7 @@ class DDPAccumStep(_Step):
             dist.all_reduce(lo, dist.ReduceOp.MIN)
             diff = float((hi - lo).abs().max())
         opt.step()
-        _report(self.__name__, rank=ctx.rank, step=ctx.step, config=cfg.label(),
+        ctx.report(config=cfg.label(),
                 loss=float(loss), grad_norm=float(flat.norm()), rank_grad_diff=diff)
         return torch.tensor(diff)
 
@@ -210,7 +195,7 @@ class DtypeProbeStep(_Step):
             loss.backward()
         opt.step()
         grads = sorted({str(q.grad.dtype) for q in params if q.grad is not None})
-        _report(self.__name__, rank=ctx.rank, step=ctx.step, autocast=cfg.autocast, scope=scope,
+        ctx.report(autocast=cfg.autocast, scope=scope,
                 compile=cfg.compile, backend=cfg.backend if cfg.compiled else "-",
                 fullgraph=cfg.fullgraph, loss_input_cast=cast,
                 hidden=str(hidden.dtype), output=str(out.dtype), loss=str(loss.dtype),
@@ -300,7 +285,7 @@ class CompileCacheStep(_Step):
                 dist.broadcast_object_list([blob], src=0)
             hits = counters["inductor"].get("fxgraph_cache_hit", 0) - c0.get("fxgraph_cache_hit", 0)
             miss = counters["inductor"].get("fxgraph_cache_miss", 0) - c0.get("fxgraph_cache_miss", 0)
-        _report(self.__name__, rank=ctx.rank, step=ctx.step, share=p["share"],
+        ctx.report(share=p["share"],
                 ready_s=time.perf_counter() - t0, waited_for_rank0_s=waited, load_s=loaded,
                 compile_s=compile_s, fx_hits=hits, fx_misses=miss, artifact_bytes=size)
         return torch.zeros(())

@@ -22,8 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .claim_steps import (DDP_OPTIMIZER_LOG, CompileCacheStep, DDPAccumStep,  # noqa: F401
-                          DtypeProbeStep, RankDivergenceStep, _log_start, _log_stop,
-                          _take_reports)
+                          DtypeProbeStep, RankDivergenceStep, _log_start, _log_stop)
 from .config import ConfigError, StepConfig
 
 # -- client: sweeps and tables ------------------------------------------------------------
@@ -410,19 +409,10 @@ def recorded_h200() -> dict:
 
 
 
-def engine_reports(lab, name: str) -> pd.DataFrame:
-    """What the steps called ``name`` reported on every engine since the last fetch (then
-    forgotten there), one row per report."""
-    rows = []
-    for rank, eid in sorted(lab.rank_to_engine.items()):
-        rows += lab.client[eid].apply_sync(_take_reports, name)
-    return pd.DataFrame(rows)
-
-
 def run_reporting(lab, step, cfg: StepConfig):
-    """``lab.run(step, cfg)``, then the step's own reports: (Run, DataFrame)."""
+    """``lab.run(step, cfg)`` and what the step recorded with ``ctx.report``: (Run,
+    run.reports). A failed run is returned too (its reports hold the ranks that finished)."""
     from .cluster import RunFailed
-    engine_reports(lab, step.__name__)          # drop leftovers of an earlier failed run
     try:
         run = lab.run(step, cfg)
     except RunFailed as e:
@@ -430,7 +420,7 @@ def run_reporting(lab, step, cfg: StepConfig):
         run = e.run
         if lab.needs_restart:
             lab.restart()
-    return run, engine_reports(lab, step.__name__)
+    return run, run.reports
 
 
 class engine_log:
