@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Callable, Optional
 
@@ -300,9 +300,8 @@ def _prepare(cfg: StepConfig, user_fn) -> tuple[tuple, bool]:
         return _S.prepared.notes, False
     if (not fresh and _S.workload is not None and model_key != _S.model_key
             and _only_inputs_differ(model_key, _S.model_key)):
-        kept = _S.workload.model
-        _S.workload = replace(scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group),
-                              model=kept)
+        _S.workload = scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group,
+                                      model=_S.workload.model)
     elif fresh or model_key != _S.model_key or _S.workload is None:
         _S.cache.clear()
         _S.prepared = None

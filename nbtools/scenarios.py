@@ -50,18 +50,22 @@ def sizes(cfg: StepConfig, device: torch.device) -> tuple[str, int, int]:
     return size, cfg.batch or spec.batch[i], cfg.seq_len or spec.seq_len[i]
 
 
-def build(cfg: StepConfig, device: torch.device, rank: int, world: int, group=None) -> Workload:
+def build(cfg: StepConfig, device: torch.device, rank: int, world: int, group=None,
+          model: nn.Module | None = None) -> Workload:
+    """The scenario's workload. With ``model`` (one this scenario built before), only the
+    inputs are new: the engine keeps a model when just the batch changes."""
     size, batch, seq = sizes(cfg, device)
     par = cfg.resolved_parallel
     torch.manual_seed(cfg.seed)
     if cfg.scenario == "tp-mlp-infer":
-        return _tp_mlp(size, batch, device, rank, world if par == "tp" else 1, group, cfg.seed)
+        return _tp_mlp(size, batch, device, rank, world if par == "tp" else 1, group, cfg.seed,
+                       model)
     if cfg.scenario == "ddp-train":
-        return _convnet(size, batch, device, cfg.seed)
+        return _convnet(size, batch, device, cfg.seed, model)
     if cfg.scenario == "resnet50-ddp":
-        return _resnet50(size, batch, device, cfg.seed)
+        return _resnet50(size, batch, device, cfg.seed, model)
     if cfg.scenario in ("fsdp2-train", "varlen-train"):
-        return _lm(size, batch, seq, cfg.resolved_schedule, device, cfg.seed)
+        return _lm(size, batch, seq, cfg.resolved_schedule, device, cfg.seed, model)
     raise ConfigError(f"no builder for scenario {cfg.scenario!r}")
 
 
@@ -108,14 +112,10 @@ class TPMLP(nn.Module):
         return x
 
 
-def _tp_mlp(size, batch, device, rank, world, group, seed) -> Workload:
-    d, blocks = (256, 4) if size == "small" else (4096, 8)
-    hidden = 4 * d
-    if hidden % world:
-        raise ConfigError(f"tp-mlp-infer: hidden size {hidden} does not split over {world} ranks")
-    # Each rank draws the full weights of every block from one seed and keeps its shard, so
-    # the TP model computes exactly what the unsharded one does. Drawn on the device a block
-    # at a time: building the full 1 G-parameter model on the CPU cost ~10 s a run on GPUs.
+def _tp_weights(d, hidden, blocks, rank, world, group, device, seed) -> TPMLP:
+    """Each rank draws the full weights of every block from one seed and keeps its shard, so
+    the TP model computes exactly what the unsharded one does. Drawn on the device a block
+    at a time: building the full 1 G-parameter model on the CPU cost ~10 s a run on GPUs."""
     k = hidden // world
     g = torch.Generator(device=device)
     g.manual_seed(seed)
@@ -128,7 +128,16 @@ def _tp_mlp(size, batch, device, rank, world, group, seed) -> Workload:
             up, down = _linear_init(hidden, d, g), _linear_init(d, hidden, g)
             b.up.weight.copy_(up[rank * k:(rank + 1) * k])
             b.down.weight.copy_(down[:, rank * k:(rank + 1) * k])
-    model = model.eval().requires_grad_(False)
+    return model.eval().requires_grad_(False)
+
+
+def _tp_mlp(size, batch, device, rank, world, group, seed, model=None) -> Workload:
+    d, blocks = (256, 4) if size == "small" else (4096, 8)
+    hidden = 4 * d
+    if hidden % world:
+        raise ConfigError(f"tp-mlp-infer: hidden size {hidden} does not split over {world} ranks")
+    if model is None:
+        model = _tp_weights(d, hidden, blocks, rank, world, group, device, seed)
 
     def make_batch(step):
         return (torch.randn(batch, d, generator=_gen(seed, step)).to(device),), None
@@ -167,20 +176,21 @@ class ConvNet(nn.Module):
         return self.head(self.body(x).mean((2, 3)))
 
 
-def _convnet(size, batch, device, seed) -> Workload:
+def _convnet(size, batch, device, seed, model=None) -> Workload:
     width, stages, hw = (8, 2, 16) if size == "small" else (64, 4, 64)
-    model = ConvNet(width, stages).to(device)
+    model = ConvNet(width, stages).to(device) if model is None else model
     return _image_workload(model, batch, hw, 10, device, seed)
 
 
-def _resnet50(size, batch, device, seed) -> Workload:
+def _resnet50(size, batch, device, seed, model=None) -> Workload:
     try:
         import torchvision
     except Exception as e:  # the CPU torch build here cannot import PyPI's torchvision
         raise ConfigError(f"resnet50-ddp needs torchvision, which does not import on this "
                           f"engine ({type(e).__name__}: {e}); use ddp-train instead") from None
     hw = 64 if size == "small" else 224
-    model = torchvision.models.resnet50(num_classes=1000).to(device)
+    if model is None:
+        model = torchvision.models.resnet50(num_classes=1000).to(device)
     wl = _image_workload(model, batch, hw, 1000, device, seed)
     wl.flops_per_step = 3 * 4.1e9 * batch * (hw / 224) ** 2
     return wl
@@ -250,9 +260,9 @@ def seq_len_at(step: int, seq: int, schedule: str, seed: int) -> tuple[int, int]
     return n, min(seq, int(math.ceil(n / bucket) * bucket))
 
 
-def _lm(size, batch, seq, schedule, device, seed) -> Workload:
+def _lm(size, batch, seq, schedule, device, seed, model=None) -> Workload:
     vocab, d, heads, layers = (256, 64, 4, 2) if size == "small" else (32000, 1024, 16, 8)
-    model = TinyLM(vocab, d, heads, layers).to(device)
+    model = TinyLM(vocab, d, heads, layers).to(device) if model is None else model
 
     def make_batch(step):
         n, padded = seq_len_at(step, seq, schedule, seed)
