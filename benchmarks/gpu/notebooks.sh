@@ -8,7 +8,7 @@
 # running cell is interrupted and the HTML keeps what ran); every run lands in
 # $OUT/runs/NN, tarred at the end. Other parts: gputest (pytest -m gpu), roundtrip:SECONDS
 # (bench_roundtrip.py on every GPU), autotune:SECONDS (the ddp-train max-autotune-no-cudagraphs
-# row of the issue 2 sweep).
+# row of the issue 2 sweep), noise:SECONDS (identical runs repeated in one lab).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT/runs" && OUT=$(cd "$OUT" && pwd)
@@ -18,7 +18,7 @@ python3 -m nbtools kernel install --user >/dev/null
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), torch.cuda.get_device_name(0), 'x', torch.cuda.device_count())" | tee "$OUT/versions.txt"
 log() { grep --line-buffered -v -E "^(USDT|\[rank [0-9]+\] USDT)"; }
 cleanup() {   # a notebook cut off at its deadline must not leave engines holding the GPUs
-    pkill -f ipengine >/dev/null 2>&1; pkill -f ipcontroller >/dev/null 2>&1; sleep 1
+    pkill -f 'ipengine|ipyparallel.engine' >/dev/null 2>&1; pkill -f 'ipcontroller|ipyparallel.controller' >/dev/null 2>&1; sleep 1
 }
 for part in "$@"; do
     IFS=: read -r name secs extra <<<"$part"; secs=${secs:-300}
@@ -41,9 +41,24 @@ for part in "$@"; do
                 | tee -a "$OUT/log.txt" | tail -40
             cleanup ;;
         autotune)
-            timeout "$secs" python3 -m nbtools run --scenario ddp-train \
+            # It has not finished in 525 s twice: snapshots of CPU, GPU and the per-rank
+            # inductor caches every 45 s, then every engine's Python stacks (faulthandler on
+            # SIGABRT, written to its ipyparallel log) just before the budget ends.
+            ( while sleep 45; do
+                  { date +%T; nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader
+                    for d in /tmp/nbtools-lab-*/inductor-cache/rank*; do echo "$d $(find "$d" -type f | wc -l) files"; done
+                    top -b -n1 -w 200 | sed -n 7,22p; } >>"$OUT/autotune-progress.txt" 2>&1
+              done ) & watch=$!
+            ( sleep $((secs - 12)); pkill -ABRT -f 'ipengine|ipyparallel.engine'; sleep 4
+              cp ~/.ipython/profile_default/log/*.log "$OUT/" 2>/dev/null ) & dump=$!
+            PYTHONFAULTHANDLER=1 timeout "$secs" python3 -m nbtools run --scenario ddp-train \
                 --compile max-autotune-no-cudagraphs --history "$OUT/runs/autotune" --quiet 2>&1 \
                 | log | tail -8 | tee -a "$OUT/log.txt"
+            kill $watch $dump 2>/dev/null
+            cleanup ;;
+        noise)
+            timeout "$secs" python3 benchmarks/gpu/repeat_noise.py "$OUT" 3 2>&1 | log \
+                | tee -a "$OUT/log.txt" | tail -40
             cleanup ;;
         *) echo "unknown part $name" ;;
     esac
