@@ -3,7 +3,7 @@
 Definitions follow HolisticTraceAnalysis (HTA) so numbers can be compared with it:
 - Times are interval *unions* (a stream overlapping another counts once), per rank, over
   every ``cuda:`` lane of the rank. compute = kernels that are not communication;
-  communication = NCCL/RCCL kernels (see trace.classify).
+  communication = NCCL/RCCL kernels (see kineto_events.classify).
 - ``overlap_pct`` = time where communication kernels run while some compute kernel runs,
   over total communication time: |C ∩ K| / |C| (HTA ``get_comm_comp_overlap``).
 - ``exposed_comm_ms`` = communication time not overlapped by compute: |C| - |C ∩ K|.
@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .trace import STEP_PATTERNS
+from .kineto_events import STEP_PATTERNS
 
 PER_RANK_COLUMNS = ["rank", "gpu_busy_pct", "compute_busy_pct", "compute_ms", "comm_ms", "memcpy_ms", "overlap_pct",
                     "exposed_comm_ms", "idle_ms", "graph_coverage_pct", "kernels",

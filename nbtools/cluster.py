@@ -281,7 +281,7 @@ class Lab:
 
     def _assemble(self, cfg, run_id, t0, reports, unfinished) -> Run:
         from . import summary as summ
-        from .compile_events import divergence
+        from .compile_summary import divergence
         ok = {r: rep for r, rep in reports.items() if rep.get("status") == "ok"}
         steps = tables.concat([tables.from_wire(tables.STEP_COLUMNS, rep["steps"])
                                for rep in ok.values() if "steps" in rep], tables.STEP_COLUMNS)

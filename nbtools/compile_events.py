@@ -21,16 +21,21 @@ Sources, all in-process and structured (no stderr parsing):
 Internals verified in torch 2.13.0+cpu (source and runs) and 2.11.0+cu130 (runs on H200,
 cudagraph trees included); every access is guarded so a missing one loses detail, not the
 run. Importing this module does not import torch (``divergence`` is for the client).
+
+The guarded reads of torch internals and the parsing of its messages are in
+compile_records.py; a rank's counts and the divergence between ranks in compile_summary.py.
 """
 from __future__ import annotations
 
 import bisect
-import hashlib
 import logging
-import os
 import re
 import time
 
+from .compile_records import (cache_counts, callback_trigger, compilation_metrics, compile_times,
+                              counter_snapshot, current_compile_id, fold_backward, frame_of,
+                              log_state, parse_reasons, shorten, user_frame)
+from .compile_summary import divergence, run_counts  # divergence: re-exported (tests, users)
 from .explain import explain, torch_trace_dir  # noqa: F401  (torch-free at import)
 
 __all__ = ["CompileRecorder", "divergence", "explain", "torch_trace_dir"]
@@ -44,9 +49,6 @@ _DEBUG_LOGGERS = _RECOMPILES + _GRAPH_BREAKS + (_CG_TREES,)  # we set these to D
 _LOGGERS = _DEBUG_LOGGERS + (_CG_UTILS,)
 _LIMIT_LOGGER = "torch._dynamo.convert_frame"   # warning "torch._dynamo hit config.X (N)"
 
-_USER_AT = re.compile(r"in user code at (.+):(\d+)")
-_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
-_STACK_ENTRY = re.compile(r"Line: (\d+), Name: (.*), Filename: (.*)")
 _FUNC_INFO = re.compile(r"'(.*)' \((.*)\)")
 # "[0/1] Recording function=partition_0, [mode=..., ]cuda_graph_id=3, inputs: ..." and
 # "[0/1] Re-recording function=..., [mode=..., ]reason=..." (mode= is 2.13 only)
@@ -84,7 +86,7 @@ class CompileRecorder:
         if deque is not None and (deque.maxlen or 0) < 1024 and \
                 hasattr(dutils, "set_compilation_metrics_limit"):
             dutils.set_compilation_metrics_limit(1024)  # default 64: a long run would lose some
-        state = _log_state()
+        state = log_state()
         user = set(getattr(state, "artifact_names", ())) - (
             self._mine[1] if self._mine[0] is state else set())
         if state is not None and not {"recompiles", "recompiles_verbose"} & user:
@@ -123,7 +125,7 @@ class CompileRecorder:
                 if name in _DEBUG_LOGGERS and self._threshold.get(name) != logging.DEBUG:
                     log.setLevel(logging.NOTSET)
         state, mine = self._mine
-        if state is not None and state is _log_state():
+        if state is not None and state is log_state():
             state.artifact_names.difference_update(mine)
         self._mine = (None, set())
 
@@ -131,9 +133,9 @@ class CompileRecorder:
         """Begin collecting for one run (clears per-run buffers; re-installs)."""
         self.install()
         self._reset_buffers()
-        recs = _metrics()
+        recs = compilation_metrics()
         self._metrics_mark = recs[-1] if recs else None
-        self._counters0 = _counter_snapshot()
+        self._counters0 = counter_snapshot()
         self._active = True
 
     def set_step(self, step: int) -> None:
@@ -159,7 +161,7 @@ class CompileRecorder:
                 r["compile_id"] = last
             r["name"] = r["name"] or names.get(r["compile_id"], "")
             r["step"] = self._step_at(r["ts_ns"])
-        counts = self._counts(rows)
+        counts = run_counts(rows, self._graphs_counted, self._errors)
         data = {c: [r[c] for r in rows] for c in tables.COMPILE_COLUMNS if c != "rank"}
         data["rank"] = [rank] * len(rows)
         return {"columns": tables.to_wire(tables.COMPILE_COLUMNS, data), "counts": counts}
@@ -185,12 +187,13 @@ class CompileRecorder:
         return row
 
     def _on_start(self, args):
-        if self._active and _trigger(args) == "CUDAGRAPH_RECORDING":
+        if self._active and callback_trigger(args) == "CUDAGRAPH_RECORDING":
             self._cg_open.setdefault(str(args.compile_id), []).append(time.time_ns())
 
     def _on_end(self, args):
         cid = str(getattr(args, "compile_id", ""))
-        if not (self._active and _trigger(args) == "CUDAGRAPH_RECORDING" and self._cg_open.get(cid)):
+        if not (self._active and callback_trigger(args) == "CUDAGRAPH_RECORDING"
+                and self._cg_open.get(cid)):
             return
         t0 = self._cg_open[cid].pop()
         for r in reversed(self._rows):   # the "Recording function=" line came in between
@@ -204,23 +207,23 @@ class CompileRecorder:
         name = record.name
         if name == _LIMIT_LOGGER and not str(record.msg).startswith("torch._dynamo hit config."):
             return   # the rest of convert_frame's log (plenty under TORCH_LOGS=+dynamo)
-        msg, cid = record.getMessage(), _current_compile_id()
+        msg, cid = record.getMessage(), current_compile_id()
         if name in _RECOMPILES:
-            self._reasons.setdefault(cid, []).extend(_parse_reasons(msg))
+            self._reasons.setdefault(cid, []).extend(parse_reasons(msg))
         elif name in _GRAPH_BREAKS:
             reason = msg.split("Graph Break Reason: ", 1)[1] if "Graph Break Reason: " in msg \
                 else str(record.exc_info[1]) if record.exc_info and record.exc_info[1] else msg
-            self._add("graph_break", frame=_user_frame(msg), reason=_short(reason), compile_id=cid)
+            self._add("graph_break", frame=user_frame(msg), reason=shorten(reason), compile_id=cid)
         elif name == _CG_TREES:
             m = _CG_RECORD.search(msg)   # the text: argument order differs in 2.11 and 2.13
             if m:
                 cg_id, re_, fn, why = m.groups()
                 shapes = " ".join("x".join(d.split(", ")) for d in _SIZES.findall(msg))
                 self._add("cudagraph_rerecord" if re_ else "cudagraph_record",
-                          reason=_short(f"{fn}: {why}" if re_ else f"{fn}: inputs {shapes}"),
+                          reason=shorten(f"{fn}: {why}" if re_ else f"{fn}: inputs {shapes}"),
                           compile_id=cg_id or cid, graphs=int(not re_))
         elif name == _CG_UTILS and record.levelno >= logging.WARNING:
-            self._add("cudagraph_skip", frame=_user_frame(msg), reason=_short(msg), compile_id=cid)
+            self._add("cudagraph_skip", frame=user_frame(msg), reason=shorten(msg), compile_id=cid)
         elif name == _LIMIT_LOGGER:
             a = record.args if isinstance(record.args, tuple) else ()
             m = _FUNC_INFO.match(str(a[2])) if len(a) >= 3 else None
@@ -232,7 +235,7 @@ class CompileRecorder:
                       f"Guard failures: {'; '.join(reasons)}")
 
     def _new_metrics(self) -> list:
-        recs, mark = _metrics(), self._metrics_mark
+        recs, mark = compilation_metrics(), self._metrics_mark
         if mark is not None:
             for i in range(len(recs) - 1, -1, -1):
                 if recs[i] is mark:
@@ -251,27 +254,28 @@ class CompileRecorder:
                 # before tracing, like the recompile limit (already a row from the log)
                 if m.fail_type is None:
                     if cid in by_id:
-                        _fold_backward(by_id[cid], m)
+                        fold_backward(by_id[cid], m)
                     continue
                 if cid in self._limits:
                     continue
                 if "recompile limit" in (m.fail_reason or ""):
-                    self._add("limit_hit", ts_ns=start, compile_id=cid, reason=_short(m.fail_reason))
+                    self._add("limit_hit", ts_ns=start, compile_id=cid, reason=shorten(m.fail_reason))
                     continue
-            name, frame = _frame_of(m)
+            name, frame = frame_of(m)
             reasons = self._reasons.get(cid) or ([m.recompile_reason] if m.recompile_reason else [])
             kind = "recompile" if reasons else "compile"
             if m.fail_type is not None:
                 kind, reasons = "compile_failed", [f"{m.fail_type}: {m.fail_reason}"]
             ops = m.graph_op_count or 0
             row = {**_ROW, "kind": kind, "name": name, "frame": frame, "compile_id": cid,
-                   "reason": _short("; ".join(reasons), 2000), "ts_ns": start,
+                   "reason": shorten("; ".join(reasons), 2000), "ts_ns": start,
                    "dur_ns": (m.duration_us or 0) * 1000, "graphs": int(ops > 0), "ops": ops,
-                   "guards": m.guard_count or 0, "_times": _times(m), "_cache": _cache_counts(m)}
+                   "guards": m.guard_count or 0, "_times": compile_times(m),
+                   "_cache": cache_counts(m)}
             skip = getattr(m, "cudagraph_skip_reason", None)
             if skip and not any(r["kind"] == "cudagraph_skip" and r["compile_id"] == cid
                                 for r in self._rows):
-                self._add("cudagraph_skip", ts_ns=start + row["dur_ns"], reason=_short(skip),
+                self._add("cudagraph_skip", ts_ns=start + row["dur_ns"], reason=shorten(skip),
                           compile_id=cid)
             rows.append(row)
             by_id[cid] = row
@@ -282,13 +286,13 @@ class CompileRecorder:
 
     def _counter_fallback_rows(self, rows) -> list:
         """Graph breaks and cudagraph skips from counters where the logs gave none."""
-        now, before, out, t = _counter_snapshot(), self._counters0, [], time.time_ns()
+        now, before, out, t = counter_snapshot(), self._counters0, [], time.time_ns()
         if not any(r["kind"] == "graph_break" for r in rows):
             for key in ("graph_break", "unimplemented"):
                 for msg, n in now.get(key, {}).items():
                     if not msg.startswith("Dynamo recompile limit exceeded"):
-                        out += [{**_ROW, "kind": "graph_break", "frame": _user_frame(msg),
-                                 "reason": _short(msg), "ts_ns": t}
+                        out += [{**_ROW, "kind": "graph_break", "frame": user_frame(msg),
+                                 "reason": shorten(msg), "ts_ns": t}
                                 for _ in range(n - before.get(key, {}).get(msg, 0))]
         skips = now.get("cudagraph_skips", 0) - before.get("cudagraph_skips", 0)
         skips -= sum(r["kind"] == "cudagraph_skip" for r in rows)
@@ -296,30 +300,6 @@ class CompileRecorder:
                 for _ in range(max(0, skips))]
         self._graphs_counted = now.get("unique_graphs", 0) - before.get("unique_graphs", 0)
         return out
-
-    def _counts(self, rows) -> dict:
-        kinds = [r["kind"] for r in rows]
-        times = {r["compile_id"]: r.pop("_times") for r in rows if "_times" in r}
-        sig = [[r["kind"], r["name"], int(r["ops"]), int(r["guards"])] for r in rows
-               if r["kind"] in ("compile", "recompile", "compile_failed", "graph_break",
-                                "limit_hit")]
-        graphs = sum(r["graphs"] for r in rows if r["kind"] in ("compile", "recompile"))
-        return {
-            "compiles": kinds.count("compile") + kinds.count("recompile"),
-            "recompiles": kinds.count("recompile"),
-            "compile_failures": kinds.count("compile_failed"),
-            "graph_breaks": kinds.count("graph_break"),
-            "graphs": int(max(self._graphs_counted, graphs)),
-            "cudagraph_records": kinds.count("cudagraph_record"),
-            "cudagraph_rerecords": kinds.count("cudagraph_rerecord"),
-            "cudagraph_skips": kinds.count("cudagraph_skip"),
-            "limit_hit": "limit_hit" in kinds,
-            "compile_s": round(sum(t["total_ms"] + t["bwd_ms"] for t in times.values()) / 1e3, 6),
-            "compile_times": times,  # compile id -> ms: total ⊇ backend ⊇ inductor ⊇ codegen; dynamo, bwd
-            "signature": sig,        # [kind, frame name, ops, guards] in time order
-            "signature_hash": hashlib.sha1(repr(sig).encode()).hexdigest()[:12],
-            "recorder_errors": self._errors,
-        }
 
 
 class _Handler(logging.Handler):
@@ -346,159 +326,3 @@ class _Handler(logging.Handler):
                 rec._on_record(record)
         except Exception:   # never break a compile because of bookkeeping
             rec._errors += 1
-
-
-# -- torch access, each guarded --------------------------------------------------------
-def _log_state():
-    try:
-        from torch._logging import _internal
-        return _internal.log_state   # rebound by _init_logs when TORCH_LOGS is set: re-read
-    except (ImportError, AttributeError):
-        return None
-
-
-def _metrics() -> list:
-    try:
-        from torch._dynamo.utils import get_compilation_metrics
-        return get_compilation_metrics()
-    except (ImportError, AttributeError):
-        return []
-
-
-def _current_compile_id() -> str:
-    try:
-        from torch._guards import CompileContext
-        cid = CompileContext.current_compile_id()
-        return "" if cid is None else str(cid)
-    except (ImportError, AttributeError):
-        return ""
-
-
-def _trigger(args) -> str:
-    t = getattr(args, "callback_trigger", None)
-    return getattr(t, "name", str(t))
-
-
-def _counter_snapshot() -> dict:
-    try:
-        from torch._dynamo.utils import counters
-    except ImportError:
-        return {}
-    return {"graph_break": dict(counters.get("graph_break", {})),
-            "unimplemented": dict(counters.get("unimplemented", {})),
-            "unique_graphs": counters.get("stats", {}).get("unique_graphs", 0),
-            "cudagraph_skips": counters.get("inductor", {}).get("cudagraph_skips", 0)}
-
-
-def _frame_of(m) -> tuple:
-    """(name, file:line) of a compiled frame. For a module whose forward lives in torch
-    (nn.Sequential), Dynamo compiles a wrapper, `inner` in torch/_dynamo/external_utils.py:
-    point at the user's call site instead."""
-    name, file, line = m.co_name or "", m.co_filename or "", m.co_firstlineno or 0
-    if name == "inner" and file.replace("\\", "/").endswith("_dynamo/external_utils.py"):
-        name, torch_dir = "<torch.compile(module)>", os.path.dirname(os.path.dirname(file))
-        for entry in reversed(getattr(m, "stack_trace", None) or []):
-            s = _STACK_ENTRY.match(str(entry))
-            if s and not s.group(3).startswith(torch_dir):
-                return name, f"{s.group(3)}:{s.group(1)}"
-    return name, f"{file}:{line}"
-
-
-def _times(m) -> dict:
-    def ms(field):
-        return round((getattr(m, field, None) or 0) / 1e3, 3)
-    total = ms("duration_us")
-    backend = ms("aot_autograd_cumulative_compile_time_us") or \
-        round((m.backend_compile_time_s or 0) * 1e3, 3)
-    return {"total_ms": total, "dynamo_ms": round(max(0.0, total - backend), 3),
-            "backend_ms": backend, "inductor_ms": ms("inductor_cumulative_compile_time_us"),
-            "codegen_ms": ms("inductor_code_gen_cumulative_compile_time_us"), "bwd_ms": 0.0}
-
-
-def _cache_counts(m) -> tuple:
-    def total(kind):
-        return sum(getattr(m, f"{c}_{where}_cache_{kind}_count", 0) or 0
-                   for c in ("inductor_fx", "aotautograd") for where in ("local", "remote"))
-    return total("hit"), total("miss")
-
-
-def _fold_backward(row, m):
-    row["_times"]["bwd_ms"] = round(row["_times"]["bwd_ms"] + (m.duration_us or 0) / 1e3, 3)
-    hits, misses = _cache_counts(m)
-    row["_cache"] = (row["_cache"][0] + hits, row["_cache"][1] + misses)
-
-
-# -- text of PyTorch's messages --------------------------------------------------------
-def _parse_reasons(msg: str) -> list:
-    """The '- 0/1: ...' lines of a recompiles (or recompiles_verbose) message."""
-    out = []
-    for line in msg.split("guard failure(s):", 1)[-1].splitlines():
-        s = line.strip()
-        if s.startswith("- "):
-            out.append(s[2:].rstrip())
-        elif s and out and not re.match(r"guard \d+ failures:", s):
-            out[-1] += " " + s   # continuation of a multi-line reason (verbose form)
-    return out
-
-
-def _user_frame(msg: str) -> str:
-    """file:line of a graph break / skip: 'in user code at F:L', else the last 'File "F", line L'."""
-    m = _USER_AT.search(msg)
-    if m is None:
-        found = list(_FILE_LINE.finditer(msg))
-        m = found[-1] if found else None
-    return f"{m.group(1)}:{m.group(2)}" if m else ""
-
-
-def _short(text, limit: int = 400) -> str:
-    """First line, plus the Explanation line where PyTorch gives one."""
-    lines = str(text or "").strip().splitlines()
-    out = lines[0].strip() if lines else ""
-    for line in lines[1:4]:
-        if line.strip().startswith("Explanation:"):
-            out += " — " + line.strip()[len("Explanation:"):].strip()
-            break
-    return out[:limit]
-
-
-# -- client side: pure, torch-free -----------------------------------------------------
-_COUNT_WORDS = (("limit_hit", None), ("recompiles", "recompiled {} time(s)"),
-                ("compiles", "compiled {} frame(s)"), ("compile_failures", "failed {} compile(s)"),
-                ("graph_breaks", "hit {} graph break(s)"), ("graphs", "produced {} graph(s)"),
-                ("cudagraph_skips", "skipped CUDA graphs {} time(s)"),
-                ("cudagraph_records", "recorded {} CUDA graph(s)"))
-
-
-def divergence(per_rank_counts: dict) -> str | None:
-    """First difference between ranks' ``counts`` (from finish_run) as a sentence, or None
-    when every rank compiled the same way. Each rank is compared with the lowest one."""
-    ranks = sorted(per_rank_counts)
-    if len(ranks) < 2:
-        return None
-    r0, c0 = ranks[0], per_rank_counts[ranks[0]]
-    for key, words in _COUNT_WORDS:
-        for r in ranks[1:]:
-            a, b = per_rank_counts[r].get(key), c0.get(key)
-            if a is None or b is None or a == b:
-                continue
-            if words is None:
-                hit, miss = (r, r0) if a else (r0, r)
-                return f"rank {hit} hit the recompile limit, rank {miss} did not"
-            return f"rank {r} {words.format(a)}, rank {r0} {b}"
-    s0 = c0.get("signature") or []
-    for r in ranks[1:]:
-        s = per_rank_counts[r].get("signature") or []
-        for i, (x, y) in enumerate(zip(s, s0)):
-            if list(x) == list(y):
-                continue
-            what = f"event {i + 1} ({y[0]} of {y[1]!r})"
-            if (x[0], x[1]) != (y[0], y[1]):
-                return f"event {i + 1}: rank {r} has {x[0]} of {x[1]!r}, rank {r0} {y[0]} of {y[1]!r}"
-            if x[2] != y[2]:
-                return f"{what}: different graphs, rank {r} traced {x[2]} ops, rank {r0} {y[2]}"
-            return f"{what}: different guards, rank {r} has {x[3]}, rank {r0} {y[3]}"
-        if len(s) != len(s0):
-            longer, extra = (r, s[len(s0)]) if len(s) > len(s0) else (r0, s0[len(s)])
-            return (f"rank {longer} has {abs(len(s) - len(s0))} more compile event(s), the first "
-                    f"a {extra[0]} of {extra[1]!r}")
-    return None

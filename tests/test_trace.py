@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 import pytest
 
-from nbtools import analysis, tables, trace
+from nbtools import analysis, tables, trace_json
 from nbtools.trace import TraceError, classify, events_from_profiler, load_traces
 
 HTA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta"
@@ -242,7 +242,7 @@ def _expected_rows(events, base=0):
 
 @pytest.mark.parametrize("layout", ["compact", "spaced", "indent", "array", "gzip-members"])
 def test_streaming_reader_on_awkward_json(tmp_path, monkeypatch, layout):
-    monkeypatch.setattr(trace, "_CHUNK", 97)   # cut everywhere, including inside strings
+    monkeypatch.setattr(trace_json, "_CHUNK", 97)   # cut everywhere, including inside strings
     doc = _doc(rank=0, events=AWKWARD, baseTimeNanoseconds=10**18)
     if layout == "compact":
         data = json.dumps(doc, separators=(",", ":")).encode()

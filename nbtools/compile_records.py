@@ -1,0 +1,129 @@
+"""What torch recorded about a compile, read for the compile-event recorder
+(compile_events.py): guarded access to torch internals (CompilationMetrics, counters, the
+compile context, log state) and the text of PyTorch's log messages (guard-failure reasons,
+the user's file:line, the short form of a reason).
+
+Every access is guarded so a missing internal loses detail, not the run. Importing this
+module does not import torch.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+_USER_AT = re.compile(r"in user code at (.+):(\d+)")
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+_STACK_ENTRY = re.compile(r"Line: (\d+), Name: (.*), Filename: (.*)")
+
+
+# -- torch access, each guarded --------------------------------------------------------
+def log_state():
+    try:
+        from torch._logging import _internal
+        return _internal.log_state   # rebound by _init_logs when TORCH_LOGS is set: re-read
+    except (ImportError, AttributeError):
+        return None
+
+
+def compilation_metrics() -> list:
+    try:
+        from torch._dynamo.utils import get_compilation_metrics
+        return get_compilation_metrics()
+    except (ImportError, AttributeError):
+        return []
+
+
+def current_compile_id() -> str:
+    try:
+        from torch._guards import CompileContext
+        cid = CompileContext.current_compile_id()
+        return "" if cid is None else str(cid)
+    except (ImportError, AttributeError):
+        return ""
+
+
+def callback_trigger(args) -> str:
+    t = getattr(args, "callback_trigger", None)
+    return getattr(t, "name", str(t))
+
+
+def counter_snapshot() -> dict:
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return {}
+    return {"graph_break": dict(counters.get("graph_break", {})),
+            "unimplemented": dict(counters.get("unimplemented", {})),
+            "unique_graphs": counters.get("stats", {}).get("unique_graphs", 0),
+            "cudagraph_skips": counters.get("inductor", {}).get("cudagraph_skips", 0)}
+
+
+def frame_of(m) -> tuple:
+    """(name, file:line) of a compiled frame. For a module whose forward lives in torch
+    (nn.Sequential), Dynamo compiles a wrapper, `inner` in torch/_dynamo/external_utils.py:
+    point at the user's call site instead."""
+    name, file, line = m.co_name or "", m.co_filename or "", m.co_firstlineno or 0
+    if name == "inner" and file.replace("\\", "/").endswith("_dynamo/external_utils.py"):
+        name, torch_dir = "<torch.compile(module)>", os.path.dirname(os.path.dirname(file))
+        for entry in reversed(getattr(m, "stack_trace", None) or []):
+            s = _STACK_ENTRY.match(str(entry))
+            if s and not s.group(3).startswith(torch_dir):
+                return name, f"{s.group(3)}:{s.group(1)}"
+    return name, f"{file}:{line}"
+
+
+def compile_times(m) -> dict:
+    def ms(field):
+        return round((getattr(m, field, None) or 0) / 1e3, 3)
+    total = ms("duration_us")
+    backend = ms("aot_autograd_cumulative_compile_time_us") or \
+        round((m.backend_compile_time_s or 0) * 1e3, 3)
+    return {"total_ms": total, "dynamo_ms": round(max(0.0, total - backend), 3),
+            "backend_ms": backend, "inductor_ms": ms("inductor_cumulative_compile_time_us"),
+            "codegen_ms": ms("inductor_code_gen_cumulative_compile_time_us"), "bwd_ms": 0.0}
+
+
+def cache_counts(m) -> tuple:
+    def total(kind):
+        return sum(getattr(m, f"{c}_{where}_cache_{kind}_count", 0) or 0
+                   for c in ("inductor_fx", "aotautograd") for where in ("local", "remote"))
+    return total("hit"), total("miss")
+
+
+def fold_backward(row, m):
+    row["_times"]["bwd_ms"] = round(row["_times"]["bwd_ms"] + (m.duration_us or 0) / 1e3, 3)
+    hits, misses = cache_counts(m)
+    row["_cache"] = (row["_cache"][0] + hits, row["_cache"][1] + misses)
+
+
+# -- text of PyTorch's messages --------------------------------------------------------
+def parse_reasons(msg: str) -> list:
+    """The '- 0/1: ...' lines of a recompiles (or recompiles_verbose) message."""
+    out = []
+    for line in msg.split("guard failure(s):", 1)[-1].splitlines():
+        s = line.strip()
+        if s.startswith("- "):
+            out.append(s[2:].rstrip())
+        elif s and out and not re.match(r"guard \d+ failures:", s):
+            out[-1] += " " + s   # continuation of a multi-line reason (verbose form)
+    return out
+
+
+def user_frame(msg: str) -> str:
+    """file:line of a graph break / skip: 'in user code at F:L', else the last 'File "F", line L'."""
+    m = _USER_AT.search(msg)
+    if m is None:
+        found = list(_FILE_LINE.finditer(msg))
+        m = found[-1] if found else None
+    return f"{m.group(1)}:{m.group(2)}" if m else ""
+
+
+def shorten(text, limit: int = 400) -> str:
+    """First line, plus the Explanation line where PyTorch gives one."""
+    lines = str(text or "").strip().splitlines()
+    out = lines[0].strip() if lines else ""
+    for line in lines[1:4]:
+        if line.strip().startswith("Explanation:"):
+            out += " — " + line.strip()[len("Explanation:"):].strip()
+            break
+    return out[:limit]

@@ -1,0 +1,80 @@
+"""Summaries of a run's compile rows (compile_events.py): one rank's counts (compiles,
+graphs, cudagraph records, compile times, the signature of what was compiled), and the first
+difference between ranks' counts as a sentence. The signature is built and compared here,
+in one place. Pure and torch-free: ``divergence`` runs on the client.
+"""
+from __future__ import annotations
+
+import hashlib
+
+
+# -- engine side: counts of one rank, at finish_run -------------------------------------
+def run_counts(rows, graphs_counted: int, errors: int) -> dict:
+    """One rank's counts from its finished compile rows (CompileRecorder.finish_run);
+    ``graphs_counted``: unique graphs by Dynamo's counters, ``errors``: the recorder's own
+    failures. Pops each row's ``_times``."""
+    kinds = [r["kind"] for r in rows]
+    times = {r["compile_id"]: r.pop("_times") for r in rows if "_times" in r}
+    sig = [[r["kind"], r["name"], int(r["ops"]), int(r["guards"])] for r in rows
+           if r["kind"] in ("compile", "recompile", "compile_failed", "graph_break",
+                            "limit_hit")]
+    graphs = sum(r["graphs"] for r in rows if r["kind"] in ("compile", "recompile"))
+    return {
+        "compiles": kinds.count("compile") + kinds.count("recompile"),
+        "recompiles": kinds.count("recompile"),
+        "compile_failures": kinds.count("compile_failed"),
+        "graph_breaks": kinds.count("graph_break"),
+        "graphs": int(max(graphs_counted, graphs)),
+        "cudagraph_records": kinds.count("cudagraph_record"),
+        "cudagraph_rerecords": kinds.count("cudagraph_rerecord"),
+        "cudagraph_skips": kinds.count("cudagraph_skip"),
+        "limit_hit": "limit_hit" in kinds,
+        "compile_s": round(sum(t["total_ms"] + t["bwd_ms"] for t in times.values()) / 1e3, 6),
+        "compile_times": times,  # compile id -> ms: total ⊇ backend ⊇ inductor ⊇ codegen; dynamo, bwd
+        "signature": sig,        # [kind, frame name, ops, guards] in time order
+        "signature_hash": hashlib.sha1(repr(sig).encode()).hexdigest()[:12],
+        "recorder_errors": errors,
+    }
+
+
+# -- client side: pure, torch-free -----------------------------------------------------
+_COUNT_WORDS = (("limit_hit", None), ("recompiles", "recompiled {} time(s)"),
+                ("compiles", "compiled {} frame(s)"), ("compile_failures", "failed {} compile(s)"),
+                ("graph_breaks", "hit {} graph break(s)"), ("graphs", "produced {} graph(s)"),
+                ("cudagraph_skips", "skipped CUDA graphs {} time(s)"),
+                ("cudagraph_records", "recorded {} CUDA graph(s)"))
+
+
+def divergence(per_rank_counts: dict) -> str | None:
+    """First difference between ranks' ``counts`` (from finish_run) as a sentence, or None
+    when every rank compiled the same way. Each rank is compared with the lowest one."""
+    ranks = sorted(per_rank_counts)
+    if len(ranks) < 2:
+        return None
+    r0, c0 = ranks[0], per_rank_counts[ranks[0]]
+    for key, words in _COUNT_WORDS:
+        for r in ranks[1:]:
+            a, b = per_rank_counts[r].get(key), c0.get(key)
+            if a is None or b is None or a == b:
+                continue
+            if words is None:
+                hit, miss = (r, r0) if a else (r0, r)
+                return f"rank {hit} hit the recompile limit, rank {miss} did not"
+            return f"rank {r} {words.format(a)}, rank {r0} {b}"
+    s0 = c0.get("signature") or []
+    for r in ranks[1:]:
+        s = per_rank_counts[r].get("signature") or []
+        for i, (x, y) in enumerate(zip(s, s0)):
+            if list(x) == list(y):
+                continue
+            what = f"event {i + 1} ({y[0]} of {y[1]!r})"
+            if (x[0], x[1]) != (y[0], y[1]):
+                return f"event {i + 1}: rank {r} has {x[0]} of {x[1]!r}, rank {r0} {y[0]} of {y[1]!r}"
+            if x[2] != y[2]:
+                return f"{what}: different graphs, rank {r} traced {x[2]} ops, rank {r0} {y[2]}"
+            return f"{what}: different guards, rank {r} has {x[3]}, rank {r0} {y[3]}"
+        if len(s) != len(s0):
+            longer, extra = (r, s[len(s0)]) if len(s) > len(s0) else (r0, s0[len(s)])
+            return (f"rank {longer} has {abs(len(s) - len(s0))} more compile event(s), the first "
+                    f"a {extra[0]} of {extra[1]!r}")
+    return None
