@@ -112,6 +112,9 @@ def main(argv=None) -> int:
         p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before the lab gives up")
         p.add_argument("--html", default=None, help="write an offline HTML report of the sweep")
         p.add_argument("--quiet", action="store_true", help="do not echo engine output")
+        p.add_argument("--compile-cache", default=None, metavar="DIR",
+                       help="keep the ranks' inductor caches in DIR across labs (default: a cold "
+                            "cache per lab)")
         if name == "run":
             _add_field_args(p)
     v = sub.add_parser("view", help="print the runs saved in a history folder")
@@ -203,7 +206,7 @@ def _cmd_run(args) -> int:
         cfgs = sweep(values)                       # validate everything before starting engines
     t = time.perf_counter()
     with Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,
-             echo=not args.quiet) as lab:
+             echo=not args.quiet, compile_cache=args.compile_cache) as lab:
         print(f"lab: {lab.world_size} ranks on {lab.device_type} "
               f"({lab.infos[0]['device_name']}), up in {time.perf_counter() - t:.1f} s", flush=True)
         if args.cmd == "demo":

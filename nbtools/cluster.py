@@ -3,6 +3,7 @@ torch.distributed job that stays up while the notebook toggles configs."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -43,16 +44,23 @@ class Lab:
     ``engines`` is any ipyparallel launcher name ("local", "mpi", "slurm", "ssh", ...);
     ``cluster`` an existing ipyparallel Cluster or Client to use instead of starting one.
     ``history`` is the folder runs are saved to as they complete.
+    ``compile_cache`` is a folder for the ranks' inductor caches (``DIR/rank0``, ...) that
+    outlives the lab: a later lab given the same folder starts warm (FX graphs, Triton
+    kernels, autotuning results), which is what a max-autotune experiment needs between
+    sessions. Default: a new folder per lab, so a cold compile is measured cold. The
+    compile events' ``cache`` column says which compiles hit it.
     """
 
     def __init__(self, n: Optional[int] = None, engines: str = "local", cluster=None,
                  history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
-                 echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0):
+                 echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0,
+                 compile_cache=None):
         self.engines, self.timeout, self.pg_timeout, self.echo = engines, timeout, pg_timeout, echo
         self.peer_grace = peer_grace
         self.start_timeout = start_timeout
         self._external = cluster
         self.history = History.load(history) if history else History(None)
+        self.compile_cache = _cache_folder(compile_cache)
         self.workdir = Path(tempfile.mkdtemp(prefix="nbtools-lab-"))
         self._n_requested = n
         self.cluster = self.client = None
@@ -123,7 +131,8 @@ class Lab:
         args = {p.engine_id: (p.rank, world, addr, port,
                               placement.threads_per_rank(cpus[p.rank], p.local_world)
                               if self.device_type == "cpu" else 0,
-                              str(self.workdir / "inductor-cache" / f"rank{p.rank}"),
+                              str((self.compile_cache or self.workdir / "inductor-cache")
+                                  / f"rank{p.rank}"),
                               self.pg_timeout) for p in self.placements}
         self._on(ids, engine.setup, args_for=lambda e: args[e], timeout=self.start_timeout)
         self.world_size = world
@@ -144,6 +153,9 @@ class Lab:
 
     def close(self) -> None:
         self._stop(graceful=True)
+        # per-lab inductor caches (1.3 GB after one max-autotune run on H200) would pile
+        # up in /tmp lab after lab; a compile_cache folder is the user's and stays
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _stop(self, graceful: bool) -> None:
         if self.client is not None and graceful and not self.needs_restart:
@@ -327,7 +339,8 @@ class Lab:
 
     def __repr__(self):
         return (f"<Lab {getattr(self, 'world_size', '?')} ranks on {getattr(self, 'device_type', '?')}"
-                f", {len(self.history)} runs>")
+                f", {len(self.history)} runs"
+                + (f", compile cache {self.compile_cache}" if self.compile_cache else "") + ">")
 
 
 def _failed(ar) -> bool:
@@ -347,6 +360,21 @@ def _first_error(run: Run) -> str:
     others = sorted(set(run.errors) - {r})
     tail = f" (rank(s) {others} stopped with it)" if others else ""
     return f"rank {r}: {pick[r].splitlines()[0]}{tail}. "
+
+
+def _cache_folder(path) -> Optional[Path]:
+    if path is None:
+        return None
+    folder = Path(path).expanduser().resolve()
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"compile_cache={str(path)!r} is a file; give a folder (it gets one "
+                          "subfolder per rank)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"compile_cache={str(path)!r} cannot be created ({e}); give a "
+                          "writable folder") from None
+    return folder
 
 
 def _pickle_by_value(fn) -> bytes:

@@ -2,7 +2,7 @@
 as PyTorch reports them, on every rank, on the run's clock."""
 import pytest
 
-from nbtools import Lab, StepConfig, export_html
+from nbtools import ConfigError, Lab, StepConfig, export_html
 
 FAST = dict(warmup=1, steps=2, profiled=0)
 
@@ -173,3 +173,36 @@ def test_a_rebuilt_model_frees_the_previous_one_before_the_run(lab):
     lab.run(base.replace(reshard_after_forward=False))
     engines.execute(_ALIVE, block=True)
     assert engines.pull("_alive", block=True) == [0, 0]
+
+
+def test_a_compile_cache_folder_outlives_the_lab(tmp_path):
+    """Lab(compile_cache=DIR): a second lab's first compile of the same model hits the FX-graph
+    cache the first lab wrote (one folder per rank); without it every lab starts cold."""
+    cfg = StepConfig(scenario="tp-mlp-infer", size="small", compile="default", backend="inductor",
+                     **FAST)
+    caches = []
+    for _ in range(2):
+        with Lab(n=2, history=None, timeout=300, echo=False, compile_cache=tmp_path / "cc") as lab:
+            assert "compile cache" in repr(lab)
+            ce = lab.run(cfg).compile_events
+            caches.append(ce[ce["kind"] == "compile"].groupby("rank")["cache"].apply(set))
+        assert not lab.workdir.exists()    # the lab's own scratch folder goes with it
+    assert sorted(p.name for p in (tmp_path / "cc").iterdir()) == ["rank0", "rank1"]
+    assert all("miss" in c for c in caches[0]), caches[0]
+    assert all(c == {"hit"} for c in caches[1]), caches[1]
+
+
+def test_a_compile_cache_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ConfigError, match="is a file"):
+        Lab(n=2, history=None, compile_cache=tmp_path / "f")
+
+
+def test_run_cli_keeps_the_compile_cache_it_is_given(tmp_path, capsys):
+    from nbtools.cli import main
+    argv = ["run", "--scenario", "tp-mlp-infer", "--size", "small", "--compile", "default",
+            "--backend", "aot_eager", "--warmup", "1", "--steps", "2", "--profiled", "0",
+            "--history", str(tmp_path / "h"), "--compile-cache", str(tmp_path / "cc"), "--quiet"]
+    assert main(argv) == 0
+    assert "tp-mlp-infer compile=default" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "cc").iterdir()) == ["rank0", "rank1"]

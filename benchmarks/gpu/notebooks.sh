@@ -46,13 +46,16 @@ for part in "$@"; do
             # SIGABRT, written to its ipyparallel log) just before the budget ends.
             ( while sleep 45; do
                   { date +%T; nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader
-                    for d in /tmp/nbtools-lab-*/inductor-cache/rank*; do echo "$d $(find "$d" -type f | wc -l) files"; done
+                    for d in /tmp/nbtools-autotune-cache/rank* /tmp/nbtools-lab-*/inductor-cache/rank*; do echo "$d $(find "$d" -type f | wc -l) files"; done
                     top -b -n1 -w 200 | sed -n 7,22p; } >>"$OUT/autotune-progress.txt" 2>&1
               done ) & watch=$!
             ( sleep $((secs - 12)); pkill -ABRT -f 'ipengine|ipyparallel.engine'; sleep 4
               cp ~/.ipython/profile_default/log/*.log "$OUT/" 2>/dev/null ) & dump=$!
+            # The cache survives between back-to-back calls while the machine stays warm: a
+            # second call continues where the first stopped compiling.
             PYTHONFAULTHANDLER=1 timeout "$secs" python3 -m nbtools run --scenario ddp-train \
-                --compile max-autotune-no-cudagraphs --history "$OUT/runs/autotune" --quiet 2>&1 \
+                --compile max-autotune-no-cudagraphs --history "$OUT/runs/autotune" --quiet \
+                --compile-cache /tmp/nbtools-autotune-cache 2>&1 \
                 | log | tail -8 | tee -a "$OUT/log.txt"
             kill $watch $dump 2>/dev/null
             cleanup ;;
