@@ -88,9 +88,11 @@ class DDPAccumStep(_Step):
     Honours the config's compile / backend / ddp_wrap / optimize_ddp (python_reducer runs
     backward under compiled autograd, as the built-in scenarios do). Small buckets
     (``bucket_cap_mb``) make DDP use several, so DDPOptimizer's graph split shows.
-    Reports, per step: the loss, the gradient norm, and the largest difference of any
-    gradient element between ranks after the synchronising backward (0: in sync); that
-    check runs in a range named "check", outside the micro ranges."""
+    Reports, per step: the loss, the gradient norm, the largest difference of any
+    gradient element between ranks after the synchronising backward (0: in sync; that
+    check runs in a range named "check", outside the micro ranges), and DDP's buckets as
+    rebuilt after the first iteration (parameter indices, in the order gradients arrived;
+    0 is the first layer's weight)."""
 
     def __init__(self, micro=4, no_sync=True, bucket_cap_mb=1.0, d=512, layers=4, batch=8):
         super().__init__(micro=micro, no_sync=no_sync, bucket_cap_mb=bucket_cap_mb, d=d,
@@ -144,8 +146,16 @@ class DDPAccumStep(_Step):
             dist.all_reduce(lo, dist.ReduceOp.MIN)
             diff = float((hi - lo).abs().max())
         opt.step()
+        # DDP re-buckets after its first iteration in the order gradients arrived: a
+        # compiled backward hands them over in its own order, which changes the buckets
+        # and so the number of all-reduces (empty when the reducer is not used)
+        log = ddp._get_ddp_logging_data()
         ctx.report(config=cfg.label(),
-                loss=float(loss), grad_norm=float(flat.norm()), rank_grad_diff=diff)
+                   loss=float(loss), grad_norm=float(flat.norm()), rank_grad_diff=diff,
+                   ddp_buckets=" | ".join(b.strip().replace(" ", ",") for b in
+                                          str(log.get("rebuilt_per_bucket_param_indices", ""))
+                                          .split(",") if b.strip()),
+                   ddp_bucket_bytes=str(log.get("rebuilt_bucket_sizes", "")))
         return torch.tensor(diff)
 
 
