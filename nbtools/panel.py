@@ -8,7 +8,6 @@ since ipykernel sends iopub messages from any thread while the shell is busy.
 from __future__ import annotations
 
 import html
-import re
 import threading
 import time
 from pathlib import Path
@@ -17,10 +16,11 @@ from typing import Callable, Optional
 import ipywidgets as W
 from jupyter_bokeh import BokehModel
 
-from .cluster import RunFailed, RunTimeout
+from .cluster import RunFailed
 from .config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,
                      CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, PARALLEL,
                      SEQ_SCHEDULES, SIZES, ConfigError, StepConfig)
+from .panel_html import comparison_html, describe_error, summary_html
 from .scenarios_spec import SCENARIOS
 from .timeline import Timeline, compare_figure
 
@@ -44,10 +44,6 @@ GROUPS = (
     ("precision & graphs", ("autocast", "autocast_scope", "cudagraph")),
     ("steps & capture", ("warmup", "steps", "profiled", "capture", "check", "torch_trace")),
 )
-SUMMARY_COLUMNS = ("rank", "step_ms", "p10_ms", "p90_ms", "profiler_overhead_pct", "compile_s",
-                   "compiles", "recompiles", "graph_breaks", "graphs", "gpu_busy_pct",
-                   "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
-                   "graph_coverage_pct", "peak_mem_mb", "items_per_s", "cache")
 RUNNING = "running… (compiling happens in warm-up)"
 _ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;padding:4px 8px;"
                 "margin:4px 0;white-space:pre-wrap;font-family:monospace;font-size:12px")
@@ -270,7 +266,7 @@ class Panel:
             else:
                 self.status.value = ("not run: ConfigError" if isinstance(err, ConfigError)
                                      else f"failed after {tick.elapsed:.1f} s")
-                self._set_error(_describe_error(err))
+                self._set_error(describe_error(err))
         finally:
             self._busy, self.run_button.disabled = False, False
             self.restart_button.layout.display = "" if self.lab.needs_restart else "none"
@@ -330,7 +326,7 @@ class Panel:
             self.show(run)
             self.status.value = f"showing run #{run.run_id} from the history"
         else:
-            self._set_error(_describe_error(RunFailed(f"run {run.run_id} failed", run)))
+            self._set_error(describe_error(RunFailed(f"run {run.run_id} failed", run)))
 
     def load_config(self) -> None:
         """Put the picked history run's config back into the controls."""
@@ -372,47 +368,3 @@ class Panel:
         self.export_status.value = (f"wrote {html.escape(str(out))} ({out.stat().st_size / 1e6:.1f}"
                                     f" MB, {len(self.lab.history)} runs)")
         return out
-
-
-# -- HTML pieces -----------------------------------------------------------------------------
-def _describe_error(err) -> str:
-    """The error box text: the kind, the message (it names the root-cause rank), and each
-    rank's first error line for a failed run."""
-    e = html.escape
-    text = f"<b>{type(err).__name__}</b>: {e(str(err))}"
-    run = getattr(err, "run", None)
-    if isinstance(err, RunTimeout):
-        text += "\n→ press 'Restart engines' (the history is kept)"
-    if run is not None and run.errors:
-        text += "".join(f"\nrank {r}: {e(msg.splitlines()[0] if msg else '')}"
-                        for r, msg in sorted(run.errors.items()))
-        # the traceback of the rank the message blames (the root cause, not a peer's abort)
-        m = re.search(r"rank (\d+):", str(err))
-        r0 = int(m.group(1)) if m and int(m.group(1)) in run.errors else min(run.errors)
-        text += f"<details><summary>rank {r0} traceback</summary>{e(run.errors[r0])}</details>"
-    return text
-
-
-def summary_html(run) -> str:
-    s = run.summary
-    notes = sorted({n for rep in run.ranks.values() for n in (rep or {}).get("notes") or ()})
-    head = (f"<b>{html.escape(run.label)}</b> · {run.world_size} ranks · {len(run.events):,} "
-            f"events · {len(run.compile_events):,} compile events"
-            + (f" · {html.escape('; '.join(notes))}" if notes else ""))
-    if not len(s):
-        return head
-    cols = [c for c in SUMMARY_COLUMNS if c in s.columns]
-    return (head + "<div style='overflow-x:auto'>"     # wider than a narrow notebook
-            + s[cols].to_html(index=False, float_format=lambda x: f"{x:.4g}", na_rep="—")
-            + "</div>")
-
-
-def comparison_html(cmp) -> str:
-    diff = "".join(f"<li><code>{html.escape(k)}</code>: {html.escape(repr(a))} → "
-                   f"{html.escape(repr(b))}</li>" for k, (a, b) in cmp.config_diff.items())
-    fmt = dict(index=False, float_format=lambda x: f"{x:.4g}", na_rep="—")
-    return (f"<b>A</b> {html.escape(cmp.a.label)} vs <b>B</b> {html.escape(cmp.b.label)}"
-            f"<ul>{diff or '<li>same config</li>'}</ul>"
-            "<p>worst rank per metric</p>" + cmp.table.to_html(**fmt)
-            + "<p>time per category per profiled step and rank (ms)</p>"
-            + cmp.category_deltas.to_html(**fmt))

@@ -1,0 +1,159 @@
+"""Sweeps over configs and their one-row-per-run tables: what a claim notebook prints.
+
+``sweep`` drives the lab (one run per combination of field values); ``table``,
+``compile_counts`` and ``speedup`` are pure functions of Runs. Columns ``table`` computes
+rather than reads come from ``run_counts``.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pandas as pd
+
+from .config import ConfigError, StepConfig
+from .run_counts import collectives, tokens_per_s
+
+# How a column is reduced over ranks in ``table``: a step waits for the slowest rank, and
+# data-parallel throughput is the sum of what each rank processes.
+_MAX = ("step_ms", "p10_ms", "p90_ms", "compile_s", "compiles", "recompiles", "graph_breaks",
+        "graphs", "cudagraph_skips", "peak_mem_mb", "rss_mb", "exposed_comm_ms", "syncs")
+_SUM = ("items_per_s", "tflops")
+COLUMNS = ("step_ms", "p90_ms", "items_per_s", "compile_s", "compiles", "recompiles",
+           "graph_breaks", "graphs", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
+           "compute_busy_pct", "gpu_busy_pct", "cpu_busy_pct", "graph_coverage_pct", "peak_mem_mb")
+
+
+def sweep(lab, base: StepConfig, **field_values) -> list:
+    """One run per combination of the given fields' values (cross product, in the order
+    given), e.g. ``sweep(lab, cfg, compile=["off", "default"], batch=[1, 8])``.
+
+    A combination the config rejects is skipped with the reason printed; a run that fails
+    is kept (its Run has the errors) and the lab is restarted if it has to be."""
+    from .cluster import RunFailed
+    names = list(field_values)
+    runs = []
+    for combo in itertools.product(*(field_values[n] for n in names)):
+        change = dict(zip(names, combo))
+        try:
+            cfg = base.replace(**change)
+            cfg.check_device(lab.device_type)
+        except ConfigError as e:
+            print(f"skipped {change}: {e}")
+            continue
+        t = time.perf_counter()
+        try:
+            run = lab.run(cfg)
+        except RunFailed as e:
+            run = e.run
+            if lab.needs_restart:
+                lab.restart()
+        runs.append(run)
+        s = run.summary
+        ms = f"{s['step_ms'].max():.3g} ms/step" if len(s) and "step_ms" in s else "no summary"
+        print(f"{_describe(change)}: {run.status}, {ms} ({time.perf_counter() - t:.1f} s)")
+    return runs
+
+
+def _describe(change: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in change.items()) or "base"
+
+
+def varying_fields(runs) -> list:
+    """The config fields whose value differs between the runs."""
+    cfgs = [r.config for r in runs if r.config is not None]
+    if len(cfgs) < 2:
+        return []
+    d = cfgs[0].to_dict()
+    return [k for k in d if any(c.to_dict()[k] != d[k] for c in cfgs[1:])]
+
+
+def _field(cfg, name):
+    """A config field's value for a table; the backend of an eager run is "-"."""
+    if cfg is None:
+        return None
+    if name == "backend" and not cfg.compiled:
+        return "-"
+    return getattr(cfg, name)
+
+
+def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None) -> pd.DataFrame:
+    """One row per run (or per run and rank): the config fields that vary between the runs
+    (or ``fields``), then ``columns`` from each summary. Over ranks: times and counts take
+    the slowest/largest rank, items_per_s and tflops the sum (for tensor parallelism, whose
+    ranks share one batch, items_per_s the slowest rank), the rest the mean. Computed
+    columns (not per rank): ``tokens_per_s`` and ``padding_pct`` (real tokens, see
+    tokens_per_s), ``n_<kind>`` (compile events of that kind, e.g. n_limit_hit) and
+    ``<kind>_per_step`` (collectives, e.g. all_reduce_per_step). Missing columns are NaN."""
+    runs = [runs] if not isinstance(runs, (list, tuple)) else list(runs)
+    fields = varying_fields(runs) if fields is None else list(fields)
+    rows = []
+    for run in runs:
+        head = {f: _field(run.config, f) for f in fields}
+        head["run"] = run.run_id
+        s = run.summary
+        if per_rank and len(s):
+            for _, r in s.iterrows():
+                rows.append({**head, "rank": int(r["rank"]),
+                             **{c: r[c] if c in s else np.nan for c in columns}})
+            continue
+        row = dict(head)
+        tp = run.config is not None and run.config.resolved_parallel == "tp"
+        for c in columns:
+            if c in _DERIVED or c.startswith("n_") or c.endswith("_per_step"):
+                row[c] = _derived(run, c) if run.ok else np.nan
+                continue
+            if not len(s) or c not in s:
+                row[c] = np.nan
+                continue
+            v = pd.to_numeric(s[c], errors="coerce")
+            if c in _MAX:
+                row[c] = v.max()
+            elif c in _SUM:
+                row[c] = v.min() if (tp and c == "items_per_s") else v.sum()
+            else:
+                row[c] = v.mean()
+        row["status"] = run.status
+        row["flags"] = "; ".join(run.flags)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# Columns ``table`` computes rather than reads from the summary (any ``n_<kind>`` of compile
+# event and ``<collective>_per_step`` too).
+_DERIVED = ("tokens_per_s", "steady_tokens_per_s", "padding_pct")
+
+
+def _derived(run, c: str) -> float:
+    if c in ("tokens_per_s", "steady_tokens_per_s"):   # data parallel: ranks' throughputs add up
+        return float(tokens_per_s(run)[c].sum())
+    if c == "padding_pct":
+        return float(tokens_per_s(run)["padding_pct"].mean())
+    if c.startswith("n_"):        # compile events of one kind, largest count over ranks
+        ce = run.compile_events
+        n = ce[ce["kind"] == c[2:]].groupby("rank").size() if len(ce) else pd.Series(dtype=int)
+        return float(n.max()) if len(n) else 0.0
+    col = collectives(run)        # <kind>_per_step: mean over ranks and profiled steps
+    kind = c[:-len("_per_step")]
+    return float(col[kind].mean()) if kind in col else 0.0
+
+
+def compile_counts(runs, kinds=None) -> pd.DataFrame:
+    """One row per run: the varying config fields, then ``n_<kind>``: how many compile
+    events of each kind the run had (compile, recompile, graph_break, limit_hit,
+    cudagraph_record, cudagraph_rerecord, cudagraph_skip, ...; the largest count over
+    ranks). ``kinds`` picks the kinds (default: every kind any of the runs had)."""
+    runs = [runs] if not isinstance(runs, (list, tuple)) else list(runs)
+    kinds = kinds or sorted({k for r in runs for k in r.compile_events["kind"].astype(str)})
+    return table(runs, [f"n_{k}" for k in kinds]).drop(columns=["status", "flags"])
+
+
+def speedup(base_runs, new_runs, on: str = "batch", names=("eager", "graphs")) -> pd.DataFrame:
+    """Pair runs that share ``on`` (e.g. batch): step_ms of each (slowest rank) and
+    base / new (> 1: the new one is faster)."""
+    a = table(base_runs, ["step_ms"], fields=[on]).set_index(on)["step_ms"]
+    b = table(new_runs, ["step_ms"], fields=[on]).set_index(on)["step_ms"]
+    out = pd.DataFrame({f"{names[0]}_ms": a, f"{names[1]}_ms": b})
+    out["speedup"] = out[f"{names[0]}_ms"] / out[f"{names[1]}_ms"]
+    return out.reset_index()

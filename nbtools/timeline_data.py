@@ -1,0 +1,206 @@
+"""What a Run's timeline draws, as plain columns: the level of detail and the data each of
+the figure's ColumnDataSources gets. numpy and pandas only (no Bokeh), so it can be tested
+and benchmarked without building a figure.
+
+Event count must not limit the figure, so events go through ``lod`` first: per lane,
+events narrower than a pixel are merged into one box per pixel column.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+COMPILE_STYLE = {               # kind -> (marker, colour)
+    "compile": ("square", "#1f77b4"),
+    "recompile": ("triangle", "#d62728"),
+    "graph_break": ("x", "#ff7f0e"),
+    "cudagraph_skip": ("diamond", "#9467bd"),
+    "cudagraph_record": ("circle", "#2ca02c"),
+    "limit_hit": ("star", "#000000"),
+}
+SUMMARY_STACK = (("compute_ms", "compute", "#1f77b4"),
+                 ("exposed_comm_ms", "exposed communication", "#d62728"),
+                 ("idle_ms", "idle", "#e0e0e0"))
+SUMMARY_TEXT = (("gpu_busy_pct", "busy {:.0f}%"), ("comm_ms", "comm {:.3g} ms"),
+                ("exposed_comm_ms", "exposed {:.3g} ms"), ("idle_ms", "idle {:.3g} ms"))
+
+
+def lod(events: pd.DataFrame, width_px: int, t0: int, t1: int) -> pd.DataFrame:
+    """Level of detail for the window [t0, t1) (ns) drawn ``width_px`` wide.
+
+    Per (rank, lane), events narrower than one pixel that start in the same pixel column
+    (and are not split by a wider event) become one box: it spans the merged events,
+    takes the category with most summed time, names its longest event, and counts them.
+    Wider events pass through unchanged, so with nothing sub-pixel the output is the input.
+    Returns rank, lane, category, name, ts_ns, dur_ns (the span), busy_ns (summed
+    durations), count, step, graph (true when most of the busy time was graph-replayed).
+    """
+    ts, dur = events["ts_ns"].to_numpy(np.int64), events["dur_ns"].to_numpy(np.int64)
+    keep = np.flatnonzero((ts < t1) & (ts + dur >= t0))
+    px = max((t1 - t0) / max(int(width_px), 1), 1.0)
+    lanes, lane_cats = _codes(events["lane"])
+    cats, cat_cats = _codes(events["category"])
+    names, name_cats = _codes(events["name"])
+    key = events["rank"].to_numpy(np.int64) * (len(lane_cats) + 1) + lanes
+    idx = keep[np.lexsort((ts[keep], key[keep]))]          # by lane, then start
+    ts, dur, key = ts[idx], dur[idx], key[idx]
+
+    small = dur < px
+    column_px = np.floor((ts - t0) / px)
+    new = np.ones(len(idx), bool)
+    new[1:] = ((key[1:] != key[:-1]) | ~small[1:] | ~small[:-1]
+               | (column_px[1:] != column_px[:-1]))
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], len(idx)][:len(starts)]
+    group = np.cumsum(new) - 1
+    busy = np.add.reduceat(dur, starts)
+    # Dominant category by summed time; +1 so zero-length events still vote.
+    ncat = max(len(cat_cats), 1)
+    votes = np.bincount(group * ncat + cats[idx], weights=dur + 1, minlength=len(starts) * ncat)
+    longest = idx[np.lexsort((dur, group))[ends - 1]]     # the last of a group is its longest
+    replayed = events["graph"].to_numpy(bool)
+    graph_ns = np.add.reduceat(dur * replayed[idx], starts)
+    return pd.DataFrame({
+        "rank": events["rank"].to_numpy(np.int32)[idx[starts]],
+        "lane": pd.Categorical.from_codes(lanes[idx[starts]], categories=pd.Index(lane_cats)),
+        "category": pd.Categorical.from_codes(votes.reshape(len(starts), ncat).argmax(axis=1),
+                                              categories=pd.Index(cat_cats)),
+        "name": pd.Categorical.from_codes(names[longest], categories=pd.Index(name_cats)),
+        "ts_ns": ts[starts], "dur_ns": np.maximum.reduceat(ts + dur, starts) - ts[starts],
+        "busy_ns": busy, "count": (ends - starts).astype(np.int64),
+        "step": events["step"].to_numpy(np.int32)[longest],
+        "graph": np.where(busy > 0, 2 * graph_ns >= busy, replayed[longest])})
+
+
+def _codes(col: pd.Series):
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(np.int64), np.asarray(col.cat.categories, object)
+    codes, uniques = pd.factorize(col.astype(str), sort=False)
+    return codes.astype(np.int64), np.asarray(uniques, object)
+
+
+def lane_sort_key(lane: str):
+    kind, _, rest = lane.partition(":")
+    nums = [int(p) if p.lstrip("-").isdigit() else 0 for p in rest.split(":") if p]
+    return (0 if kind == "cuda" else 1, nums, lane)
+
+
+def origin_ns(run) -> int:
+    """The x axis origin: the run's earliest timeline event (else step, else compile)."""
+    for df in (run.events, run.steps, run.compile_events):
+        if len(df):
+            return int(df["ts_ns"].min())
+    return 0
+
+
+def first_profiled_ns(run) -> int:
+    prof = run.steps[run.steps["phase"] == "profiled"] if len(run.steps) else run.steps
+    return int(prof["ts_ns"].min()) if len(prof) else origin_ns(run)
+
+
+def initial_window(run, t0, mode):
+    """The initial x window (ns): the profiled events, or with mode "all" (or no events)
+    the warm-up steps and compiles too."""
+    frames = [run.events] if len(run.events) and mode == "events" else \
+        [df for df in (run.events, run.steps, run.compile_events) if len(df)]
+    if not frames:
+        return t0, t0 + 1_000_000
+    lo = min(int(df["ts_ns"].min()) for df in frames)
+    hi = max(int((df["ts_ns"] + df["dur_ns"]).max()) for df in frames)
+    pad = max((hi - lo) // 100, 1)
+    return lo - pad, hi + pad
+
+
+def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int) -> dict:
+    if boxes is None or not len(boxes):
+        return {k: [] for k in ("left", "right", "y", "category", "name", "lane", "step",
+                                "count", "dur_us", "busy_us", "alpha", "hatch")}
+    rank = boxes["rank"].to_numpy(np.int64)
+    codes, cats = _codes(boxes["lane"])
+    # (rank, lane) -> row through a lookup table over the few distinct lanes
+    ranks = np.unique(rank)
+    table = np.array([[lane_y.get((int(r), str(c)), -1) for c in cats] for r in ranks], np.int32)
+    y = table[np.searchsorted(ranks, rank), codes]
+    ts = boxes["ts_ns"].to_numpy(np.int64)
+    dur = boxes["dur_ns"].to_numpy(np.int64)
+    busy = boxes["busy_ns"].to_numpy(np.int64)
+    count = boxes["count"].to_numpy(np.int64)
+    cat = boxes["category"].astype(str).to_numpy(object)
+    name = boxes["name"].astype(str).to_numpy(object)
+    merged = count > 1
+    if merged.any():
+        name = name.copy()
+        name[merged] = (pd.Series(count[merged]).astype(str) + " merged · longest: "
+                        + pd.Series(name[merged])).to_numpy(object)
+    # A merged box is drawn as wide as its span; its opacity says how full that span was.
+    alpha = np.where(merged, np.clip(busy / np.maximum(dur, 1), 0.35, 1.0), 1.0)
+    alpha = np.where(cat == "annotation", 0.3, alpha).astype(np.float32)
+    return dict(left=(ts - t0) / 1e6, right=(ts + dur - t0) / 1e6, y=y, category=cat,
+                name=name, lane=np.asarray(rows, object)[y],
+                step=boxes["step"].to_numpy(np.int32), count=count.astype(np.int32),
+                dur_us=(dur / 1e3).astype(np.float32), busy_us=(busy / 1e3).astype(np.float32),
+                alpha=alpha, hatch=np.where(boxes["graph"].to_numpy(bool), "/", " ").astype(object))
+
+
+def steps_data(steps, ranks=(), lane_y=None, rows=(), t0=0, lo=0, hi=0) -> dict:
+    prof = steps[steps["phase"] == "profiled"]
+    if not len(prof) and len(steps):   # e.g. traces without phases: steps inside the window
+        prof = steps[(steps["ts_ns"] < hi) & (steps["ts_ns"] + steps["dur_ns"] > lo)]
+    if not len(prof):
+        return dict(left=[], right=[], bottom=[], top=[], shade=[], label=[], label_y=[])
+    rank = prof["rank"].to_numpy(np.int64)
+    # Each rank's band covers its own rows: from its compile row to the next rank's.
+    first = {r: lane_y[(r, "compile")] for r in ranks}
+    nxt = {r: (first[ranks[i + 1]] if i + 1 < len(ranks) else len(rows))
+           for i, r in enumerate(ranks)}
+    top = np.array([first[r] for r in rank.tolist()], float) - 0.5
+    bottom = np.array([nxt[r] for r in rank.tolist()], float) - 0.5
+    ts = prof["ts_ns"].to_numpy(np.int64)
+    step = prof["step"].to_numpy(np.int32)
+    return dict(left=(ts - t0) / 1e6, right=(ts + prof["dur_ns"].to_numpy(np.int64) - t0) / 1e6,
+                bottom=bottom, top=top,
+                shade=np.where(step % 2 == 0, "#f2f2f2", "#e6eef7").astype(object),
+                label=np.char.add("step ", step.astype(str)).astype(object), label_y=top + 0.05)
+
+
+def compile_data(ce, lane_y, t0):
+    if not len(ce):
+        return ({k: [] for k in ("x", "y", "marker", "color", "kind", "name", "frame", "reason",
+                                 "dur_ms", "step", "rank", "cache")},
+                dict(left=[], right=[], y=[], color=[]))
+    kind = ce["kind"].astype(str).to_numpy(object)
+    style = [COMPILE_STYLE.get(k, ("circle", "#7f7f7f")) for k in kind]   # compile events are few
+    ts = ce["ts_ns"].to_numpy(np.int64)
+    dur = ce["dur_ns"].to_numpy(np.int64)
+    y = np.array([lane_y[(r, "compile")] for r in ce["rank"].tolist()], np.int32)
+    color = np.array([c for _, c in style], object)
+    marks = dict(x=(ts - t0) / 1e6, y=y, marker=np.array([m for m, _ in style], object),
+                 color=color, kind=kind, name=ce["name"].astype(str).to_numpy(object),
+                 frame=ce["frame"].astype(str).to_numpy(object),
+                 reason=ce["reason"].astype(str).to_numpy(object), dur_ms=dur / 1e6,
+                 step=ce["step"].to_numpy(np.int32),
+                 rank=ce["rank"].to_numpy(np.int32), cache=ce["cache"].astype(str).to_numpy(object))
+    has = dur > 0
+    spans = dict(left=(ts[has] - t0) / 1e6, right=(ts[has] + dur[has] - t0) / 1e6, y=y[has],
+                 color=color[has])
+    return marks, spans
+
+
+def summary_data(summary: pd.DataFrame, ranks: list) -> dict:
+    """Read (never compute) the per-rank numbers; missing columns draw as 0 and say n/a."""
+    out = dict(y=np.arange(len(ranks), dtype=np.int32), text=[])
+    by_rank = summary.drop_duplicates("rank").set_index("rank") if "rank" in summary.columns \
+        else summary
+    for f, _, _ in SUMMARY_STACK:
+        col = by_rank[f] if f in by_rank.columns else None
+        out[f] = np.array([float(col.get(r, np.nan)) if col is not None else np.nan
+                           for r in ranks], float)
+        out[f] = np.nan_to_num(out[f], nan=0.0)
+    out["text_x"] = sum(out[f] for f, _, _ in SUMMARY_STACK)
+    for r in ranks:
+        parts = []
+        for f, fmt in SUMMARY_TEXT:
+            v = by_rank[f].get(r, np.nan) if f in by_rank.columns else np.nan
+            parts.append(fmt.format(float(v)) if pd.notna(v) else fmt.split(" ")[0] + " n/a")
+        out["text"].append(" · ".join(parts))
+    return out
