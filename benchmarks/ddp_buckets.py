@@ -17,4 +17,4 @@ with Lab(echo=False, history=None) as lab:
         run, rep = X.run_reporting(lab, X.DDPAccumStep(micro=2, no_sync=True), cfg)
         last = rep.query("rank == 0").iloc[-1]
         print(f"{cfg.optimize_ddp if cfg.compiled else 'eager':<14}",
-              [last["ddp_buckets"], last["ddp_bucket_bytes"]], flush=True)
+              [last["reducer_buckets"], last["reducer_bucket_bytes"]], flush=True)

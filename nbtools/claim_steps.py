@@ -152,10 +152,10 @@ class DDPAccumStep(_Step):
         log = ddp._get_ddp_logging_data()
         ctx.report(config=cfg.label(),
                    loss=float(loss), grad_norm=float(flat.norm()), rank_grad_diff=diff,
-                   ddp_buckets=" | ".join(b.strip().replace(" ", ",") for b in
+                   reducer_buckets=" | ".join(b.strip().replace(" ", ",") for b in
                                           str(log.get("rebuilt_per_bucket_param_indices", ""))
                                           .split(",") if b.strip()),
-                   ddp_bucket_bytes=str(log.get("rebuilt_bucket_sizes", "")))
+                   reducer_bucket_bytes=str(log.get("rebuilt_bucket_sizes", "")))
         return torch.tensor(diff)
 
 

@@ -83,7 +83,9 @@ def accumulation_study(lab, configs, micro: int = 4, no_sync=(True, False)) -> t
     runs): per config and no_sync, the graphs Dynamo made, DDPOptimizer's buckets
     (subgraphs), the all-reduces of each micro-step (rank 0, last profiled step), the
     largest gradient difference between ranks after the synchronising micro-step (0: in
-    sync), the gradient norm at the last step (equal to eager's: same numbers), step_ms."""
+    sync), the gradient norm at the last step (equal to eager's: same numbers), DDP's
+    reducer buckets as rebuilt in gradient-arrival order (rank 0; empty under
+    python_reducer, which bypasses the reducer), step_ms."""
     rows, runs = [], []
     for ns in no_sync:
         step = DDPAccumStep(micro=micro, no_sync=ns)
@@ -100,6 +102,7 @@ def accumulation_study(lab, configs, micro: int = 4, no_sync=(True, False)) -> t
                 c = c[(c["rank"] == 0) & (c["step"] == c["step"].max())] if len(c) else c
                 per = c.sort_values("range")["all_reduce"].astype(int).tolist() \
                     if "all_reduce" in c else [0] * len(c)
+                last0 = rep[rep["rank"] == 0].sort_values("step").iloc[-1]
                 b = ddp_buckets(log, [run])
                 row.update(graphs=int(run.summary["graphs"].max()),
                            graph_breaks=int(run.summary["graph_breaks"].max()),
@@ -107,6 +110,7 @@ def accumulation_study(lab, configs, micro: int = 4, no_sync=(True, False)) -> t
                            all_reduces_per_micro=" ".join(map(str, per)),
                            rank_grad_diff=float(rep["rank_grad_diff"].max()),
                            last_grad_norm=float(rep.sort_values("step")["grad_norm"].iloc[-1]),
+                           reducer_buckets=last0["reducer_buckets"],
                            step_ms=float(run.summary["step_ms"].max()))
             rows.append(row)
     return pd.DataFrame(rows), runs
