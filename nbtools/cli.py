@@ -116,6 +116,9 @@ def main(argv=None) -> int:
                        help="keep the ranks' inductor caches in DIR across labs (default: a cold "
                             "cache per lab)")
         if name == "run":
+            p.add_argument("--repeats", type=int, default=1, metavar="N",
+                           help="run the whole sweep N times, round after round, and print how "
+                                "far identical runs are apart")
             _add_field_args(p)
     v = sub.add_parser("view", help="print the runs saved in a history folder")
     v.add_argument("folder", nargs="?", default="nbtools-runs")
@@ -204,6 +207,10 @@ def _cmd_run(args) -> int:
     if args.cmd == "run":
         values = {k: getattr(args, k) for k in _FIELDS if getattr(args, k) is not None}
         cfgs = sweep(values)                       # validate everything before starting engines
+        if args.repeats < 1:
+            print(f"--repeats {args.repeats}: give a whole number >= 1", file=sys.stderr)
+            return 2
+        cfgs = cfgs * args.repeats                 # in rounds: drift spreads over every config
     t = time.perf_counter()
     with Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,
              echo=not args.quiet, compile_cache=args.compile_cache) as lab:
@@ -214,6 +221,10 @@ def _cmd_run(args) -> int:
         runs = _run_all(lab, cfgs)
     print()
     print(format_table(runs))
+    if getattr(args, "repeats", 1) > 1:
+        from .sweeps import spread
+        print("\nstep_ms of the slowest rank over identical runs:")
+        print(spread(runs).round(3).to_string(index=False))
     if args.html:
         _write_html(args.html, runs)
     return 0 if all(r.ok for r in runs) else 1

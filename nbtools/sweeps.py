@@ -1,7 +1,7 @@
 """Sweeps over configs and their one-row-per-run tables: what a claim notebook prints.
 
-``sweep`` drives the lab (one run per combination of field values); ``table``,
-``compile_counts`` and ``speedup`` are pure functions of Runs. Columns ``table`` computes
+``sweep`` drives the lab (one run per combination of field values, optionally repeated);
+``table``, ``spread``, ``compile_counts`` and ``speedup`` are pure functions of Runs. Columns ``table`` computes
 rather than reads come from ``run_counts``.
 """
 from __future__ import annotations
@@ -25,15 +25,20 @@ COLUMNS = ("step_ms", "p90_ms", "items_per_s", "compile_s", "compiles", "recompi
            "compute_busy_pct", "gpu_busy_pct", "cpu_busy_pct", "graph_coverage_pct", "peak_mem_mb")
 
 
-def sweep(lab, base: StepConfig, **field_values) -> list:
+def sweep(lab, base: StepConfig, repeats: int = 1, **field_values) -> list:
     """One run per combination of the given fields' values (cross product, in the order
     given), e.g. ``sweep(lab, cfg, compile=["off", "default"], batch=[1, 8])``.
 
-    A combination the config rejects is skipped with the reason printed; a run that fails
-    is kept (its Run has the errors) and the lab is restarted if it has to be."""
-    from .cluster import RunFailed
+    ``repeats`` runs the whole cross product that many times, round after round, so drift
+    of the machine spreads over every config instead of landing on one; ``spread(runs)``
+    then says how far identical runs are apart (on 2 × H200, 8-30 % between runs minutes
+    apart: docs/findings.md §4). A combination the config rejects is skipped with the
+    reason printed; a run that fails is kept (its Run has the errors) and the lab is
+    restarted if it has to be."""
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats={repeats!r}: give a whole number >= 1")
     names = list(field_values)
-    runs = []
+    todo = []
     for combo in itertools.product(*(field_values[n] for n in names)):
         change = dict(zip(names, combo))
         try:
@@ -42,18 +47,24 @@ def sweep(lab, base: StepConfig, **field_values) -> list:
         except ConfigError as e:
             print(f"skipped {change}: {e}")
             continue
-        t = time.perf_counter()
-        try:
-            run = lab.run(cfg)
-        except RunFailed as e:
-            run = e.run
-            if lab.needs_restart:
-                lab.restart()
-        runs.append(run)
-        s = run.summary
-        ms = f"{s['step_ms'].max():.3g} ms/step" if len(s) and "step_ms" in s else "no summary"
-        print(f"{_describe(change)}: {run.status}, {ms} ({time.perf_counter() - t:.1f} s)")
-    return runs
+        todo.append((change, cfg))
+    return [_run_one(lab, change, cfg, f" #{k}" if repeats > 1 else "")
+            for k in range(repeats) for change, cfg in todo]
+
+
+def _run_one(lab, change: dict, cfg: StepConfig, tag: str):
+    from .cluster import RunFailed
+    t = time.perf_counter()
+    try:
+        run = lab.run(cfg)
+    except RunFailed as e:
+        run = e.run
+        if lab.needs_restart:
+            lab.restart()
+    s = run.summary
+    ms = f"{s['step_ms'].max():.3g} ms/step" if len(s) and "step_ms" in s else "no summary"
+    print(f"{_describe(change)}{tag}: {run.status}, {ms} ({time.perf_counter() - t:.1f} s)")
+    return run
 
 
 def _describe(change: dict) -> str:
@@ -137,6 +148,22 @@ def _derived(run, c: str) -> float:
     col = collectives(run)        # <kind>_per_step: mean over ranks and profiled steps
     kind = c[:-len("_per_step")]
     return float(col[kind].mean()) if kind in col else 0.0
+
+
+def spread(runs, column: str = "step_ms", fields=None) -> pd.DataFrame:
+    """Identical configs run more than once (``sweep(..., repeats=N)``): per config, the
+    median over its runs of ``column`` (each run reduced over ranks as in ``table``), the
+    lowest and highest, ``range_pct`` = (max - min) / median and ``n`` runs. A difference
+    between configs smaller than their range_pct is not resolved by these runs."""
+    t = table([r for r in runs if r.ok], [column], fields=fields)
+    keys = [c for c in t.columns if c not in ("run", column, "status", "flags")]
+    if not keys:   # every run had the same config
+        t = t.assign(config="all")
+        keys = ["config"]
+    g = t.groupby(keys, sort=False, dropna=False)[column]
+    out = g.agg(["median", "min", "max", "count"]).rename(columns={"count": "n"})
+    out["range_pct"] = 100 * (out["max"] - out["min"]) / out["median"]
+    return out.reset_index()
 
 
 def compile_counts(runs, kinds=None) -> pd.DataFrame:

@@ -165,3 +165,23 @@ def test_timeout_names_the_stuck_rank_then_restart(lab):
     assert time.perf_counter() - t < 90
     run = lab.run(StepConfig(**SMALL))
     assert run.ok and len(lab.history) == n + 1
+
+
+def test_sweep_repeats_in_rounds_and_spread_summarises_them(lab, capsys):
+    from nbtools import ConfigError
+    from nbtools import experiments as X
+    base = StepConfig(scenario="tp-mlp-infer", size="small", warmup=0, steps=3, profiled=0)
+    runs = X.sweep(lab, base, repeats=2, batch=[1, 2])
+    # round after round, so a drifting machine spreads over every config
+    assert [r.config.batch for r in runs] == [1, 2, 1, 2]
+    out = capsys.readouterr().out
+    assert "batch=1 #0" in out and "batch=2 #1" in out
+    sp = X.spread(runs).set_index("batch")
+    t = X.table(runs, ["step_ms"], fields=["batch"])
+    assert sp["n"].tolist() == [2, 2]
+    for b in (1, 2):
+        ms = t[t["batch"] == b]["step_ms"]
+        assert sp.loc[b, "median"] == pytest.approx(ms.median())
+        assert sp.loc[b, "range_pct"] == pytest.approx(100 * (ms.max() - ms.min()) / ms.median())
+    with pytest.raises(ConfigError, match="repeats"):
+        X.sweep(lab, base, repeats=0, batch=[1])

@@ -198,11 +198,19 @@ def test_a_compile_cache_that_is_a_file_is_refused(tmp_path):
         Lab(n=2, history=None, compile_cache=tmp_path / "f")
 
 
-def test_run_cli_keeps_the_compile_cache_it_is_given(tmp_path, capsys):
+def test_run_cli_keeps_the_compile_cache_and_repeats_in_rounds(tmp_path, capsys):
     from nbtools.cli import main
     argv = ["run", "--scenario", "tp-mlp-infer", "--size", "small", "--compile", "default",
             "--backend", "aot_eager", "--warmup", "1", "--steps", "2", "--profiled", "0",
-            "--history", str(tmp_path / "h"), "--compile-cache", str(tmp_path / "cc"), "--quiet"]
+            "--batch", "1,2", "--repeats", "2", "--history", str(tmp_path / "h"),
+            "--compile-cache", str(tmp_path / "cc"), "--quiet"]
     assert main(argv) == 0
-    assert "tp-mlp-infer compile=default" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    started = [line.split("batch=")[1].split()[0] for line in out.splitlines()
+               if line.startswith("-> ")]
+    assert started == ["1", "2", "1", "2"], started
+    spread = out.split("over identical runs:")[1].strip().splitlines()
+    assert spread[0].split()[:2] == ["batch", "median"] and len(spread) == 3, spread
+    assert all(line.split()[-2] == "2" for line in spread[1:]), spread     # n runs each
     assert sorted(p.name for p in (tmp_path / "cc").iterdir()) == ["rank0", "rank1"]
+    assert main(argv[:-5] + ["--repeats", "0"]) == 2
