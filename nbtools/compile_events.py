@@ -35,7 +35,7 @@ import time
 from .compile_records import (cache_counts, callback_trigger, compilation_metrics, compile_times,
                               counter_snapshot, current_compile_id, fold_backward, frame_of,
                               log_state, parse_reasons, shorten, user_frame)
-from .compile_summary import divergence, run_counts  # divergence: re-exported (tests, users)
+from .compile_summary import divergence, rank_counts  # divergence: re-exported (tests, users)
 from .explain import explain, torch_trace_dir  # noqa: F401  (torch-free at import)
 
 __all__ = ["CompileRecorder", "divergence", "explain", "torch_trace_dir"]
@@ -161,7 +161,7 @@ class CompileRecorder:
                 r["compile_id"] = last
             r["name"] = r["name"] or names.get(r["compile_id"], "")
             r["step"] = self._step_at(r["ts_ns"])
-        counts = run_counts(rows, self._graphs_counted, self._errors)
+        counts = rank_counts(rows, self._graphs_counted, self._errors)
         data = {c: [r[c] for r in rows] for c in tables.COMPILE_COLUMNS if c != "rank"}
         data["rank"] = [rank] * len(rows)
         return {"columns": tables.to_wire(tables.COMPILE_COLUMNS, data), "counts": counts}

@@ -9,7 +9,7 @@ import hashlib
 
 
 # -- engine side: counts of one rank, at finish_run -------------------------------------
-def run_counts(rows, graphs_counted: int, errors: int) -> dict:
+def rank_counts(rows, graphs_counted: int, errors: int) -> dict:
     """One rank's counts from its finished compile rows (CompileRecorder.finish_run);
     ``graphs_counted``: unique graphs by Dynamo's counters, ``errors``: the recorder's own
     failures. Pops each row's ``_times``."""
