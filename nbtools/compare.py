@@ -65,5 +65,6 @@ def _worst(summary: pd.DataFrame, col: str) -> float:
 
 
 def category_ms(run: Run) -> pd.Series:
+    """Milliseconds per event category over the run's profiled steps (analysis.category_ms)."""
     from .analysis import category_ms as per_category
     return per_category(run.events, run.steps)

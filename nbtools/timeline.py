@@ -20,6 +20,7 @@ from bokeh.plotting import figure
 from bokeh.transform import factor_cmap
 
 from . import tables
+from .compare import category_ms   # the compare table and the delta chart: one number
 from .tables import CATEGORIES
 from .timeline_data import (COMPILE_STYLE, SUMMARY_STACK, compile_data, events_data,
                             first_profiled_ns, initial_window, lane_sort_key, lod, origin_ns,
@@ -225,11 +226,6 @@ class Timeline:
 def run_figure(run, **kw):
     """The timeline layout of one run (what ``Run.plot()`` shows)."""
     return Timeline(run, **kw).layout
-
-
-def category_ms(run) -> pd.Series:
-    from .analysis import category_ms as per_category
-    return per_category(run.events, run.steps)
 
 
 def compare_figure(run_a, run_b, **kw):
