@@ -25,7 +25,8 @@ from .claim_studies import (accumulation_study, backends_available, ddp_buckets,
 from .run_counts import (collective_events, collectives, compile_signatures, compiled_regions,
                          graph_capture, lockstep, ranges, recorded_h200, signatures_equal,
                          sync_counts, sync_totals, tokens_per_s)
-from .sweeps import COLUMNS, compile_counts, speedup, spread, sweep, table, varying_fields
+from .sweeps import (COLUMNS, compile_counts, rounds, speedup, spread, sweep, table,
+                     varying_fields)
 
 # The notebooks' surface; listing it also tells pyflakes these imports are the point.
 __all__ = [
@@ -33,7 +34,8 @@ __all__ = [
     "DDP_OPTIMIZER_LOG", "CompileCacheStep", "DDPAccumStep", "DtypeProbeStep",
     "RankDivergenceStep",
     # sweeps
-    "COLUMNS", "sweep", "varying_fields", "table", "spread", "compile_counts", "speedup",
+    "COLUMNS", "sweep", "rounds", "varying_fields", "table", "spread", "compile_counts",
+    "speedup",
     # run_counts
     "collective_events", "ranges", "collectives", "graph_capture", "sync_counts",
     "sync_totals", "lockstep", "compile_signatures", "signatures_equal", "tokens_per_s",

@@ -47,12 +47,27 @@ def sweep(lab, base: StepConfig, repeats: int = 1, **field_values) -> list:
         except ConfigError as e:
             print(f"skipped {change}: {e}")
             continue
-        todo.append((change, cfg))
-    return [_run_one(lab, change, cfg, f" #{k}" if repeats > 1 else "")
-            for k in range(repeats) for change, cfg in todo]
+        todo.append((_describe(change), cfg))
+    return _in_rounds(lab, todo, repeats)
 
 
-def _run_one(lab, change: dict, cfg: StepConfig, tag: str):
+def rounds(lab, configs, repeats: int = 1) -> list:
+    """Run ``configs`` in order, the whole list ``repeats`` times (round after round), with
+    ``sweep``'s handling of failures; ``table(runs, ..., combine=True)`` or ``spread(runs)``
+    then reduce identical configs to their median."""
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats={repeats!r}: give a whole number >= 1")
+    for cfg in configs:
+        cfg.check_device(lab.device_type)
+    return _in_rounds(lab, [(cfg.label(), cfg) for cfg in configs], repeats)
+
+
+def _in_rounds(lab, todo, repeats: int) -> list:
+    return [_run_one(lab, what, cfg, f" #{k}" if repeats > 1 else "")
+            for k in range(repeats) for what, cfg in todo]
+
+
+def _run_one(lab, what: str, cfg: StepConfig, tag: str):
     from .cluster import RunFailed
     t = time.perf_counter()
     try:
@@ -63,7 +78,7 @@ def _run_one(lab, change: dict, cfg: StepConfig, tag: str):
             lab.restart()
     s = run.summary
     ms = f"{s['step_ms'].max():.3g} ms/step" if len(s) and "step_ms" in s else "no summary"
-    print(f"{_describe(change)}{tag}: {run.status}, {ms} ({time.perf_counter() - t:.1f} s)")
+    print(f"{what}{tag}: {run.status}, {ms} ({time.perf_counter() - t:.1f} s)")
     return run
 
 
@@ -89,15 +104,22 @@ def _field(cfg, name):
     return getattr(cfg, name)
 
 
-def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None) -> pd.DataFrame:
+def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None,
+          combine: bool = False) -> pd.DataFrame:
     """One row per run (or per run and rank): the config fields that vary between the runs
     (or ``fields``), then ``columns`` from each summary. Over ranks: times and counts take
     the slowest/largest rank, items_per_s and tflops the sum (for tensor parallelism, whose
     ranks share one batch, items_per_s the slowest rank), the rest the mean. Computed
     columns (not per rank): ``tokens_per_s`` and ``padding_pct`` (real tokens, see
     tokens_per_s), ``n_<kind>`` (compile events of that kind, e.g. n_limit_hit) and
-    ``<kind>_per_step`` (collectives, e.g. all_reduce_per_step). Missing columns are NaN."""
+    ``<kind>_per_step`` (collectives, e.g. all_reduce_per_step). Missing columns are NaN.
+
+    ``combine=True`` (runs repeated with ``rounds``/``sweep(repeats=)``): one row per
+    distinct config, each column the median over its successful runs, with ``n`` (runs
+    combined) and ``step_ms_range_pct`` (how far its runs' step_ms lay apart)."""
     runs = [runs] if not isinstance(runs, (list, tuple)) else list(runs)
+    if combine:
+        return _combined(runs, list(columns), fields)
     fields = varying_fields(runs) if fields is None else list(fields)
     rows = []
     for run in runs:
@@ -127,6 +149,29 @@ def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None) -> pd.Data
                 row[c] = v.mean()
         row["status"] = run.status
         row["flags"] = "; ".join(run.flags)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _combined(runs, columns, fields) -> pd.DataFrame:
+    groups: dict = {}
+    for run in runs:     # identical configs, in first-seen order
+        key = tuple(sorted(run.config.to_dict().items())) if run.config else run.run_id
+        groups.setdefault(key, []).append(run)
+    fields = varying_fields(runs) if fields is None else list(fields)
+    rows = []
+    for same in groups.values():
+        ok = [r for r in same if r.ok] or same
+        t = table(ok, columns, fields=fields)
+        row = {f: t[f].iloc[0] for f in fields}
+        row.update({c: pd.to_numeric(t[c], errors="coerce").median() for c in columns})
+        row["n"] = len(ok) if ok[0].ok else 0
+        if "step_ms" in t:
+            ms = pd.to_numeric(t["step_ms"], errors="coerce")
+            row["step_ms_range_pct"] = 100 * (ms.max() - ms.min()) / ms.median()
+        row["status"] = "ok" if all(r.ok for r in same) else \
+            f"{sum(r.ok for r in same)}/{len(same)} ok"
+        row["flags"] = "; ".join(dict.fromkeys(f for r in same for f in r.flags))
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -183,5 +183,14 @@ def test_sweep_repeats_in_rounds_and_spread_summarises_them(lab, capsys):
         ms = t[t["batch"] == b]["step_ms"]
         assert sp.loc[b, "median"] == pytest.approx(ms.median())
         assert sp.loc[b, "range_pct"] == pytest.approx(100 * (ms.max() - ms.min()) / ms.median())
+    combined = X.table(runs, ["step_ms", "items_per_s"], fields=["batch"], combine=True)
+    assert combined["batch"].tolist() == [1, 2] and combined["n"].tolist() == [2, 2]
+    assert combined["step_ms"].tolist() == pytest.approx(sp.loc[[1, 2], "median"].tolist())
+    assert combined["step_ms_range_pct"].tolist() == pytest.approx(sp.loc[[1, 2], "range_pct"].tolist())
     with pytest.raises(ConfigError, match="repeats"):
         X.sweep(lab, base, repeats=0, batch=[1])
+    # explicit configs (fields that do not form a cross product), in rounds too
+    cfgs = [base, base.replace(batch=3, seed=1)]
+    runs = X.rounds(lab, cfgs, repeats=2)
+    assert [(r.config.batch, r.config.seed) for r in runs] == [(None, 0), (3, 1)] * 2
+    assert X.table(runs, ["step_ms"], combine=True)["n"].tolist() == [2, 2]
