@@ -43,7 +43,8 @@ class Timeline:
     ``collapse_cpu`` draws one CPU lane per rank instead of one per thread; ``backend`` is
     "canvas" (works everywhere, headless Chromium included) or "webgl"; ``live`` refines
     the level of detail on zoom (a Python callback, served by jupyter_bokeh's BokehModel);
-    ``origin`` (epoch ns) is x = 0, by default the run's first event; ``window`` is the
+    ``origin`` (epoch ns) is x = 0, by default the first traced (profiled) event, so earlier
+    warm-up compiles sit at negative times; ``window`` is the
     initial view: "events" (the profiled steps) or "all" (warm-up compiles too).
     """
 
@@ -76,7 +77,7 @@ class Timeline:
         fig = figure(width=self.width, height=200, output_backend=backend,
                      x_range=x_range or Range1d(0, 1), y_range=Range1d(0.5, -0.5),
                      tools="xpan,xwheel_zoom,xbox_zoom,reset,save", active_scroll="xwheel_zoom",
-                     toolbar_location="above", x_axis_label="ms since the run's first event")
+                     toolbar_location="above", x_axis_label="ms since the first profiled event")
         fig.ygrid.grid_line_color = None
         fig.yaxis.ticker = FixedTicker(ticks=[])
         fig.quad(left="left", right="right", bottom="bottom", top="top", fill_color="shade",
@@ -145,6 +146,9 @@ class Timeline:
         t0 = origin if origin is not None else (self._fixed_origin if self._fixed_origin
                                                 is not None else origin_ns(run))
         self.origin = t0
+        if origin is None and self._fixed_origin is None:   # say what x = 0 is
+            self.figure.xaxis.axis_label = ("ms since the first profiled event" if len(run.events)
+                                            else "ms since the run's first step")
         events = self._prepare(run.events)
         ranks = sorted(set(events["rank"].unique().tolist())
                        | set(run.compile_events["rank"].unique().tolist())
