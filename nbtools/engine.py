@@ -175,16 +175,14 @@ def _release_peers(run_id: str, error: str) -> None:
     """Mark the failure in the store, then abort our communicators: a gloo peer blocked in
     a collective with us gets 'connection closed' at once instead of waiting for the
     timeout; NCCL peers are told through the store by their own watcher."""
-    import gc
     import torch.distributed as dist
     # The state built on this group (models, DDP, TP blocks) goes first: it holds the group,
     # and gloo closes its connections, which is what releases a peer blocked in a
     # collective with us, only when the group is freed. References from inside torch can
     # still keep it alive, so the client also restarts ranks left waiting (cluster.py).
-    _S.group, _S.prepared, _S.workload, _S.build_key, _S.model_key = None, None, None, (), ()
-    _S.cache.clear()
+    _S.group, _S.build_key, _S.model_key = None, (), ()
     _S.custom_state.clear()
-    gc.collect()
+    _release_model()
     try:
         _S.store.set(f"failed/{run_id}", f"rank {_S.rank}: {error.splitlines()[0][:300]}")
     except Exception:

@@ -35,8 +35,6 @@ def sweep(lab, base: StepConfig, repeats: int = 1, **field_values) -> list:
     apart: docs/findings.md §4). A combination the config rejects is skipped with the
     reason printed; a run that fails is kept (its Run has the errors) and the lab is
     restarted if it has to be."""
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ConfigError(f"repeats={repeats!r}: give a whole number >= 1")
     names = list(field_values)
     todo = []
     for combo in itertools.product(*(field_values[n] for n in names)):
@@ -55,14 +53,14 @@ def rounds(lab, configs, repeats: int = 1) -> list:
     """Run ``configs`` in order, the whole list ``repeats`` times (round after round), with
     ``sweep``'s handling of failures; ``table(runs, ..., combine=True)`` or ``spread(runs)``
     then reduce identical configs to their median."""
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ConfigError(f"repeats={repeats!r}: give a whole number >= 1")
     for cfg in configs:
         cfg.check_device(lab.device_type)
     return _in_rounds(lab, [(cfg.label(), cfg) for cfg in configs], repeats)
 
 
 def _in_rounds(lab, todo, repeats: int) -> list:
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats={repeats!r}: give a whole number >= 1")
     return [_run_one(lab, what, cfg, f" #{k}" if repeats > 1 else "")
             for k in range(repeats) for what, cfg in todo]
 
@@ -153,22 +151,30 @@ def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None,
     return pd.DataFrame(rows)
 
 
-def _combined(runs, columns, fields) -> pd.DataFrame:
+def _by_config(runs) -> list:
+    """Runs grouped by identical config, in first-seen order."""
     groups: dict = {}
-    for run in runs:     # identical configs, in first-seen order
+    for run in runs:
         key = tuple(sorted(run.config.to_dict().items())) if run.config else run.run_id
         groups.setdefault(key, []).append(run)
+    return list(groups.values())
+
+
+def _range_pct(v: pd.Series) -> float:
+    return 100 * (v.max() - v.min()) / v.median()
+
+
+def _combined(runs, columns, fields) -> pd.DataFrame:
     fields = varying_fields(runs) if fields is None else list(fields)
     rows = []
-    for same in groups.values():
+    for same in _by_config(runs):
         ok = [r for r in same if r.ok] or same
         t = table(ok, columns, fields=fields)
         row = {f: t[f].iloc[0] for f in fields}
         row.update({c: pd.to_numeric(t[c], errors="coerce").median() for c in columns})
         row["n"] = len(ok) if ok[0].ok else 0
         if "step_ms" in t:
-            ms = pd.to_numeric(t["step_ms"], errors="coerce")
-            row["step_ms_range_pct"] = 100 * (ms.max() - ms.min()) / ms.median()
+            row["step_ms_range_pct"] = _range_pct(pd.to_numeric(t["step_ms"], errors="coerce"))
         row["status"] = "ok" if all(r.ok for r in same) else \
             f"{sum(r.ok for r in same)}/{len(same)} ok"
         row["flags"] = "; ".join(dict.fromkeys(f for r in same for f in r.flags))
@@ -200,15 +206,16 @@ def spread(runs, column: str = "step_ms", fields=None) -> pd.DataFrame:
     median over its runs of ``column`` (each run reduced over ranks as in ``table``), the
     lowest and highest, ``range_pct`` = (max - min) / median and ``n`` runs. A difference
     between configs smaller than their range_pct is not resolved by these runs."""
-    t = table([r for r in runs if r.ok], [column], fields=fields)
-    keys = [c for c in t.columns if c not in ("run", column, "status", "flags")]
-    if not keys:   # every run had the same config
-        t = t.assign(config="all")
-        keys = ["config"]
-    g = t.groupby(keys, sort=False, dropna=False)[column]
-    out = g.agg(["median", "min", "max", "count"]).rename(columns={"count": "n"})
-    out["range_pct"] = 100 * (out["max"] - out["min"]) / out["median"]
-    return out.reset_index()
+    ok = [r for r in runs if r.ok]
+    fields = varying_fields(ok) if fields is None else list(fields)
+    rows = []
+    for same in _by_config(ok):
+        t = table(same, [column], fields=fields)
+        v = pd.to_numeric(t[column], errors="coerce")
+        head = {f: t[f].iloc[0] for f in fields} or {"config": "all"}  # one config only
+        rows.append({**head, "median": v.median(), "min": v.min(), "max": v.max(),
+                     "n": len(same), "range_pct": _range_pct(v)})
+    return pd.DataFrame(rows)
 
 
 def compile_counts(runs, kinds=None) -> pd.DataFrame:
