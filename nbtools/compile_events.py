@@ -1,5 +1,5 @@
 """Engine side: what torch.compile did during one run (compiles, recompiles with every guard
-failure, graph breaks at the user's file:line, the recompile limit, cudagraph-tree records,
+failure, the lazy backward compiles AOTAutograd does at a graph's first backward, graph breaks at the user's file:line, the recompile limit, cudagraph-tree records,
 re-records and skips), as one COMPILE_COLUMNS table per rank plus a few counts.
 
 Sources, all in-process and structured (no stderr parsing):
@@ -250,11 +250,18 @@ class CompileRecorder:
             cid = str(m.compile_id or "")
             start = (m.start_time_us or 0) * 1000
             if m.co_name is None:
-                # no frame: a lazy backward compile (folded into its forward), or a failure
-                # before tracing, like the recompile limit (already a row from the log)
+                # no frame: a lazy backward compile (compiled at the first backward, so
+                # its own row at its own time), or a failure before tracing, like the
+                # recompile limit (already a row from the log)
                 if m.fail_type is None:
-                    if cid in by_id:
-                        fold_backward(by_id[cid], m)
+                    fwd = by_id.get(cid)
+                    if fwd is not None:
+                        fold_backward(fwd, m)
+                    rows.append({**_ROW, "kind": "backward_compile", "compile_id": cid,
+                                 "name": fwd["name"] if fwd else "",
+                                 "frame": fwd["frame"] if fwd else "", "ts_ns": start,
+                                 "dur_ns": (m.duration_us or 0) * 1000,
+                                 "_cache": cache_counts(m)})
                     continue
                 if cid in self._limits:
                     continue

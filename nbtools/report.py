@@ -27,7 +27,7 @@ ENV_KEYS = ("torch", "torch_version", "cuda", "cuda_version", "nccl", "nccl_vers
             "triton", "python", "platform", "driver", "gpus", "gpu", "devices", "device",
             "device_name", "world_size", "hosts", "host", "backend", "nbtools")
 KIND_ORDER = ("recompile", "graph_break", "cudagraph_skip", "limit_hit", "compile",
-              "cudagraph_record")
+              "backward_compile", "cudagraph_record")
 MAX_COMPILE_ROWS = 200
 _HOME = re.compile(r"(?:/home/[^/\s\"'<>]+|/Users/[^/\s\"'<>]+|/root)(?=[/\s\"'<>:,;)\]]|$)")
 # key/token/password = <8+ chars>: connection-file keys are UUIDs; "dict key: x" stays

@@ -7,6 +7,9 @@ import pandas as pd
 
 # analysis.per_rank columns that are totals over the profiled window: shown per step
 _PER_STEP = ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms", "idle_ms", "syncs")
+# compile_s: forward frames and the backward graphs AOTAutograd compiles at their first
+# backward (in a training step that can be most of the time: 150 of 204 s, max-autotune DDP)
+COMPILE_KINDS = ("compile", "recompile", "backward_compile")
 
 
 def step_stats(steps: pd.DataFrame, phase: str = "measured") -> pd.DataFrame:
@@ -43,7 +46,7 @@ def build(steps, events, compile_events, reports: dict, cfg) -> pd.DataFrame:
         rep = reports[r]
         counts = (rep.get("compile") or {}).get("counts", {})
         ce = compile_events[compile_events["rank"] == r] if len(compile_events) else compile_events
-        compile_s = float(ce.loc[ce["kind"].isin(["compile", "recompile"]), "dur_ns"].sum()) / 1e9 \
+        compile_s = float(ce.loc[ce["kind"].isin(COMPILE_KINDS), "dur_ns"].sum()) / 1e9 \
             if len(ce) else 0.0
         items, flops = rep.get("items_per_step", 0), rep.get("flops_per_step", 0.0)
         chk = rep.get("check") or {}

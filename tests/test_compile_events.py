@@ -6,6 +6,7 @@ cache and time split. Reason strings asserted here are the ones torch 2.13 print
 import inspect
 import logging
 import os
+import time
 
 import pytest
 
@@ -76,6 +77,28 @@ def test_autocast_outside_compiled_module_recompiles_with_global_state_reason(re
     times = counts["compile_times"][first.compile_id]
     assert times["total_ms"] > 0 and times["bwd_ms"] > 0   # lazy backward folded in
     assert (df["rank"] == 0).all()
+
+
+def test_lazy_backward_compile_is_its_own_row_and_counts_in_compile_seconds(rec):
+    # AOTAutograd compiles the backward at the first .backward(), after the forward's
+    # compile ended: a row of its own at that time (the timeline draws it there), counted
+    # in compile_s. On H200 it was 150 of a max-autotune DDP step's 204 s.
+    compiled = torch.compile(Tiny(), backend="aot_eager")
+    rec.start_run()
+    rec.set_step(0)
+    loss = compiled(torch.randn(4, 8))
+    t_backward = time.time_ns()
+    loss.backward()
+    rec.set_step(-1)
+    out = rec.finish_run(rank=0)
+    df = table(out)
+    assert df["kind"].tolist() == ["compile", "backward_compile"]
+    fwd, bwd = df.iloc[0], df.iloc[1]
+    assert bwd["name"] == fwd["name"] == "forward" and bwd.frame == fwd.frame
+    assert bwd.compile_id == fwd.compile_id and bwd.step == 0
+    assert bwd.ts_ns >= t_backward >= fwd.ts_ns + fwd.dur_ns and bwd.dur_ns > 0
+    assert out["counts"]["compiles"] == 1 and out["counts"]["graphs"] == 1
+    assert out["counts"]["compile_s"] == pytest.approx((fwd.dur_ns + bwd.dur_ns) / 1e9, rel=1e-3)
 
 
 def test_compiled_library_module_is_named_by_its_call_site(rec):

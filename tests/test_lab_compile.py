@@ -23,6 +23,11 @@ def test_flipping_autocast_on_a_compiled_scenario_recompiles(lab):
                       backend="aot_eager", cache="continue", **FAST)
     first = lab.run(base)
     assert (_per_rank(first, "compile") >= 1).all()
+    # the backward, compiled at the first backward, is part of the compile seconds
+    assert (_per_rank(first, "backward_compile") >= 1).all()
+    ce = first.compile_events
+    spent = ce[ce["kind"] != "graph_break"].groupby("rank")["dur_ns"].sum() / 1e9
+    assert first.summary["compile_s"].tolist() == pytest.approx(spent.tolist())
     flipped = lab.run(base.replace(autocast="bf16"))
     rec = flipped.compile_events[flipped.compile_events["kind"] == "recompile"]
     assert set(rec["rank"]) == {0, 1}

@@ -8,7 +8,8 @@
 # running cell is interrupted and the HTML keeps what ran); every run lands in
 # $OUT/runs/NN, tarred at the end. Other parts: gputest (pytest -m gpu), roundtrip:SECONDS
 # (bench_roundtrip.py on every GPU), autotune:SECONDS (the ddp-train max-autotune-no-cudagraphs
-# row of the issue 2 sweep), noise:SECONDS (identical runs repeated in one lab).
+# row of the issue 2 sweep), noise:SECONDS (identical runs repeated in one lab), recount:SECONDS
+# (compile seconds with the backward compiles: ddp-train sweep rows and notebook 03's varlen runs).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT/runs" && OUT=$(cd "$OUT" && pwd)
@@ -58,6 +59,20 @@ for part in "$@"; do
                 --compile-cache /tmp/nbtools-autotune-cache 2>&1 \
                 | log | tail -8 | tee -a "$OUT/log.txt"
             kill $watch $dump 2>/dev/null
+            cleanup ;;
+        recount)
+            # compile_s with the lazy backward compiles counted (rows recorded before
+            # 2026-11-30 have the forward only): the ddp-train rows of the issue 2 sweep,
+            # then notebook 03's varlen runs, each printed as it finishes
+            half=$((secs / 2))
+            timeout "$half" python3 -m nbtools run --scenario ddp-train \
+                --compile off,default,reduce-overhead --history "$OUT/runs/recount" --quiet \
+                2>&1 | log | tee -a "$OUT/log.txt"
+            cleanup
+            timeout $((secs - $(date +%s) + t0)) python3 -m nbtools run --scenario varlen-train \
+                --compile default --dynamic static,auto,mark --seq-schedule varying \
+                --warmup 1 --steps 40 --profiled 2 --history "$OUT/runs/recount-varlen" --quiet \
+                2>&1 | log | tee -a "$OUT/log.txt"
             cleanup ;;
         noise)
             timeout "$secs" python3 benchmarks/gpu/repeat_noise.py "$OUT" 3 2>&1 | log \
