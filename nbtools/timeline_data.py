@@ -13,7 +13,7 @@ import pandas as pd
 COMPILE_STYLE = {               # kind -> (marker, colour)
     "compile": ("square", "#1f77b4"),
     "recompile": ("triangle", "#d62728"),
-    "backward_compile": ("square", "#17becf"),
+    "backward_compile": ("square", "#8c564b"),   # not cpu_op's cyan
     "graph_break": ("x", "#ff7f0e"),
     "cudagraph_skip": ("diamond", "#9467bd"),
     "cudagraph_record": ("circle", "#2ca02c"),
