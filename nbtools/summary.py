@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .compile_summary import COMPILE_KINDS
+
 # analysis.per_rank columns that are totals over the profiled window: shown per step
 _PER_STEP = ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms", "idle_ms", "syncs")
-# compile_s: forward frames and the backward graphs AOTAutograd compiles at their first
-# backward (can be most of it: a 204-s max-autotune DDP first step whose forward took 50.6 s)
-COMPILE_KINDS = ("compile", "recompile", "backward_compile")
 
 
 def step_stats(steps: pd.DataFrame, phase: str = "measured") -> pd.DataFrame:
