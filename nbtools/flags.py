@@ -65,8 +65,8 @@ REGISTRY = (
          "applied).",
          "Drop the setting here, or run on the device it is for."),
     Flag("straggler", "straggler: {sentence}",
-         "In the captured collectives one rank arrives last (most of the time, by more than "
-         "noise); the others wait in the collective for it, so their step times include its "
+         "In the captured collectives one rank arrives last (at least 75 % of the time, a "
+         "share luck gives less than 1 % of the time, and by at least 20 % of a step); the others wait in the collective for it, so their step times include its "
          "lateness. host-side: between collectives the late rank computed no longer than "
          "the others, its host launched late (Python, data, launch path, a sleep); slower "
          "compute: its own compute before the collectives took longer.",
@@ -74,7 +74,8 @@ REGISTRY = (
          "(host-side), or its kernels before the collective (compute: imbalance, a slower "
          "device, other load on it). summary columns wait_ms and last_pct give each rank."),
     Flag("step-spread", "ranks differ in step time: {lo} .. {hi} ms; {why}",
-         "Step times differ by more than 25 % (and 0.1 ms) between ranks, and no captured collective "
+         "Step times differ by more than 25 % (and 0.5 ms, the slow rank's p10 above the "
+         "fast rank's p90) between ranks, and no captured collective "
          "says which rank is late: either none was captured (capture='off' or 'light') or "
          "the ranks ran none (each runs at its own pace).",
          "Run with capture='full' to have the straggler named (when the ranks communicate)."),
@@ -103,3 +104,7 @@ def markdown_table() -> str:
     for f in REGISTRY:
         rows.append(f"| `{f.id}` | `{f.template}` | {f.means} | {f.todo} |")
     return "\n".join(rows)
+
+
+if __name__ == "__main__":   # regenerates the table in docs/flags.md
+    print(markdown_table())

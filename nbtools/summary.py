@@ -156,7 +156,10 @@ def _timing_flags(summary, events) -> list[str]:
             if att["straggler"] else []
     if len(summary) > 1 and "step_ms" in summary and summary["step_ms"].notna().all():
         lo, hi = summary["step_ms"].min(), summary["step_ms"].max()
-        if lo > 0 and hi / lo > 1.25 and hi - lo >= 0.1:   # below: timer noise
+        fast, slow = summary.loc[summary["step_ms"].idxmin()], summary.loc[summary["step_ms"].idxmax()]
+        # apart beyond noise: the slow rank's p10 above the fast rank's p90
+        apart = not (fast.get("p90_ms", lo) >= slow.get("p10_ms", hi))
+        if lo > 0 and hi / lo > 1.25 and hi - lo >= 0.5 and apart:
             comm = events is not None and len(events) and \
                 (events["category"] == "communication").any()
             why = ("the captured collectives did not match across ranks" if comm else
