@@ -126,6 +126,7 @@ class CompileRecorder:
                 log.propagate = True
                 if name in _DEBUG_LOGGERS and self._threshold.get(name) != logging.DEBUG:
                     log.setLevel(logging.NOTSET)
+        self._hits.remove()
         state, mine = self._mine
         if state is not None and state is log_state():
             state.artifact_names.difference_update(mine)

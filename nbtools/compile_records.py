@@ -166,6 +166,14 @@ class FrameHits:
         return self.hits, self.misses
 
 
+    def remove(self) -> None:
+        """Put back the hook that was there before ours (if ours is still the one)."""
+        prev = _set_guard_hook(self._prev)
+        if prev is not self and prev is not _UNAVAILABLE:
+            _set_guard_hook(prev)   # someone else's since: leave theirs
+        self._prev = None
+
+
 _UNAVAILABLE = object()
 
 

@@ -312,3 +312,43 @@ def test_every_flag_is_documented_with_a_printed_example():
     for f in F.REGISTRY:
         assert f"`{f.id}`" in page, f.id
         assert any(F.identify(e) == f.id for e in examples), f"no example of {f.id}"
+
+
+# -- the engine's outcome, in this process (the recorder the engines use) ----------------
+def test_outcome_tells_reused_graphs_from_frames_that_hold_none():
+    import torch
+
+    from nbtools.compile_events import CompileRecorder
+    from nbtools.compile_summary import outcome
+
+    def only_a_break(x):
+        torch._dynamo.graph_break()   # Dynamo keeps a cache entry for this frame, no graph
+        return x
+
+    def body(x):
+        return (x * 2).sin()
+
+    torch.compiler.reset()
+    rec = CompileRecorder()
+    try:
+        runs = []
+        for fn in (body, body, only_a_break):
+            if fn is only_a_break:
+                torch.compiler.reset()
+            rec.start_run()
+            f = torch.compile(fn, backend="eager")
+            for _ in range(3):
+                f(torch.ones(4))
+            runs.append(outcome(rec.finish_run(0)["counts"], requested=True, reused=False))
+    finally:
+        rec.uninstall()
+        torch.compiler.reset()
+    first, second, broken = runs
+    assert first["state"] == "compiled" and first["frames_run"] == 2
+    assert second["state"] == "reused" and second["frames_run"] == 3, second
+    # entries into a frame ran, but no graph: that is eager, not reuse
+    assert broken["frames_run"] >= 2 and broken["graphs_cached"] == 0
+    assert broken["state"] == "eager", broken
+    assert outcome({"graphs": 0, "frames_run": 0}, requested=False, reused=False)["state"] == "off"
+    from torch._C._dynamo.eval_frame import set_guard_complete_hook
+    assert set_guard_complete_hook(None) is None   # uninstall put back what was there

@@ -10,10 +10,11 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0), 'x', torch.cuda.device_count())" | tee "$OUT/versions.txt"
 H=${TMPDIR:-/tmp}/nbtools-flags-$$
-timeout ${SWEEP_S:-420} python3 -m nbtools run --scenario tp-mlp-infer --compile off,reduce-overhead \
-    --capture off,light,full --steps 30 --history "$H/sweep" --quiet 2>&1 \
+# COMPILE/BATCH/EXTRA: for a dry run on CPU (COMPILE=off,default EXTRA="--backend eager")
+timeout ${SWEEP_S:-420} python3 -m nbtools run --scenario tp-mlp-infer --compile ${COMPILE:-off,reduce-overhead} \
+    --capture off,light,full --steps 30 ${EXTRA:-} --history "$H/sweep" --quiet 2>&1 \
     | grep -v -E "^(USDT|\[rank)" | tee "$OUT/sweep.txt"
-timeout ${BATCH_S:-150} python3 -m nbtools run --scenario tp-mlp-infer --batch 256 \
+timeout ${BATCH_S:-150} python3 -m nbtools run --scenario tp-mlp-infer --batch ${BATCH:-256} ${EXTRA:-} \
     --history "$H/batch256" --quiet 2>&1 | grep -v -E "^(USDT|\[rank)" | tee "$OUT/batch256.txt"
 # what the flags were built from, per run and rank: the engine's compile outcome and the
 # straggler columns (the CLI table does not show them)
