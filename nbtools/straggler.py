@@ -84,7 +84,8 @@ def attribute(events: pd.DataFrame) -> dict | None:
     out["straggler"] = dict(
         rank=ranks[cand], late_ms=late_ms, share=share, chance=chance, step_ms=step_ms,
         cause=cause, extra_compute_ms=extra_ms,
-        kind=_kind(names), waits={r: float(w) / 1e6 for r, w in wait_step.items() if r != ranks[cand]})
+        kind=_kind(names),
+        waits={r: float(w) / 1e6 for r, w in wait_step.items() if r != ranks[cand]})
     return out
 
 
@@ -163,8 +164,9 @@ def _busy_between(work: pd.DataFrame, a: np.ndarray, b: np.ndarray) -> np.ndarra
 
     def covered(t):   # busy time before t
         i = np.searchsorted(ms, t, side="right")
-        full = cum[np.maximum(i - 1, 0)]
-        part = np.where(i > 0, np.minimum(t, me[np.maximum(i - 1, 0)]) - ms[np.maximum(i - 1, 0)], 0)
+        j = np.maximum(i - 1, 0)    # the merged interval starting at or before t
+        full = cum[j]
+        part = np.where(i > 0, np.minimum(t, me[j]) - ms[j], 0)
         return np.where(i > 0, full + part, 0.0)
     bb = b.astype(np.float64)
     out = covered(bb) - covered(np.where(np.isnan(a), bb, a))

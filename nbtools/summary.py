@@ -156,7 +156,8 @@ def _timing_flags(summary, events) -> list[str]:
             if att["straggler"] else []
     if len(summary) > 1 and "step_ms" in summary and summary["step_ms"].notna().all():
         lo, hi = summary["step_ms"].min(), summary["step_ms"].max()
-        fast, slow = summary.loc[summary["step_ms"].idxmin()], summary.loc[summary["step_ms"].idxmax()]
+        fast = summary.loc[summary["step_ms"].idxmin()]
+        slow = summary.loc[summary["step_ms"].idxmax()]
         # apart beyond noise: the slow rank's p10 above the fast rank's p90
         apart = not (fast.get("p90_ms", lo) >= slow.get("p10_ms", hi))
         if lo > 0 and hi / lo > 1.25 and hi - lo >= 0.5 and apart:
