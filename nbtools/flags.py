@@ -66,8 +66,9 @@ REGISTRY = (
          "Drop the setting here, or run on the device it is for."),
     Flag("straggler", "straggler: {sentence}",
          "In the captured collectives one rank arrives last (at least 75 % of the time, a "
-         "share luck gives less than 1 % of the time, and by at least 20 % of a step); the "
-         "others wait in the collective for it, so their step times include its "
+         "share luck gives less than 1 % of the time) and another rank waits for it at least "
+         "20 % of a step; the others wait in the collective for it, so their step times "
+         "include its "
          "lateness. host-side: between collectives the late rank computed no longer than "
          "the others, its host launched late (Python, data, launch path, a sleep); slower "
          "compute: its own compute before the collectives took longer.",

@@ -19,9 +19,11 @@ import numpy as np
 import pandas as pd
 
 # A straggler is named when one rank arrives last this often, beyond chance (a balanced run
-# on busy cores can put one rank last 5 times in 6 by luck), and late by at least this much
-# (and this share of a step: less is in wait_ms and last_pct, not worth a flag; on busy
-# shared cores a balanced run was seen with one rank 1.7 ms late in 12-ms steps).
+# on busy cores can put one rank last 5 times in 6 by luck), and the others wait for it at
+# least this long per step (and this share of a step: less is in wait_ms and last_pct, not
+# worth a flag; on busy shared cores a balanced run was seen with one rank 1.7 ms late in
+# 12-ms steps). Per step, not per collective: on H200, tp-mlp-infer's rank 0 was 0.3 ms late
+# to each of 8 all-reduces, and rank 1 waited 2.5 ms of its 3.5-ms step.
 MIN_SHARE, MAX_CHANCE, MIN_LATE_MS, MIN_LATE_OF_STEP = 0.75, 0.01, 0.1, 0.2
 _KINDS = (("allreduce", "all-reduces"), ("all_reduce", "all-reduces"),
           ("allgather", "all-gathers"), ("all_gather", "all-gathers"),
@@ -72,8 +74,9 @@ def attribute(events: pd.DataFrame) -> dict | None:
     late_ms = float(np.median(start[:, cand] - others)) / 1e6
     step_ms = _median_step_ms(events)
     chance = _chance(int(np.sum(last == cand)), len(keys), len(ranks))
-    if share < MIN_SHARE or chance > MAX_CHANCE or \
-            late_ms < max(MIN_LATE_MS, MIN_LATE_OF_STEP * step_ms):
+    waited = float(wait_step.drop(ranks[cand]).max()) / 1e6
+    if share < MIN_SHARE or chance > MAX_CHANCE or late_ms <= 0 or \
+            waited < max(MIN_LATE_MS, MIN_LATE_OF_STEP * step_ms):
         return out
     # extra compute of the late rank before each collective, against the median of the rest
     ok = ~np.isnan(busy).any(axis=1)
@@ -92,11 +95,13 @@ def attribute(events: pd.DataFrame) -> dict | None:
 def sentence(verdict: dict) -> str:
     """The verdict as a flag's words (flags.py wraps it)."""
     r, late, kind = verdict["rank"], verdict["late_ms"], verdict["kind"]
-    waits = "; ".join(f"rank {w} waited {ms:.3g} ms per step" for w, ms in verdict["waits"].items())
+    waits = "; ".join(f"rank {w} waited {ms:.3g} ms per step"
+                      for w, ms in verdict["waits"].items())
     if verdict["cause"] == "host":
+        extra = round(verdict["extra_compute_ms"], 2) + 0.0   # + 0.0: no "-0.00"
         return (f"rank {r} launched the {kind} {late:.3g} ms late on median: host-side "
-                f"(not slower compute: {verdict['extra_compute_ms']:+.2g} ms of compute before "
-                f"them against the others); {waits}")
+                f"(not slower compute: {extra:+.2f} ms of compute before them against the "
+                f"others); {waits}")
     if verdict["cause"] == "unknown":
         return (f"rank {r} reached the {kind} {late:.3g} ms late on median (host-side or "
                 f"compute not told: no step range before them was captured); {waits}")

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nbtools import Lab, StepConfig, export_html
+from nbtools import Lab, StepConfig, export_html, load_traces
 from nbtools import flags as F
 from nbtools.panel_html import summary_html
 from nbtools.straggler import attribute
@@ -302,6 +302,27 @@ def test_attribution_on_known_events():
     assert comp["extra_compute_ms"] == pytest.approx(4)
     assert attribute(_events(0, host_ms=0, compute_ms=0))["straggler"] is None
     assert attribute(_events(0, 0, 0).query("category != 'communication'")) is None
+
+
+def _h200(mode):
+    h200 = Path(__file__).parent / "fixtures" / "h200"
+    return load_traces([h200 / f"tp_{mode}_rank0.json.gz", h200 / f"tp_{mode}_rank1.json.gz"])
+
+
+def test_h200_tp_eager_names_rank_0_host_side_and_cuda_graphs_none():
+    """Real 2 x H200 traces (tp-mlp-infer batch 1, tests/fixtures/h200): eager, rank 0
+    reaches each of the 8 all-reduce kernels ~0.3 ms after rank 1 with the same 0.09 ms of
+    kernels before them; under reduce-overhead the replayed graphs arrive together."""
+    from nbtools.straggler import sentence
+    att = attribute(_h200("off").events)
+    v = att["straggler"]
+    assert v["rank"] == 0 and v["cause"] == "host" and v["kind"] == "all-reduces", v
+    assert att["collectives"] == 24 and v["share"] > 0.9
+    waits = att["per_rank"].set_index("rank")["wait_ms"]
+    assert waits[1] > 0.2 * v["step_ms"] > waits[0]
+    assert sentence(v).startswith("rank 0 launched the all-reduces")
+    graphs = attribute(_h200("reduce-overhead").events)
+    assert graphs["collectives"] == 24 and graphs["straggler"] is None
 
 
 # -- the registry and its page ------------------------------------------------------------
