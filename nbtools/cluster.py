@@ -309,7 +309,8 @@ class Lab:
                           if rep.get("compile")}) if len(ok) > 1 else None
         env = dict(next(iter(ok.values()))["env"]) if ok else {}
         env.update(world_size=self.world_size, hosts=sorted({p.host for p in self.placements}))
-        ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "model_built_at",
+        ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "compile_outcome",
+                                             "model_built_at",
                                              "peak_mem_mb", "shapes", "engine_s", "parse_s",
                                              "last_value", "unused")}
                  for r, rep in reports.items()}
@@ -320,7 +321,7 @@ class Lab:
                   run_id=run_id, started=t0, reports=rows)
         if sm is not None:
             run.summary = sm
-            run.flags = summ.flags(sm, ok, cfg, div)
+            run.flags = summ.flags(sm, ok, cfg, div, events, comp)
         return run
 
     # -- conveniences ----------------------------------------------------------------------

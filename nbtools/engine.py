@@ -238,6 +238,7 @@ class _PeerWatch:
 def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
     import torch
     from . import capture
+    from .compile_summary import outcome
     cfg.check_device(_S.device.type)
     rec = _S.recorder
     rec.install()
@@ -268,6 +269,7 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
     compile_wire = rec.finish_run(_S.rank)
     result.update(
         compile=compile_wire, notes=list(notes), reused=reused, check=check,
+        compile_outcome=outcome(compile_wire["counts"], cfg.compiled, reused),
         model_built_at=_S.model_built_at,
         peak_mem_mb=(torch.cuda.max_memory_allocated() / 2**20) if cuda else float("nan"),
         rss_mb=_rss_mb(), items_per_step=_items_per_step(wl, cfg), flops_per_step=wl.flops_per_step,

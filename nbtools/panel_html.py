@@ -11,7 +11,8 @@ from .cluster import RunTimeout
 SUMMARY_COLUMNS = ("rank", "step_ms", "p10_ms", "p90_ms", "profiler_overhead_pct", "compile_s",
                    "compiles", "recompiles", "graph_breaks", "graphs", "gpu_busy_pct",
                    "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
-                   "graph_coverage_pct", "peak_mem_mb", "items_per_s", "cache")
+                   "graph_coverage_pct", "peak_mem_mb", "items_per_s", "cache",
+                   "compile_state", "wait_ms", "last_pct")
 
 
 def describe_error(err) -> str:
