@@ -65,13 +65,15 @@ REGISTRY = (
          "applied).",
          "Drop the setting here, or run on the device it is for."),
     Flag("straggler", "straggler: {sentence}",
-         "In the captured collectives one rank arrives last (at least 75 % of the time, a "
-         "share luck gives less than 1 % of the time) and another rank waits for it at least "
-         "20 % of a step; the others wait in the collective for it, so their step times "
-         "include its "
-         "lateness. host-side: between collectives the late rank computed no longer than "
+         "In the captured collectives the others wait for one rank: weighted by how long, "
+         "it causes most of the waiting, either arriving last at least 75 % of the time (a "
+         "share luck gives less than 1 % of the time) with another rank waiting at least "
+         "20 % of a step, or being the main cause in every profiled step (3 times the "
+         "others' worst step) with another rank waiting at least 10 % of a step. The others "
+         "wait in the collective for it, so their step times include its lateness. "
+         "host-side: before the collectives it was late to, it computed no longer than "
          "the others, its host launched late (Python, data, launch path, a sleep); slower "
-         "compute: its own compute before the collectives took longer.",
+         "compute: its own compute before them took longer.",
          "Look at the named rank, not the waiting one: its CPU lane in the timeline "
          "(host-side), or its kernels before the collective (compute: imbalance, a slower "
          "device, other load on it). summary columns wait_ms and last_pct give each rank."),
