@@ -123,6 +123,8 @@ def lab_main(argv: list[str]) -> int:
     cmd = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={root}",
            f"--LabApp.default_url=/lab/tree/{first}", *argv]
     print(f"starting JupyterLab ({sys.executable} -m jupyter lab) on {root}", flush=True)
+    if os.name == "posix":      # become jupyter: Ctrl-C and signals reach it directly
+        os.execv(sys.executable, cmd)
     return subprocess.call(cmd)
 
 
