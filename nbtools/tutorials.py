@@ -120,9 +120,11 @@ def lab_main(argv: list[str]) -> int:
         print(describe_copy(root, copy_tutorials(root)))
         first = FIRST
     _ensure_kernel()
-    cmd = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={root}",
+    # -m jupyterlab, not the `jupyter` launcher: that one looks for a jupyter-lab script on
+    # PATH, which may belong to another environment or be missing
+    cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root}",
            f"--LabApp.default_url=/lab/tree/{first}", *argv]
-    print(f"starting JupyterLab ({sys.executable} -m jupyter lab) on {root}", flush=True)
+    print(f"starting JupyterLab ({sys.executable} -m jupyterlab) on {root}", flush=True)
     if os.name == "posix":      # become jupyter: Ctrl-C and signals reach it directly
         os.execv(sys.executable, cmd)
     return subprocess.call(cmd)
