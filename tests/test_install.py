@@ -73,6 +73,7 @@ def installed(tmp_path_factory):
     assert ours == [], ours
     elsewhere = tmp / "elsewhere"
     elsewhere.mkdir()
+    (tmp / "home").mkdir()
     return dict(wheel=wheel, py=py, venv=venv, site=site, cwd=elsewhere,
                 env=clean_env(JUPYTER_CONFIG_DIR=str(tmp / "jcfg"),
                               JUPYTER_DATA_DIR=str(tmp / "jdata"),
@@ -147,7 +148,7 @@ def test_lab_from_a_clone_serves_the_repository(tmp_path):
         # notebook 01 links ../docs/findings.md: inside the served folder
         assert get(base, token, "/api/contents/docs/findings.md?content=0")["type"] == "file"
         assert landing(base, token).endswith("/lab/tree/notebooks/00-quickstart.ipynb")
-    assert f"serving the clone at {ROOT}" in log()
+        assert f"serving the clone at {ROOT}" in log()
 
 
 # -- a running `nbtools lab` -----------------------------------------------------------------
@@ -164,7 +165,10 @@ def serving(python, cwd, env):
     logf = open(Path(cwd) / f"lab-{port}.log", "w+")
     proc = subprocess.Popen([str(python), "-m", "nbtools", "lab", "--no-browser",
                              f"--port={port}", "--ip=127.0.0.1",
-                             f"--IdentityProvider.token={token}"],
+                             f"--IdentityProvider.token={token}",
+                             # options pass straight through to jupyter lab
+                             *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0
+                               else [])],
                             cwd=cwd, env=env, stdout=logf, stderr=subprocess.STDOUT)
 
     def log():
