@@ -56,9 +56,14 @@ def save(run, folder) -> None:
     """Write the logs a run brought back into folder/torch_trace/rankN/, then tlparse's
     report when tlparse is installed. Called by Run.save; logs already on disk stay."""
     pending = getattr(run, "torch_trace_logs", None) or {}
-    if not pending:
-        return
     root = Path(folder) / FOLDER
+    old = getattr(run, "folder", None)
+    if not pending:
+        # saved before (a temporary folder, another history): the logs move with the run
+        if old is not None and (Path(old) / FOLDER).is_dir() and not root.exists() \
+                and Path(old).resolve() != Path(folder).resolve():
+            shutil.copytree(Path(old) / FOLDER, root)
+        return
     for rank, files in sorted(pending.items()):
         d = root / f"rank{rank}"
         d.mkdir(parents=True, exist_ok=True)

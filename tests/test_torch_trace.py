@@ -94,3 +94,21 @@ def test_panel_links_the_report(traced, monkeypatch):
     monkeypatch.chdir(tmp)       # the notebook's folder: JupyterLab resolves links from there
     html = summary_html(h.runs[0])
     assert f"href='{os.path.relpath(h.runs[0].folder / 'torch_trace/tlparse/index.html', tmp)}'" in html
+
+
+def test_logs_of_a_run_kept_in_memory_follow_it_when_saved(traced, tmp_path):
+    """A lab without a history folder: run.torch_trace writes the logs to a temporary folder;
+    saving the run later takes them along."""
+    from nbtools.run import Run
+    tmp, h, _ = traced
+    src = h.runs[1]
+    run = Run(config=src.config, run_id="cafe0001",
+              torch_trace_logs={int(p.parent.name[4:]): {p.name: p.read_bytes()}
+                                for p in src.torch_trace})
+    first = run.torch_trace
+    assert [p.name for p in first] == [p.name for p in src.torch_trace]
+    run.save(tmp_path / "later")
+    moved = run.torch_trace
+    assert [p.name for p in moved] == [p.name for p in first]
+    assert all(p.is_relative_to(tmp_path / "later") for p in moved)
+    assert [p.read_bytes() for p in moved] == [p.read_bytes() for p in src.torch_trace]
