@@ -3,6 +3,7 @@ message when it is missing."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 # module -> the extra that installs it (pyproject.toml [project.optional-dependencies])
 EXTRA_OF = {
@@ -27,10 +28,5 @@ def require(*modules: str, why: str) -> None:
     if gone:
         extras = sorted({EXTRA_OF.get(m, "") for m in gone} - {""})
         spec = f"torch-nbtools[{','.join(extras)}]" if extras else " ".join(gone)
-        raise MissingExtra(f"{why} needs {', '.join(gone)}, which is not installed in "
-                           f"{_where()}: pip install '{spec}'")
-
-
-def _where() -> str:
-    import sys
-    return f"this environment ({sys.executable})"
+        raise MissingExtra(f"{why} needs {', '.join(gone)}, which is not installed for "
+                           f"{sys.executable}: pip install '{spec}'")

@@ -17,7 +17,6 @@ DEFAULT_DIR = "nbtools-notebooks"
 # What we last wrote into a folder (name -> sha256): a file still matching it is ours to
 # update; one that differs was edited by the user and is kept unless --force.
 MANIFEST = ".nbtools-tutorials.json"
-FIRST = "00-quickstart.ipynb"
 
 
 def _shipped() -> dict[str, bytes]:
@@ -112,13 +111,13 @@ def lab_main(argv: list[str]) -> int:
     argv, dest = _pop_option(argv, "--notebooks-dir")
     require("jupyterlab", "ipywidgets", "jupyter_bokeh", why="`nbtools lab`")
     root = pd_.source_checkout()
+    first = pd_.notebooks()[0].name          # 00-quickstart: the teaching order's start
     if root is not None:
-        first = f"notebooks/{FIRST}"
+        first = f"notebooks/{first}"
         print(f"serving the clone at {root}")
     else:
         root = Path(dest or DEFAULT_DIR).expanduser().resolve()
         print(describe_copy(root, copy_tutorials(root)))
-        first = FIRST
     _ensure_kernel()
     # -m jupyterlab, not the `jupyter` launcher: that one looks for a jupyter-lab script on
     # PATH, which may belong to another environment or be missing
