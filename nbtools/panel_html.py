@@ -40,7 +40,7 @@ def summary_html(run) -> str:
     head = (f"<b>{html.escape(run.label)}</b> · {run.world_size} ranks · {len(run.events):,} "
             f"events · {len(run.compile_events):,} compile events"
             + (f" · {html.escape('; '.join(notes))}" if notes else "")
-            + link_html(run, base=os.getcwd()))   # relative: JupyterLab opens it from the notebook
+            + link_html(run, base=os.getcwd(), jupyter=True))
     if not len(s):
         return head
     cols = [c for c in SUMMARY_COLUMNS if c in s.columns]

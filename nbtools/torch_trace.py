@@ -122,9 +122,10 @@ def build_report(root) -> Path:
     return out / "index.html"
 
 
-def link_html(run, base=None) -> str:
+def link_html(run, base=None, jupyter: bool = False) -> str:
     """One line for the report and the panel: a link to tlparse's report, or where the logs
-    are when there is none. ``base``: the folder the link is read from (relative href)."""
+    are when there is none. ``base``: the folder the link is read from (relative href);
+    ``jupyter``: the page is served by the Jupyter server that started this kernel."""
     files = logs(run)
     if not files:
         return ""
@@ -134,9 +135,33 @@ def link_html(run, base=None) -> str:
         where = html.escape(str(files[0].parent.parent))
         return (f"<p class='torch-trace'>TORCH_TRACE: {len(files)} log(s) from {ranks} rank(s) in "
                 f"<code>{where}</code>; pip install 'torch-nbtools[trace]' for tlparse's report</p>")
-    href = _href(index, base)
-    return (f"<p class='torch-trace'>TORCH_TRACE: <a href='{html.escape(href)}' target='_blank'>"
-            f"tlparse report</a> ({len(files)} log(s) from {ranks} rank(s))</p>")
+    href = (served_href(index) if jupyter else None) or _href(index, base)
+    return (f"<p class='torch-trace'>TORCH_TRACE: <a href='{html.escape(href)}' target='_blank' "
+            f"title='{html.escape(str(index))}'>tlparse report</a> ({len(files)} log(s) from "
+            f"{ranks} rank(s))</p>")
+
+
+def served_href(path, server_pid: int | None = None) -> str | None:
+    """The URL path under which the Jupyter server that started this kernel (its parent
+    process) serves ``path`` (/files/...), or None when it does not. A widget's HTML is not
+    rewritten by JupyterLab, so a relative link there would resolve against /lab/tree/."""
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:
+        return None
+    pid = os.getppid() if server_pid is None else server_pid
+    p = Path(path).resolve()
+    for info in list_running_servers():
+        root = info.get("root_dir") or info.get("notebook_dir")
+        if info.get("pid") != pid or not root:
+            continue
+        try:
+            rel = p.relative_to(Path(root).resolve())
+        except ValueError:
+            return None
+        from urllib.parse import quote
+        return f"{info.get('base_url', '/')}files/{quote(rel.as_posix())}"
+    return None
 
 
 def _href(path: Path, base) -> str:

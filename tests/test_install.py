@@ -130,8 +130,8 @@ def test_installed_lab_help(installed):
     assert out.startswith("usage: python -m nbtools lab") and "--no-browser" in out
 
 
-def test_installed_lab_serves_a_copy_of_the_tutorials(installed):
-    with serving(installed["py"], installed["cwd"], installed["env"]) as (base, token, log):
+def test_installed_lab_serves_a_copy_of_the_tutorials(installed, monkeypatch):
+    with serving(installed["py"], installed["cwd"], installed["env"]) as (base, token, log, pid):
         root = installed["cwd"] / "nbtools-notebooks"
         assert sorted(p.name for p in root.glob("*.ipynb")) == SHIPPED_NOTEBOOKS
         assert get(base, token, "/api/contents/00-quickstart.ipynb?content=0")["type"] == "notebook"
@@ -139,11 +139,23 @@ def test_installed_lab_serves_a_copy_of_the_tutorials(installed):
         specs = get(base, token, "/api/kernelspecs")["kernelspecs"]
         assert specs["torch-nbtools"]["spec"]["argv"][0] == str(installed["py"])
         assert landing(base, token).endswith("/lab/tree/00-quickstart.ipynb")
+        # the panel's link to a tlparse report under the served folder: the server's URL
+        from nbtools.torch_trace import served_href
+        page = root / "nbtools-runs/0000-cafe/torch_trace/tlparse/index.html"
+        page.parent.mkdir(parents=True)
+        page.write_text("<h1>Multi-Rank TLParse Report</h1>")
+        monkeypatch.setenv("JUPYTER_RUNTIME_DIR", installed["env"]["JUPYTER_RUNTIME_DIR"])
+        href = served_href(page, server_pid=pid)
+        assert href == "/files/nbtools-runs/0000-cafe/torch_trace/tlparse/index.html"
+        req = urllib.request.Request(base + href, headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert b"Multi-Rank TLParse Report" in r.read()
+        assert served_href(page, server_pid=pid + 1) is None     # not our server
 
 
 def test_lab_from_a_clone_serves_the_repository(tmp_path):
     env = clean_env(PYTHONPATH=str(ROOT), JUPYTER_RUNTIME_DIR=str(tmp_path / "jrun"))
-    with serving(sys.executable, tmp_path, env) as (base, token, log):
+    with serving(sys.executable, tmp_path, env) as (base, token, log, pid):
         assert get(base, token, "/api/contents/notebooks/00-quickstart.ipynb?content=0")["type"] == "notebook"
         # notebook 01 links ../docs/findings.md: inside the served folder
         assert get(base, token, "/api/contents/docs/findings.md?content=0")["type"] == "file"
@@ -187,7 +199,7 @@ def serving(python, cwd, env):
             except OSError:
                 assert time.monotonic() < deadline, f"lab did not answer:\n{log()[-3000:]}"
                 time.sleep(0.5)
-        yield base, token, log
+        yield base, token, log, proc.pid
     finally:
         proc.terminate()          # `nbtools lab` became jupyter (exec): this stops the server
         try:
