@@ -318,10 +318,15 @@ class Lab:
         rows = pd.DataFrame([row for r in sorted(ok) for row in ok[r].get("reports") or []])
         run = Run(config=cfg, steps=steps, events=events, compile_events=comp, env=env,
                   status="ok" if not errors else "failed", errors=errors, ranks=ranks,
-                  run_id=run_id, started=t0, reports=rows)
+                  run_id=run_id, started=t0, reports=rows,
+                  torch_trace_logs={r: rep["torch_trace"] for r, rep in reports.items()
+                                    if rep.get("torch_trace")})
         if sm is not None:
             run.summary = sm
             run.flags = summ.flags(sm, ok, cfg, div, events, comp)
+        if cfg.torch_trace:
+            from .torch_trace import missing_logs_flags
+            run.flags += missing_logs_flags(ok, run.torch_trace_logs)
         return run
 
     # -- conveniences ----------------------------------------------------------------------

@@ -17,7 +17,8 @@ from typing import Callable, Optional
 from .config import StepConfig
 
 # Fields that do not change what is built: changing only these reuses all state.
-_RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "torch_trace", "cache")
+# (torch_trace is not one: turning it on rebuilds, so the trace holds the compiles.)
+_RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "cache")
 # Fields that change the weights, optimizer and inputs (everything else changes wrappers).
 _MODEL = ("scenario", "parallel", "size", "batch", "seq_len", "seq_schedule", "seed",
           # fully_shard is applied once per model, and per-block compile changes the blocks
@@ -142,7 +143,11 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dic
     t_start = time.time_ns()
     out = dict(rank=_S.rank, status="ok", error="", run_id=run_id)
     failed = False
+    trace_dir = None
     try:
+        if cfg.torch_trace:
+            from . import torch_trace
+            trace_dir = torch_trace.start(_S.rank, run_id)
         if _S.pg_broken:
             raise RuntimeError("process group is broken after an earlier failure; the lab "
                                "re-initialises it before the next run")
@@ -156,6 +161,8 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dic
     finally:
         if _S.recorder is not None:
             _S.recorder.set_step(-1)
+        if trace_dir is not None:     # a failed run's compile log is worth the most
+            out["torch_trace"] = torch_trace.stop(_S.rank, trace_dir)
     if failed:   # outside the except block: the traceback no longer pins the group
         user_fn = None
         _release_peers(run_id, out["error"])

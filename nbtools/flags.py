@@ -83,6 +83,13 @@ REGISTRY = (
          "says which rank is late: either none was captured (capture='off' or 'light') or "
          "the ranks ran none (each runs at its own pace).",
          "Run with capture='full' to have the straggler named (when the ranks communicate)."),
+    Flag("torch-trace-empty", "torch_trace: rank(s) {ranks} wrote no TORCH_TRACE log "
+         "(nothing was compiled in this run: compile is off, or the same config's compiled "
+         "state was reused)",
+         "torch_trace=True asked for each rank's TORCH_TRACE log, and these ranks wrote "
+         "none: torch writes it only while it compiles.",
+         "Turn compile on, or change a setting that makes the engine compile again "
+         "(cache='fresh' with another config); run.torch_trace lists the logs there are."),
     Flag("check-differs", "rank {rank}: compiled {what} differs from eager by {rel} (max abs "
          "{abs})",
          "check=True ran the first step compiled and eagerly on the same inputs and weights; "

@@ -38,6 +38,10 @@ class Run:
     started: float = field(default_factory=time.time)
     source: str = "lab"
     """lab | traces (made by load_traces)"""
+    torch_trace_logs: dict = field(default_factory=dict, repr=False)
+    """rank -> {file name: bytes}: TORCH_TRACE logs brought back, until saved to a folder."""
+    folder: Optional[Path] = field(default=None, repr=False)
+    """Where the run was saved (or loaded from); None while it lives only in memory."""
 
     @property
     def ok(self) -> bool:
@@ -47,6 +51,13 @@ class Run:
     def label(self) -> str:
         head = self.config.label() if self.config is not None else self.source
         return f"#{self.run_id} {head}" + ("" if self.ok else " [failed]")
+
+    @property
+    def torch_trace(self) -> list:
+        """The TORCH_TRACE log files of a run with torch_trace=True (RUN/torch_trace/rankN/);
+        tlparse's report of them, when tlparse is installed: RUN/torch_trace/tlparse/."""
+        from .torch_trace import logs
+        return logs(self)
 
     @property
     def world_size(self) -> int:
@@ -86,6 +97,10 @@ class Run:
                     status=self.status, errors={str(k): v for k, v in self.errors.items()},
                     flags=list(self.flags), ranks={str(k): v for k, v in self.ranks.items()},
                     run_id=self.run_id, started=self.started, source=self.source)
+        from . import torch_trace
+        torch_trace.save(self, folder)       # before run.json: it may add a flag
+        meta["flags"] = list(self.flags)
+        self.folder = folder
         tmp = folder / "run.json.tmp"
         tmp.write_text(json.dumps(meta, indent=1, default=_jsonable))
         tmp.replace(folder / "run.json")     # run.json last: its presence means complete
@@ -111,7 +126,7 @@ class Run:
                    flags=meta.get("flags", []),
                    ranks={int(k): v for k, v in meta.get("ranks", {}).items()},
                    run_id=meta["run_id"], started=meta.get("started", 0.0),
-                   source=meta.get("source", "lab"), **frames)
+                   source=meta.get("source", "lab"), folder=folder, **frames)
 
 
 def _jsonable(o):

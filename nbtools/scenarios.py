@@ -58,8 +58,10 @@ def build(cfg: StepConfig, device: torch.device, rank: int, world: int, group=No
     par = cfg.resolved_parallel
     torch.manual_seed(cfg.seed)
     if cfg.scenario == "tp-mlp-infer":
-        return _tp_mlp(size, batch, device, rank, world if par == "tp" else 1, group, cfg.seed,
-                       model)
+        # unsharded (parallel="none"): every rank holds the whole model, as shard 0 of 1
+        tp = par == "tp"
+        return _tp_mlp(size, batch, device, rank if tp else 0, world if tp else 1, group,
+                       cfg.seed, model)
     if cfg.scenario == "ddp-train":
         return _convnet(size, batch, device, cfg.seed, model)
     if cfg.scenario == "resnet50-ddp":

@@ -307,12 +307,12 @@ def test_attribution_on_known_events():
 
 
 def _h200(mode):
-    h200 = Path(__file__).parent / "fixtures" / "h200"
+    h200 = Path(__file__).parents[1] / "nbtools" / "data" / "h200"
     return load_traces([h200 / f"tp_{mode}_rank0.json.gz", h200 / f"tp_{mode}_rank1.json.gz"])
 
 
 def test_h200_tp_eager_names_rank_0_host_side_and_cuda_graphs_none():
-    """Real 2 x H200 traces (tp-mlp-infer batch 1, tests/fixtures/h200): eager, rank 0
+    """Real 2 x H200 traces (tp-mlp-infer batch 1, nbtools/data/h200): eager, rank 0
     reaches each of the 8 all-reduce kernels ~0.3 ms after rank 1 with the same 0.09 ms of
     kernels before them; under reduce-overhead the replayed graphs arrive together."""
     from nbtools.straggler import sentence
