@@ -39,10 +39,11 @@ message instead of running for minutes. ``load_traces(..., max_gb=...)`` raises 
 
 _DIGITS = re.compile(r"-?\d+")
 _KEY = b'"traceEvents"'
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_KEY_UNFINISHED = re.compile(rb'"traceEvents"\s*(?::\s*)?\Z')   # the chunk ended inside it
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
-_SEP = re.compile(rb"\s*,\s*\{")
+# bounded: an unbounded \s* re-read a long whitespace run on every chunk (quadratic); a
+# separator wider than this is not cut at, and the rest is parsed at once instead
+_SEP = re.compile(rb"[ \t\r\n]{0,64},[ \t\r\n]{0,64}\{")
+_SEP_MAX = 130
 _X_FIELDS = itemgetter("cat", "name", "pid", "tid", "ts", "dur")
 _PH = itemgetter("ph")
 _ARGS = methodcaller("get", "args", {})
@@ -244,13 +245,13 @@ def _pieces(path: Path):
 
 
 class _Head:
-    """Finds where the events array starts, scanning each byte once: the bytes before the
-    first non-space are dropped (JSON ignores them), and the search for "traceEvents"
-    resumes where the last chunk's search ended (re-scanning the whole buffer per chunk was
-    quadratic: 32 MB of leading whitespace took 10 s)."""
+    """Finds where the events array starts, looking at each byte once: the bytes before
+    the first non-space are dropped (JSON ignores them), and each search resumes where the
+    last chunk's ended. (Re-scanning the buffer per chunk was quadratic: 32 MB of
+    whitespace between "traceEvents": and its '[' took 7.5 s.)"""
 
     def __init__(self):
-        self.started, self.pos = False, 0
+        self.started, self.pos, self.want = False, 0, None   # want: b":" then b"["
 
     def find(self, buf: bytearray):
         """-> (head bytes, offset of the array's '[') once found, else None."""
@@ -263,16 +264,24 @@ class _Head:
             self.started = True
             if buf[:1] == b"[":   # Chrome's JSON Array Format: a bare list
                 return b"", 0
-        while (k := buf.find(_KEY, self.pos)) >= 0:
-            m = _EVENTS_KEY.match(buf, k)
-            if m is not None:
-                return bytes(buf[:m.end() - 1]), m.end() - 1
-            if _KEY_UNFINISHED.match(buf, k):
-                self.pos = k   # wait for the rest of it
+        while True:
+            if self.want is None:
+                k = buf.find(_KEY, self.pos)
+                if k < 0:
+                    self.pos = max(self.pos, len(buf) - len(_KEY) + 1)
+                    return None
+                self.pos, self.want = k + len(_KEY), b":"
+            m = _NOT_SPACE.search(buf, self.pos)
+            if m is None:
+                self.pos = len(buf)
                 return None
-            self.pos = k + 1
-        self.pos = max(self.pos, len(buf) - len(_KEY) + 1)
-        return None
+            at = m.start()
+            if buf[at:at + 1] != self.want:   # the name was text in a string, not the key
+                self.pos, self.want = at, None
+            elif self.want == b":":
+                self.pos, self.want = at + 1, b"["
+            else:
+                return bytes(buf[:at]), at
 
 
 def read_trace(path, max_gb: float = MAX_GB) -> tuple[dict, _Columns]:
@@ -281,7 +290,7 @@ def read_trace(path, max_gb: float = MAX_GB) -> tuple[dict, _Columns]:
     before the next is read, so memory stays near the size of the columns."""
     path = Path(path)
     cols = _Columns()
-    head, buf, streaming, misses, finder = None, bytearray(), True, 0, _Head()
+    head, buf, streaming, finder, cutter = None, bytearray(), True, _Head(), _Cutter(cols)
     was_enabled = gc.isenabled()
     gc.disable()   # batches are acyclic dicts: collections would rescan them for nothing
     try:
@@ -291,11 +300,7 @@ def read_trace(path, max_gb: float = MAX_GB) -> tuple[dict, _Columns]:
                 head, at = found   # from here on buf starts with the events array's '['
                 del buf[:at]
             if head is not None and streaming:
-                if _cut(buf, cols):
-                    misses = 0
-                else:
-                    misses += 1
-                    streaming = misses < 64   # give up cutting; parse the rest at once
+                streaming = cutter.cut(buf)
         doc = _parse(path, (head or b"") + bytes(buf), cut=bool(cols.parts))
     except (OSError, EOFError, zlib.error) as e:
         raise TraceError(f"{path}: cannot be read as a gzip or plain file ({e}). "
@@ -346,29 +351,46 @@ def _parse(path: Path, text: bytes, cut: bool):
                          "damaged in the middle, not cut short: export the trace again.") from None
 
 
-def _cut(buf: bytearray, cols: _Columns) -> bool:
-    """Parse the longest prefix of ``buf`` ('[' + events) that ends at an event boundary,
-    in place: the separator byte after the last '}' becomes ']' for the parse, then the one
-    before the next '{' becomes the new '['. A '}' followed by ', {' inside a string or a
-    nested object leaves invalid JSON; then the next earlier candidate is tried."""
-    end = len(buf)
-    for _ in range(8):
-        k = buf.rfind(b"}", 0, end)
-        if k < 0:
-            return False
-        m = _SEP.match(buf, k + 1)
-        if m is not None:
-            saved, buf[k + 1] = buf[k + 1], 93   # ']'
-            try:
-                with memoryview(buf) as view, view[:k + 2] as prefix:
-                    events = _loads_view(prefix)
-            except ValueError:
-                events = None
-            buf[k + 1] = saved
-            if events is not None:
-                cols.add(events)
-                buf[m.end() - 2] = 91   # '['
-                del buf[:m.end() - 2]
-                return True
-        end = k
-    return False
+class _Cutter:
+    """Parses the longest prefix of the buffer ('[' + events) that ends at an event
+    boundary, in place: the separator byte after the last '}' becomes ']' for the parse,
+    then the one before the next '{' becomes the new '['. A '}' followed by ', {' inside a
+    string or a nested object leaves invalid JSON; then the next earlier candidate is tried.
+    Candidates that failed stay failed (their bytes do not change), so each call only looks
+    at what the last chunk added: a long run without a boundary is read once, not per chunk."""
+
+    def __init__(self, cols: _Columns):
+        self.cols, self.tried_to, self.misses = cols, 0, 0
+
+    def cut(self, buf: bytearray) -> bool:
+        """False once cutting is given up (then the rest is parsed at once)."""
+        if self._cut(buf):
+            self.misses, self.tried_to = 0, 0
+        else:
+            self.misses += 1
+            # a '}' this far from the end had all of its separator in view already
+            self.tried_to = max(0, len(buf) - _SEP_MAX)
+        return self.misses < 64
+
+    def _cut(self, buf: bytearray) -> bool:
+        end = len(buf)
+        for _ in range(8):
+            k = buf.rfind(b"}", self.tried_to, end)
+            if k < 0:
+                return False
+            m = _SEP.match(buf, k + 1)
+            if m is not None:
+                saved, buf[k + 1] = buf[k + 1], 93   # ']'
+                try:
+                    with memoryview(buf) as view, view[:k + 2] as prefix:
+                        events = _loads_view(prefix)
+                except ValueError:
+                    events = None
+                buf[k + 1] = saved
+                if events is not None:
+                    self.cols.add(events)
+                    buf[m.end() - 2] = 91   # '['
+                    del buf[:m.end() - 2]
+                    return True
+            end = k
+        return False
