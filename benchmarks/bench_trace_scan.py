@@ -71,8 +71,10 @@ def cases(folder: Path, mb: int) -> dict:
 
 def time_load(src: Path, path: Path, limit: float):
     try:
+        # cwd: python -c puts the working directory first on sys.path, ahead of PYTHONPATH
         r = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True,
-                           text=True, timeout=limit, env={"PYTHONPATH": str(src), "PATH": ""})
+                           text=True, timeout=limit, env={"PYTHONPATH": str(src), "PATH": ""},
+                           cwd=path.parent)
     except subprocess.TimeoutExpired:
         return None, None, f">{limit:.0f} s (stopped)"
     if r.returncode:
