@@ -187,14 +187,15 @@ def _to_ns(values, problems: dict, what: str, fate: str) -> tuple[np.ndarray, np
     losing more in ts*1000. Bad: not a finite number within int64 ns (0 there, counted)."""
     a = _array(values, (int, float))
     if a is not None and a.dtype.kind == "i":
-        bad = np.abs(a) > _MAX_US
-        ns = np.where(bad, 0, a) * 1000
+        bad = (a > _MAX_US) | (a < -_MAX_US)   # not abs: abs(-2**63) is -2**63
+        ns = (np.where(bad, 0, a) if bad.any() else a.astype(np.int64)) * 1000
     else:
         if a is None or a.dtype.kind != "f":
             a = np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool)
                           and abs(v) <= _MAX_US else np.nan for v in values], np.float64)
         bad = ~(np.abs(a) <= _MAX_US)    # NaN and inf too
-        a = np.where(bad, 0.0, a)
+        if bad.any():
+            a = np.where(bad, 0.0, a)
         whole = np.floor(a)
         ns = whole.astype(np.int64) * 1000 + np.rint((a - whole) * 1000).astype(np.int64)
     if bad.any():
