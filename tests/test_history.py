@@ -228,3 +228,23 @@ def test_numbers_continue_after_damaged_and_loaded_runs(tmp_path, base_run):
 def test_missing_folder_is_an_empty_history(tmp_path):
     h = History.load(tmp_path / "nothing-here")
     assert len(h) == 0 and not h.damaged and h.table().empty
+
+
+def test_lab_opens_a_damaged_history_and_keeps_saving(tmp_path, base_run):
+    """Lab(history=...) on real engines: the damaged folder is listed, the whole runs are
+    there, and the lab's own run is saved under the next free number, as strict JSON."""
+    from nbtools import Lab
+    folder, _ = _history(tmp_path, base_run, n=2)
+    (_folder_of(folder, "r0") / "run.json").write_text("{")
+    with Lab(n=1, history=folder, timeout=240, pg_timeout=120) as lab:
+        assert [r.run_id for r in lab.history] == ["r1"]
+        assert [n for n, _ in lab.history.damaged] == [_folder_of(folder, "r0").name]
+        run = lab.run(StepConfig(warmup=1, steps=2, profiled=1))
+        assert run.ok, run.errors
+    saved = _folder_of(folder, run.run_id)
+    assert saved.name.startswith("0002-")
+    json.loads((saved / "run.json").read_text(),
+               parse_constant=lambda c: pytest.fail(f"bare {c} in run.json"))
+    again = History.load(folder)
+    assert [r.run_id for r in again] == ["r1", run.run_id] and len(again.damaged) == 1
+    assert len(again[run.run_id].events) == len(run.events) > 0
