@@ -89,7 +89,7 @@ def _as_bool(name: str, value) -> bool:
     # Only a real boolean: "no", 0/1 or [1] would otherwise count by truthiness ("no" is True).
     if isinstance(value, bool):
         return value
-    if getattr(value, "dtype", None) is not None and value.dtype.kind == "b" \
+    if getattr(getattr(value, "dtype", None), "kind", None) == "b" \
             and getattr(value, "shape", None) == ():
         return bool(value)   # numpy.bool_ (e.g. read from a DataFrame of a sweep)
     raise ConfigError(f"{name}={_show(value)} is a {type(value).__name__}; give True or False")
@@ -107,7 +107,7 @@ def _as_int(name: str, value, low: int, high: int, optional: bool):
             getattr(dtype, "kind", "") in ("i", "u") and getattr(value, "shape", None) == ())):
         try:
             v = operator.index(value)
-        except TypeError:
+        except Exception:  # noqa: BLE001 - a user type's __index__ may raise anything
             pass
     none = " or None" if optional else ""
     if v is None:

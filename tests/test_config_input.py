@@ -22,6 +22,17 @@ for _name, (_lo, _hi) in C._INTS.items():
 for _name in C._OPTIONAL:
     VALID[_name].append(None)
 
+class _Odd:
+    """Looks like a numpy scalar from afar; its repr and __index__ fail."""
+    dtype, shape = "int64", ()
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+    def __index__(self):
+        raise ValueError("no index")
+
+
 ANY = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12),
     st.binary(max_size=6), st.lists(st.integers(), max_size=3),
@@ -30,7 +41,8 @@ ANY = st.one_of(
     st.integers(-2**70, 2**70).map(lambda i: np.int64(i % 2**63)),
     st.integers(0, 255).map(np.uint8), st.booleans().map(np.bool_), st.floats(width=32).map(np.float32),
     hnp.arrays(hnp.scalar_dtypes(), hnp.array_shapes(min_dims=0, max_dims=2, max_side=3)),
-    st.sampled_from([object(), type, Ellipsis, 1j, float("nan"), "DDP", " off", "off\0"]),
+    st.sampled_from([object(), type, Ellipsis, 1j, float("nan"), "DDP", " off", "off\0",
+                     _Odd()]),
     st.sampled_from(sorted({repr(v) for vs in VALID.values() for v in vs})),
     st.sampled_from([v for vs in VALID.values() for v in vs]),
 )
@@ -132,6 +144,8 @@ REFUSED = {
     "batch=2**40": (dict(batch=2**40), "from 1 to 1,048,576 or None"),
     "profiled=10**4": (dict(profiled=10**4), "from 0 to 1,000"),
     "seq_len=2**30": (dict(scenario="varlen-train", seq_len=2**30), "seq_len=1073741824"),
+    "an object whose repr and __index__ fail": (dict(batch=_Odd()), "batch=<_Odd> is a _Odd"),
+    "a flag that is an object": (dict(check=_Odd()), "check=<_Odd> is a _Odd"),
 }
 
 
