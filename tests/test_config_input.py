@@ -144,8 +144,8 @@ REFUSED = {
     "batch=2**40": (dict(batch=2**40), "from 1 to 1,048,576 or None"),
     "profiled=10**4": (dict(profiled=10**4), "from 0 to 1,000"),
     "seq_len=2**30": (dict(scenario="varlen-train", seq_len=2**30), "seq_len=1073741824"),
-    "an object whose repr and __index__ fail": (dict(batch=_Odd()), "batch=<_Odd> is a _Odd"),
-    "a flag that is an object": (dict(check=_Odd()), "check=<_Odd> is a _Odd"),
+    "an object whose repr and __index__ fail": (dict(batch=_Odd()), "is a _Odd; give a whole number"),
+    "a flag that is an object": (dict(check=_Odd()), "is a _Odd; give True or False"),
 }
 
 
