@@ -120,8 +120,12 @@ class _Columns:
             if junk:
                 _count(self.problems, "traceEvents entry is not an object", len(junk),
                        junk[0], "skipped")
-            xs = [e for e in events if type(e) is dict and e.get("ph") == "X"
-                  and e.get("ts") is not None]
+            xs = [e for e in events if type(e) is dict and e.get("ph") == "X"]
+            timeless = [e for e in xs if e.get("ts") is None]
+            if timeless:
+                _count(self.problems, "ts is missing", len(timeless), timeless[0].get("name"),
+                       "dropped")
+                xs = [e for e in xs if e.get("ts") is not None]
             rows = [(e.get("cat", ""), e.get("name", ""), e.get("pid", 0), e.get("tid", 0),
                      e["ts"], e.get("dur", 0)) for e in xs]
             corr = [a.get("correlation", -1) if type(a) is dict else -1

@@ -198,6 +198,8 @@ LOADS_FLAGGED = {  # edit -> words in a flag
     "ts is a list": (_set_event("ts", [1, 2], n=3), "ts is not a finite number"),
     "ts is text": (_set_event("ts", "soon"), "ts is not a finite number"),
     "ts 1e30": (_set_event("ts", 1e30), "e.g. 1e+30: dropped"),
+    "ts null": (_set_event("ts", None), "e.g. None: dropped"),
+    "ts deleted": (lambda d: _x_events(d)[2].pop("ts"), "ts is missing in 1 event(s)"),
     "ts NaN": (_set_event("ts", math.nan), "e.g. nan: dropped"),
     "dur 1e30": (_set_event("dur", 1e30), "dur is not a finite number"),
     "pid beyond int64": (_set_event("pid", 2**64 - 1), "pid is not an integer within int64"),
