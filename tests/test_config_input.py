@@ -12,6 +12,9 @@ from hypothesis.extra import numpy as hnp
 from nbtools import config as C
 from nbtools.config import ConfigError, StepConfig
 
+# the strategies below list every valid value of every field: their repr is long, not wrong
+pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
+
 FIELDS = C._FIELDS
 VALID = {name: list(allowed) for name, allowed in C._CHOICES.items() if allowed is not None}
 VALID["scenario"] = list(C.SCENARIOS) + ["custom"]
