@@ -213,6 +213,8 @@ def _main(argv) -> int:
         h = History.load(args.folder)
         for r in h:      # histories saved by older versions get today's columns
             refresh_analysis(r)
+        for name, why in h.damaged:   # listed, never in the way of the other runs
+            print(f"damaged run folder {name}: {why}", file=sys.stderr)
         if not len(h):
             print(f"no runs in {args.folder}", file=sys.stderr)
             return 1
