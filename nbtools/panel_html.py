@@ -6,13 +6,8 @@ from __future__ import annotations
 import html
 import re
 
-from .cluster import RunTimeout
-
-SUMMARY_COLUMNS = ("rank", "step_ms", "p10_ms", "p90_ms", "profiler_overhead_pct", "compile_s",
-                   "compiles", "recompiles", "graph_breaks", "graphs", "gpu_busy_pct",
-                   "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
-                   "graph_coverage_pct", "peak_mem_mb", "items_per_s", "cache")
-
+from .cluster import LabClosed, RunTimeout
+from .summary_view import summary_table
 
 def describe_error(err) -> str:
     """The error box text: the kind, the message (it names the root-cause rank), and each
@@ -22,6 +17,8 @@ def describe_error(err) -> str:
     run = getattr(err, "run", None)
     if isinstance(err, RunTimeout):
         text += "\n→ press 'Restart engines' (the history is kept)"
+    elif isinstance(err, LabClosed):
+        text += "\n→ press 'Restart engines' to start fresh engines for this panel"
     if run is not None and run.errors:
         text += "".join(f"\nrank {r}: {e(msg.splitlines()[0] if msg else '')}"
                         for r, msg in sorted(run.errors.items()))
@@ -40,10 +37,7 @@ def summary_html(run) -> str:
             + (f" · {html.escape('; '.join(notes))}" if notes else ""))
     if not len(s):
         return head
-    cols = [c for c in SUMMARY_COLUMNS if c in s.columns]
-    return (head + "<div style='overflow-x:auto'>"     # wider than a narrow notebook
-            + s[cols].to_html(index=False, float_format=lambda x: f"{x:.4g}", na_rep="—")
-            + "</div>")
+    return head + summary_table(s)
 
 
 def comparison_html(cmp) -> str:

@@ -179,9 +179,8 @@ def _run_header(run: Run) -> str:
     for rank, err in sorted(run.errors.items()):
         out.append(f"<p class='flag'>rank {rank} failed:</p><pre>{_e(_head(err, 8))}</pre>")
     if len(run.summary):
-        out.append("<h3>Summary</h3>" + scrub(run.summary.to_html(
-            index=False, border=0, classes="tbl", escape=True,
-            float_format=lambda x: f"{x:.4g}")))
+        from .summary_view import summary_table
+        out.append("<h3>Summary</h3>" + scrub(summary_table(run.summary)))
     return "".join(out)
 
 
