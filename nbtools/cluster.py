@@ -395,6 +395,12 @@ class Lab:
         return self.history[r]
 
     def panel(self, cfg: Optional[StepConfig] = None):
+        """The widgets, preset to ``cfg``. In an export (NBTOOLS_STATIC) nothing could
+        drive them: the panel is its static summary and timeline instead."""
+        from .display import static_mode
+        if static_mode():
+            from .panel_html import StaticPanel
+            return StaticPanel(self, cfg)
         from .panel import Panel
         return Panel(self, cfg).widget
 

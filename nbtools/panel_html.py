@@ -49,3 +49,26 @@ def comparison_html(cmp) -> str:
             "<p>worst rank per metric</p>" + cmp.table.to_html(**fmt)
             + "<p>time per category per profiled step and rank (ms)</p>"
             + cmp.category_deltas.to_html(**fmt))
+
+
+class StaticPanel:
+    """What ``lab.panel(cfg)`` shows in an export (NBTOOLS_STATIC): no widgets to drive, so
+    the run the panel would open with — the newest run of ``cfg``, else the newest run —
+    as its summary and timeline, with the config the reader would start from."""
+
+    def __init__(self, lab, cfg=None):
+        self.cfg = cfg
+        runs = [r for r in lab.history if r.ok]
+        same = [r for r in runs if cfg is not None and r.config == cfg]
+        self.run = (same or runs or [None])[-1]
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        head = ("<div class='nbtools-static-panel' style='border:1px solid #ccc;padding:6px'>"
+                "<b>lab.panel()</b> — a static copy: re-run the notebook in Jupyter to toggle"
+                + (f" (preset: <code>{e(self.cfg.label())}</code>)" if self.cfg else "")
+                + "<br>")
+        if self.run is None:
+            return head + "<i>no run yet</i></div>"
+        figure = self.run.plot()._repr_mimebundle_().get("text/html", "")
+        return head + summary_html(self.run) + figure + "</div>"
