@@ -93,7 +93,7 @@ class Tracker:
                     self.engine_phase_s[p] = max(self.engine_phase_s.get(p, 0.0), sec)
         if self.engine_phase_s:
             self.phase_s = dict(self.engine_phase_s)
-        parts = ", ".join(f"{p} {self.phase_s[p]:.1f} s" for p in PHASES if p in self.phase_s)
+        parts = ", ".join(f"{p} {_secs(self.phase_s[p])}" for p in PHASES if p in self.phase_s)
         return f"{outcome} in {now - self.t0:.1f} s" + (f" ({parts})" if parts else "")
 
 
@@ -171,6 +171,10 @@ class _Text:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"text/plain": self.text}
+
+
+def _secs(s: float) -> str:
+    return f"{s:.1f} s" if s >= 1 else f"{s * 1e3:.0f} ms"
 
 
 def _position(st) -> float:
