@@ -5,7 +5,8 @@ column explained in one place is explained the same everywhere. Pure data, no im
 
 Each entry: column -> (unit, kind, text). unit: "ms", "s", "µs", "%", "MB", "" ...;
 kind: "key" (shown first), "more" (behind the details toggle), "gpu" (GPU ranks only:
-hidden when every rank ran on CPU, where it is empty or always 0).
+hidden when every rank ran on CPU, where it is empty or always 0; else with the rest),
+"gpukey" (GPU ranks only, and then shown first).
 """
 from __future__ import annotations
 
@@ -23,12 +24,12 @@ GLOSSARY: dict = {
                            "this are noise"),
     "compile_s": ("s", "key", "seconds spent compiling in this run (Dynamo + backend, "
                   "forward and backward), per rank"),
-    "compiles": ("", "key", "graphs compiled in this run (first compiles and recompiles)"),
+    "compiles": ("", "more", "graphs compiled in this run (first compiles and recompiles)"),
     "recompiles": ("", "key", "compiles caused by a failed guard (a new shape, dtype, ...)"),
     "graph_breaks": ("", "key", "places where Dynamo stopped tracing and fell back to Python"),
     "graphs": ("", "more", "compiled graphs that ran"),
     "cudagraph_skips": ("", "gpu", "compiled graphs the CUDA-graph trees refused to capture"),
-    "peak_mem_mb": ("MB", "gpu", "peak GPU memory allocated by PyTorch on this rank"),
+    "peak_mem_mb": ("MB", "gpukey", "peak GPU memory allocated by PyTorch on this rank"),
     "rss_mb": ("MB", "more", "the engine process's resident memory (all of PyTorch, compiled "
                "code and caches, not only the model)"),
     "check_max_rel": ("", "more", "compiled vs eager first step: largest difference, "
@@ -39,8 +40,8 @@ GLOSSARY: dict = {
                      "running (NCCL kernels waiting for peers count as busy)"),
     "compute_busy_pct": ("%", "key", "share of the busy span (first to last kernel, or "
                          "operator on CPU ranks) with compute running (cbusy% in the CLI)"),
-    "compute_ms": ("ms", "key", "compute time per profiled step"),
-    "comm_ms": ("ms", "key", "communication time per profiled step (NCCL kernels on GPU, "
+    "compute_ms": ("ms", "more", "compute time per profiled step"),
+    "comm_ms": ("ms", "more", "communication time per profiled step (NCCL kernels on GPU, "
                 "gloo collectives on CPU)"),
     "memcpy_ms": ("ms", "gpu", "host/device copy time per profiled step"),
     "overlap_pct": ("%", "key", "share of communication that ran while compute ran"),
@@ -48,7 +49,7 @@ GLOSSARY: dict = {
                         "step with no compute running beside it — what the step waits on"),
     "idle_ms": ("ms", "more", "time per profiled step inside the busy span with nothing "
                 "running"),
-    "graph_coverage_pct": ("%", "gpu", "share of kernel time launched by CUDA-graph replay "
+    "graph_coverage_pct": ("%", "gpukey", "share of kernel time launched by CUDA-graph replay "
                            "(graph% in the CLI)"),
     "kernels": ("", "gpu", "kernels (GPU) or operator ranges (CPU) in the profiled steps"),
     "comm_kernels": ("", "gpu", "communication kernels / collectives in the profiled steps"),

@@ -7,7 +7,7 @@ import html
 import re
 
 from .cluster import LabClosed, RunTimeout
-from .summary_view import summary_table
+from .summary_view import metric_rows, summary_table
 
 def describe_error(err) -> str:
     """The error box text: the kind, the message (it names the root-cause rank), and each
@@ -43,12 +43,15 @@ def summary_html(run) -> str:
 def comparison_html(cmp) -> str:
     diff = "".join(f"<li><code>{html.escape(k)}</code>: {html.escape(repr(a))} → "
                    f"{html.escape(repr(b))}</li>" for k, (a, b) in cmp.config_diff.items())
-    fmt = dict(index=False, float_format=lambda x: f"{x:.4g}", na_rep="—")
+    t = cmp.table
+    worst = metric_rows([(r["metric"], r) for r in t.to_dict("records")],
+                        ("a", "b", "delta", "ratio"))
+    cats = metric_rows([(r["category"], r) for r in cmp.category_deltas.to_dict("records")],
+                       ("a", "b", "delta"))
     return (f"<b>A</b> {html.escape(cmp.a.label)} vs <b>B</b> {html.escape(cmp.b.label)}"
             f"<ul>{diff or '<li>same config</li>'}</ul>"
-            "<p>worst rank per metric</p>" + cmp.table.to_html(**fmt)
-            + "<p>time per category per profiled step and rank (ms)</p>"
-            + cmp.category_deltas.to_html(**fmt))
+            "<p>worst rank per metric (hover a metric for its meaning)</p>" + worst
+            + "<p>time per category per profiled step and rank (ms)</p>" + cats)
 
 
 class StaticPanel:

@@ -34,8 +34,9 @@ def columns(summary: pd.DataFrame) -> tuple[list, list]:
     known = [c for c in glossary.GLOSSARY if c in summary.columns]
     extra = [c for c in summary.columns if c not in glossary.GLOSSARY]
     keep = [c for c in known + extra
-            if c == "rank" or not ((cpu and glossary.kind(c) == "gpu") or _says_nothing(summary, c))]
-    key = [c for c in keep if glossary.kind(c) == "key" or c == "rank"]
+            if c == "rank" or not ((cpu and glossary.kind(c) in ("gpu", "gpukey"))
+                                   or _says_nothing(summary, c))]
+    key = [c for c in keep if glossary.kind(c) in ("key", "gpukey") or c == "rank"]
     return key, [c for c in keep if c not in key]
 
 
@@ -111,3 +112,35 @@ def summary_table(summary: pd.DataFrame) -> str:
     else:
         out += "<div style='color:#666;font-size:11px'>Hover a header for what it means.</div>"
     return out
+
+
+def metric_rows(rows, value_cols) -> str:
+    """A table with one row per metric (``rows``: (metric, {column: value}) pairs), each
+    metric explained on hover and its values formatted as the summary's are."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["metric"] + list(value_cols))
+    body = []
+    for metric, values in rows:
+        tip = html.escape(glossary.explain(metric), quote=True)
+        body.append(f"<tr><th title='{tip}'>{html.escape(metric)}</th>" + "".join(
+            f"<td>{html.escape(_signed(c, metric, values.get(c)))}</td>" for c in value_cols)
+            + "</tr>")
+    return _STYLE + f"<table class='nbtools-tbl'><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _signed(col: str, metric: str, value) -> str:
+    text = cell(metric, value)
+    if col in ("delta", "B - A") and not _nan(value) and value > 0:
+        return "+" + text
+    if col == "ratio" and not _nan(value):
+        return f"{value:.2f}×"
+    return text
+
+
+def compared_columns(a: pd.DataFrame, b: pd.DataFrame) -> list:
+    """The numeric summary columns two runs share, in the order and with the GPU-only
+    columns left out as their own tables would (the noise column is read with overhead)."""
+    both = pd.concat([a, b], ignore_index=True)
+    key, rest = columns(both)
+    numeric = pd.api.types.is_numeric_dtype
+    return [c for c in key + rest if c != "rank" and c in a and c in b
+            and numeric(a[c]) and numeric(b[c])]

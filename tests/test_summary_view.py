@@ -70,3 +70,57 @@ def test_every_summary_column_and_cli_abbreviation_is_in_the_glossary():
         assert glossary.explain(c), c
     for abbr in ("cbusy%", "graph%", "overlap%", "recomp", "peak_MB"):
         assert glossary.explain(abbr), abbr
+
+
+def _gpu_summary(n_ranks=2):
+    """Every summary column the glossary knows, with GPU-sized values."""
+    rng = np.random.default_rng(1)
+    data = {"rank": np.arange(n_ranks)}
+    for c, (unit, kind, _) in glossary.GLOSSARY.items():
+        if c == "rank":
+            continue
+        if c in ("device", "host", "cache"):
+            data[c] = {"device": "gpu", "host": "gpu-node-17", "cache": "fresh"}[c]
+        elif unit in ("", "/s") and c not in ("check_max_rel",):
+            data[c] = rng.integers(1, 50_000, n_ranks).astype(float)   # counts arrive as floats
+        else:
+            data[c] = rng.uniform(0.1, 900.0, n_ranks)
+    data["profiler_overhead_pct"] = [np.nan, 12.0]
+    return pd.DataFrame(data)
+
+
+def test_report_summary_fits_the_page_and_opens_the_rest(tmp_path):
+    """The demo report was 3,694 px wide from 40-column summaries: in Chromium at 1280 px the
+    page must not scroll sideways; the rest of the columns open on demand, explained."""
+    from playwright.sync_api import sync_playwright
+
+    from browser import ARTIFACTS, launch
+    from nbtools.report import export_html
+    from test_timeline import synthetic_run
+
+    a, b = synthetic_run(events_per_rank=300, seed=5), synthetic_run(events_per_rank=300, seed=6)
+    a.summary, b.summary = _gpu_summary(), _gpu_summary()
+    path = export_html(tmp_path / "report.html", [a, b], comparisons=[(a, b)])
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(path.as_uri(), wait_until="load")
+            wide = page.evaluate("() => document.documentElement.scrollWidth")
+            assert wide <= 1280, f"the report is {wide} px wide"
+            more = page.locator("details.nbtools-more").first
+            hidden = more.locator("th", has_text="queue_delay_us_median")
+            assert not hidden.is_visible()
+            more.locator("summary").click()
+            hidden.wait_for(state="visible", timeout=5_000)
+            assert "launch on the CPU" in hidden.get_attribute("title")
+            assert page.evaluate("() => document.documentElement.scrollWidth") <= 1280, \
+                "the opened details made the page scroll sideways"
+            # a count is an int, the overhead carries its noise
+            cells = page.locator("table.nbtools-tbl").first.inner_text()
+            assert ".0\t" not in cells and "± " in cells
+            ARTIFACTS.mkdir(exist_ok=True)
+            more.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "report_summary_table.png"))
+        finally:
+            browser.close()
