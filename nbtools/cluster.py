@@ -156,6 +156,7 @@ class Lab:
         """Fresh engines (the only way to free an engine stuck in a collective). History
         stays: it lives here and on disk."""
         self._stop(graceful=False)
+        self.workdir.mkdir(parents=True, exist_ok=True)    # close() removed it
         self.closed = False
         self.needs_restart = False
         self._pg_broken = False
