@@ -373,7 +373,7 @@ class Lab:
         env.update(world_size=self.world_size, hosts=sorted({p.host for p in self.placements}))
         ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "model_built_at",
                                              "peak_mem_mb", "shapes", "engine_s", "parse_s",
-                                             "last_value", "unused")}
+                                             "last_value", "unused", "warnings")}
                  for r, rep in reports.items()}
         import pandas as pd
         rows = pd.DataFrame([row for r in sorted(ok) for row in ok[r].get("reports") or []])
