@@ -106,7 +106,7 @@ class View:
     def __init__(self, ranks, run_id: str = "", sink: Optional[Callable[[str], None]] = None):
         self.tracker, self.run_id, self.sink = Tracker(ranks), run_id, sink
         self.widget = self.handle = None
-        self._last_line = 0.0
+        self._last_line, self._last_phase = 0.0, None
         if sink is None and _kernel():
             if _widgets():
                 self._make_widget()
@@ -140,12 +140,14 @@ class View:
                 # phases, and steps inside a phase as a fraction of one
                 self.bars[r].value = int(100 * _position(self.tracker.state[r]))
                 self.labels[r].value = self.tracker.rank_text(r, now)
-        elif changed or now - self._last_line >= _HEARTBEAT_S:
-            if self.handle is not None:
+        elif self.handle is not None:
+            if changed or now - self._last_line >= 1.0:      # in place: every change
                 self.handle.update(_Text(text))
-            else:
-                print(text, file=sys.stderr, flush=True)
-            self._last_line = now
+                self._last_line = now
+        elif self.tracker.phase() != self._last_phase or now - self._last_line >= _HEARTBEAT_S:
+            # a terminal keeps every line: one per phase of the run, and a heartbeat
+            print(text, file=sys.stderr, flush=True)
+            self._last_line, self._last_phase = now, self.tracker.phase()
 
     def close(self, outcome: str) -> str:
         """Leave one line saying how the run went (in place of the bars). Returns it."""

@@ -115,3 +115,19 @@ def test_progress_warnings_and_closed_lab_in_a_kernel(tmp_path):
     said = _texts(closed_cell, "stdout")
     assert said.startswith("LabClosed |") and "lab = Lab()" in said, said
     assert "timeout" not in said and "stuck" not in said
+
+
+def test_terminal_lines_name_each_phase_once_then_the_outcome(capsys):
+    from nbtools.progress_view import View
+    v = View([0, 1], "abcd1234")
+    for st in ({"phase": "start"}, {"phase": "warm-up/compile", "step": 1, "of": 3},
+               {"phase": "warm-up/compile", "step": 2, "of": 3},
+               {"phase": "measured", "step": 1, "of": 2}):
+        v.update({0: st, 1: st})
+    v.update({0: {"phase": "done", "phases": {"start": 0.2, "warm-up/compile": 3.0}},
+              1: {"phase": "done", "phases": {"start": 0.3, "warm-up/compile": 2.0}}})
+    line = v.close("done")
+    err = capsys.readouterr().err.splitlines()
+    assert [e.split(": ")[1].split(" ·")[0] for e in err[:-1]] == \
+        ["start", "warm-up/compile", "measured", "done"]
+    assert err[-1] == line and "warm-up/compile 3.0 s" in line and "start 300 ms" in line
