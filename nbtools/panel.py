@@ -44,7 +44,7 @@ GROUPS = (
     ("precision & graphs", ("autocast", "autocast_scope", "cudagraph")),
     ("steps & capture", ("warmup", "steps", "profiled", "capture", "check", "torch_trace")),
 )
-RUNNING = "running…"
+RUNNING = "running… (compiling happens in warm-up)"
 _ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;padding:4px 8px;"
                 "margin:4px 0;white-space:pre-wrap;font-family:monospace;font-size:12px")
 
