@@ -310,7 +310,7 @@ class Lab:
             self.needs_restart = bool(waiting)
             waiting = []
         if self.echo:
-            self._show_warnings({r: warned[r] + engine_output.from_report(
+            engine_output.show({r: warned[r] + engine_output.from_report(
                 reports.get(r, {}).get("warnings")) for r in ars})
         return reports, waiting
 
@@ -338,20 +338,6 @@ class Lab:
                         warned[r].extend(w)
                     target.write("".join(f"[rank {r}] {line}\n" for line in lines))
                     shown[r][k] += len(new)
-
-    def _show_warnings(self, by_rank) -> None:
-        if not any(by_rank.values()):
-            return
-        try:
-            from IPython import get_ipython
-            kernel = getattr(get_ipython(), "kernel", None) is not None
-        except ImportError:
-            kernel = False
-        if kernel:
-            from IPython.display import HTML, display
-            display(HTML(engine_output.warnings_html(by_rank)))
-        else:
-            sys.stderr.write(engine_output.warnings_text(by_rank))
 
     def _assemble(self, cfg, run_id, t0, reports, unfinished) -> Run:
         from . import summary as summ

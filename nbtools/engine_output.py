@@ -5,7 +5,7 @@ rank) and its kind are not errors; shown as red stderr blocks per rank they bury
 Python warnings raised during a run come back as data (engine.run records them); c10's
 own warning lines are picked out of stderr here. Both are shown folded under the run (a
 ``<details>`` block, which also survives an HTML export); everything else on stderr —
-tracebacks, errors, a user's prints — stays in view. Pure text in, text out.
+tracebacks, errors, a user's prints — stays in view. Pure text in, text out, except ``show``.
 """
 from __future__ import annotations
 
@@ -57,3 +57,20 @@ def warnings_text(by_rank: dict) -> str:
     """The same for a terminal: each distinct warning once."""
     return "".join(f"[rank {', '.join(map(str, ranks))}] {text}\n"
                    for text, ranks in _groups(by_rank).items())
+
+
+def show(by_rank: dict) -> None:
+    """After a run: folded HTML in a notebook, plain lines on a terminal's stderr."""
+    if not any(by_rank.values()):
+        return
+    try:
+        from IPython import get_ipython
+        kernel = getattr(get_ipython(), "kernel", None) is not None
+    except ImportError:
+        kernel = False
+    if kernel:
+        from IPython.display import HTML, display
+        display(HTML(warnings_html(by_rank)))
+    else:
+        import sys
+        sys.stderr.write(warnings_text(by_rank))
