@@ -121,13 +121,19 @@ class _Ticker:
 
     def __init__(self, target: W.HTML, text: str):
         self.target, self.text, self.stop = target, text, threading.Event()
+        self.detail = ""          # the run's phase and steps per rank (Lab.progress)
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self):
         while True:
-            self.target.value = f"<b>⏳ {self.text}</b> {time.perf_counter() - self.t0:.1f} s"
+            self.target.value = (f"<b>⏳ {self.text}</b> {time.perf_counter() - self.t0:.1f} s"
+                                 + (f"<br><small>{html.escape(self.detail)}</small>"
+                                    if self.detail else ""))
             if self.stop.wait(0.5):
                 return
+
+    def set_detail(self, text: str) -> None:
+        self.detail = text
 
     def __enter__(self):
         self.t0 = time.perf_counter()
@@ -258,11 +264,15 @@ class Panel:
         run, err = None, None
         try:
             with _Ticker(self.status, RUNNING) as tick, self.log:
+                shows = self.lab.progress
+                self.lab.progress = tick.set_detail     # phases and steps into the status
                 # Caught inside: Output's context would swallow an exception in IPython.
                 try:
                     run = self.lab.run(self.step_fn, cfg) if self.step_fn else self.lab.run(cfg)
                 except Exception as e:  # noqa: BLE001 - every failure is shown in the panel
                     err = e
+                finally:
+                    self.lab.progress = shows
             if run is not None:
                 self.show(run)
                 self.status.value = f"run #{run.run_id} done in {tick.elapsed:.1f} s"
@@ -272,7 +282,8 @@ class Panel:
                 self._set_error(describe_error(err))
         finally:
             self._busy, self.run_button.disabled = False, False
-            self.restart_button.layout.display = "" if self.lab.needs_restart else "none"
+            self.restart_button.layout.display = ("" if self.lab.needs_restart or self.lab.closed
+                                                  else "none")
             self._refresh_history(select=run or getattr(err, "run", None))
         return run
 
