@@ -45,9 +45,10 @@ def ensure_loaded() -> None:
         from IPython.display import display, update_display
     except ImportError:  # pragma: no cover - ipywidgets depends on IPython
         return
+    from .display import static_mode
     ip = get_ipython()
-    if ip is None or getattr(ip, "kernel", None) is None:
-        return
+    if ip is None or getattr(ip, "kernel", None) is None or static_mode():
+        return           # static copies carry BokehJS themselves
     js = loader_js()
     display_id = f"nbtools-bokehjs-{uuid.uuid4().hex}"
     # Both types: JupyterLab/Notebook 7 run the bokeh one (jupyter_bokeh's renderer, rank 0),

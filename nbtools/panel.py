@@ -135,7 +135,8 @@ class Panel:
     """Widgets for ``lab``: ``Panel(lab, cfg).widget`` is what a notebook displays.
 
     ``step_fn``: a user's own step; then every run is ``lab.run(step_fn, cfg)`` (scenario
-    fixed to custom). ``export_path`` is the Export button's initial target.
+    fixed to custom). ``export_path`` is the Export button's initial target; ``width`` (px)
+    fixes the figures' width, which by default follows the notebook's.
     """
 
     def __init__(self, lab, cfg: Optional[StepConfig] = None, *,

@@ -23,8 +23,7 @@ def launch(pw, chromium: str | None = None):
     return pw.chromium.launch(executable_path=path, args=ARGS)
 
 
-# Every Bokeh plot on screen, tagged with a stable id. A timeline is the plot whose source
-# has the per-box "rank" and "hatch" columns; its rows are the sources' y values.
+# Every Bokeh plot on screen, tagged with a stable id; a timeline's rows are its boxes' y.
 PLOTS = """() => {
   if (!window.Bokeh || !Bokeh.index) return [];
   window.__nbtools_n = window.__nbtools_n || 0;
@@ -32,26 +31,33 @@ PLOTS = """() => {
   for (const v of Bokeh.index.all_views()) {
     if (!v.frame || !v.model.y_range || !v.el.isConnected) continue;
     if (v.__nbtools_id === undefined) v.__nbtools_id = window.__nbtools_n++;
-    const src = v.model.renderers.map(r => r.data_source)
-        .find(s => s && s.data && s.data.hatch !== undefined && s.data.rank !== undefined);
+    const src = __nbtools_events(v);
     const yr = v.model.y_range;
     out.push({id: v.__nbtools_id, title: v.model.title ? v.model.title.text : "",
               timeline: !!src, y_range: yr.factors ? null : [yr.start, yr.end],
-              ranks: src ? [...src.data.rank] : [], ys: src ? [...src.data.y] : [],
+              ranks: src ? __nbtools_ranks(src) : [], ys: src ? [...src.data.y] : [],
               width: v.el.getBoundingClientRect().width});
   }
   return out;
+}"""
+# A timeline's boxes: the source with a "hatch" column; each box's rank, from its "rank"
+# column or, where a version has none, from its lane label ("r1 cpu").
+HELPERS = """() => {
+  window.__nbtools_events = v => { const r = v.model.renderers.find(r => r.data_source
+      && r.data_source.data && r.data_source.data.hatch !== undefined);
+    return r ? r.data_source : null; };
+  window.__nbtools_ranks = s => s.data.rank !== undefined ? [...s.data.rank]
+      : [...s.data.lane].map(l => parseInt(l.slice(1)));
 }"""
 _VIEW = "[...Bokeh.index.all_views()].find(v => v.__nbtools_id === id)"
 SCROLL = f"(id) => {{ {_VIEW}.el.scrollIntoView({{block: 'center'}}); }}"
 # The frame on screen, and per rank the pixel rows its lanes span (canvas -> page).
 WHERE = f"""(id) => {{
   const v = {_VIEW}, r = v.el.getBoundingClientRect(), f = v.frame.bbox;
-  const src = v.model.renderers.map(r => r.data_source)
-      .find(s => s && s.data && s.data.hatch !== undefined && s.data.rank !== undefined);
+  const src = __nbtools_events(v);
   const bands = {{}};
   if (src) {{
-    const rank = src.data.rank, y = src.data.y;
+    const rank = __nbtools_ranks(src), y = src.data.y;
     for (let i = 0; i < rank.length; i++) {{
       const b = bands[rank[i]] || (bands[rank[i]] = [Infinity, -Infinity]);
       b[0] = Math.min(b[0], y[i]); b[1] = Math.max(b[1], y[i]);
@@ -69,8 +75,9 @@ WHERE = f"""(id) => {{
 def _ink(img) -> int:
     """Pixels drawn in a colour (boxes, bars), not background, grid, text or step shading:
     those are white or grey (all channels within 60 of each other)."""
-    rgb = img.convert("RGB")
-    return sum(1 for r, g, b in rgb.getdata() if max(r, g, b) - min(r, g, b) > 60)
+    import numpy as np
+    rgb = np.asarray(img.convert("RGB"), np.int16)
+    return int(((rgb.max(axis=2) - rgb.min(axis=2)) > 60).sum())
 
 
 def check_plots_drawn(page, name: str, ranks: list, min_plots: int = 1) -> list:
@@ -80,6 +87,7 @@ def check_plots_drawn(page, name: str, ranks: list, min_plots: int = 1) -> list:
     plots' descriptions."""
     from PIL import Image
     ARTIFACTS.mkdir(exist_ok=True)
+    page.evaluate(HELPERS)
     plots = page.evaluate(PLOTS)
     assert len(plots) >= min_plots, f"{name}: {len(plots)} Bokeh plots in the page: {plots}"
     problems = []

@@ -106,7 +106,7 @@ class _Server:
     def stop(self) -> list:
         """Shut kernels down through the REST API (the kernel's exit stops the lab's
         engines), stop the server, then end any process it started that is still alive.
-        Returns the pids that had to be killed."""
+        Returns the processes (pid, command) that had to be killed."""
         import psutil
         try:
             tree = psutil.Process(self.proc.pid).children(recursive=True)
@@ -123,14 +123,16 @@ class _Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
-        _, alive = psutil.wait_procs(tree, timeout=20)
+        _, alive = psutil.wait_procs(tree, timeout=30)
+        left = []
         for p in alive:            # only processes this server started, by pid
             try:
+                left.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
         self.log.close()
-        return [p.pid for p in alive]
+        return left
 
 
 
@@ -187,7 +189,8 @@ class _Page:
         deadline, started = time.monotonic() + timeout_s, False
         texts = []
         while time.monotonic() < deadline:
-            texts = [t.strip() for t in prompts.all_inner_texts()]
+            # textContent: cells scrolled out of view have no innerText (content-visibility)
+            texts = [t.strip() for t in prompts.evaluate_all("els => els.map(e => e.textContent)")]
             started = started or any("*" in t for t in texts)
             if texts and all(re.fullmatch(r"\[\d+\]:", t) for t in texts):
                 return
@@ -203,7 +206,8 @@ class _Page:
         self.page.keyboard.press("Shift+Enter")
 
     def outputs(self) -> list:
-        return self.page.locator(".jp-OutputArea-output").all_inner_texts()
+        return self.page.locator(".jp-OutputArea-output").evaluate_all(
+            "els => els.map(e => e.textContent)")
 
     def assert_no_errors(self) -> None:
         shown = [t[:300] for t in self.outputs()
