@@ -330,12 +330,12 @@ def test_panel_draws_after_every_action(tmp_path):
         summary = pg.locator(".nbtools-summary").first.inner_text()
         assert second in summary and "compile=default" in summary, summary
 
-        pg.locator(".nbtools-history select").first.select_option(index=0)
+        pg.locator(".widget-select select").first.select_option(index=0)     # the history
         _wait_status(pg, r"showing run #([0-9a-f]{8}) from the history", 30, not_id=second)
         _titles(pg, first)
         check_plots_drawn(pg, "panel-history", RANKS, min_plots=2)
 
-        pg.locator("button.nbtools-compare").first.click()
+        pg.get_by_role("button", name="Compare A / B").first.click()
         pg.wait_for_function("() => [...Bokeh.index.all_views()].filter(v => v.frame && "
                              "v.el.isConnected && v.model.title && /^[AB] /.test("
                              "v.model.title.text)).length >= 2", timeout=60_000)
