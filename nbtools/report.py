@@ -54,7 +54,7 @@ _TEMPLATE = """{% from macros import embed %}
 
 
 def export_html(path, runs, notes: str = "", title: str = "torch-nbtools findings",
-                comparisons=(), *, width: int = 1100, backend: str = "canvas") -> Path:
+                comparisons=(), *, width: int | None = None, backend: str = "canvas") -> Path:
     """Write one offline HTML file for ``runs`` (a Run, a list, or any iterable of Runs,
     such as ``lab.history``) and the (run_a, run_b) pairs in ``comparisons``."""
     from .timeline import Timeline, compare_figure

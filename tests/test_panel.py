@@ -240,6 +240,23 @@ def test_timeout_is_shown_and_restart_recovers(lab):
     assert p.error.value == "" and lab.history[-1].ok and p.shown is lab.history[-1]
 
 
+def test_a_panel_made_after_runs_shows_its_last_run_when_displayed(lab, panel, monkeypatch):
+    """Patches sent before a view exists reach no view: a panel that shows its last run at
+    construction must hand the page the current figure when it is displayed (in the page
+    it drew an empty 0..1 axis before)."""
+    last = next(r for r in reversed(list(lab.history)) if r.ok)
+    fresh = Panel(lab)
+    view = fresh.timeline_view
+    assert fresh.shown is last and view._patched     # updated after the widget was made
+    pushed = []
+    monkeypatch.setattr(view, "_send", lambda msg, buffers=None: pushed.append(msg))
+    bundle = fresh.widget._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    states = [m["state"]["render_bundle"] for m in pushed if "render_bundle" in m.get("state", {})]
+    assert states and last.run_id in states[-1] and not view._patched
+    fresh.widget.close()
+
+
 def test_closed_lab_says_so_and_restart_brings_it_back(lab):
     """Last: it closes the module's lab (the fixture's close after it is harmless)."""
     p = Panel(lab, StepConfig(scenario="tp-mlp-infer", **SMALL))
