@@ -75,7 +75,12 @@ class Lab:
         self.placements: list = []
         self.needs_restart = False
         self._pg_broken = False
-        self._start()
+        try:
+            self._start()
+        except BaseException:
+            self._guard.close()     # a failed start takes its folders with it, at once
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
 
     # -- lifecycle ---------------------------------------------------------------------
     def _start(self) -> None:
