@@ -170,7 +170,8 @@ class Lab:
                               str((self.compile_cache or self.workdir / "inductor-cache")
                                   / f"rank{p.rank}"),
                               self.pg_timeout) for p in self.placements}
-        self._on(ids, engine.setup, args_for=lambda e: args[e], timeout=self.start_timeout)
+        self.setup_times = self._on(ids, engine.setup, args_for=lambda e: args[e],
+                                    timeout=self.start_timeout)
         self.world_size = world
 
     def _on(self, ids, fn, args_for=None, timeout=120.0) -> list:
@@ -197,10 +198,10 @@ class Lab:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _stop(self, graceful: bool) -> None:
-        """Every process this lab started goes at once (SIGTERM, SIGKILL after half a
-        second): their exit frees sockets and GPU memory, so a graceful destroy of the
-        process group on each rank first only made close() grow with the ranks (20 s at
-        16). Engines of an external cluster are not ours: they leave the group and stay."""
+        """Every process this lab started goes at once (SIGKILL: there is nothing on an
+        engine to save, and its exit frees sockets and GPU memory), so close() does not grow
+        with the ranks as a graceful destroy of each rank's group did (20 s at 16 ranks).
+        Engines of an external cluster are not ours: they leave the group and stay."""
         ext = self._external is not None
         if self.client is not None and ext and graceful and not self.needs_restart:
             try:
@@ -213,7 +214,7 @@ class Lab:
         elif self.client is not None and ext and not graceful:
             self.client.shutdown(hub=False, block=False)  # external engines: ask them to go
         if not ext:
-            reaper.kill(self._guard.pids, grace=0.5)
+            reaper.kill(self._guard.pids)
             self._guard.pids.clear()
             if self.cluster is not None:
                 try:

@@ -91,8 +91,11 @@ def setup(rank: int, world: int, master_addr: str, port: int, threads: int,
     when the lab swaps a spare in for another rank: it leaves its old group first."""
     import torch
     import torch.distributed as dist
+    t0 = time.perf_counter()
     if dist.is_initialized():
-        _bounded(dist.destroy_process_group, 5.0)
+        # the lab is swapping in a spare for a dead or stuck peer: an orderly destroy
+        # waits on that peer (5 s on gloo), an abort does not
+        _bounded(_abort, 5.0)
         _S.group, _S.prepared, _S.build_key, _S.model_key = None, None, (), ()
         _S.custom_state.clear()
         _S.cache.clear()
@@ -111,16 +114,20 @@ def setup(rank: int, world: int, master_addr: str, port: int, threads: int,
     if rank == 0 and _S.listener is not None:
         kw["master_listen_fd"] = _S.listener.detach()    # the store owns the fd from here
         _S.listener = None
+    t1 = time.perf_counter()
     _S.store = dist.TCPStore(master_addr, port, world, is_master=rank == 0,
                              timeout=timedelta(seconds=pg_timeout_s), **kw)
     _S.pg_timeout = pg_timeout_s
     _S.generation = 0      # a new store: every rank, spare or survivor, counts from here
+    t2 = time.perf_counter()
     _init_pg()
+    t3 = time.perf_counter()
     if _S.recorder is None:
         from .compile_events import CompileRecorder
         _S.recorder = CompileRecorder()
     _S.recorder.install()
-    return dict(rank=rank, backend=dist.get_backend())
+    return dict(rank=rank, backend=dist.get_backend(), leave_s=t1 - t0, store_s=t2 - t1,
+                group_s=t3 - t2)
 
 
 def _loopback_transport(master_addr: str) -> None:

@@ -82,6 +82,18 @@ class Pool:
         eid = self.await_engine(client, slot, timeout)
         return eid
 
+    def warm_spares(self, client, timeout: float) -> bool:
+        """Block until every spare has registered and imported torch (a fault right after a
+        start or a swap otherwise waits for its spare to come up)."""
+        ok = True
+        for slot in list(self.spares.values()):
+            eid = self.await_engine(client, slot, timeout)
+            try:
+                ok = ok and eid is not None and client[eid].apply_sync(liveness.wait_warm, timeout)
+            except Exception:
+                ok = False
+        return ok
+
     def await_engine(self, client, slot: Slot, timeout: float) -> Optional[int]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -43,22 +43,31 @@ def tree(pids) -> list:
 
 def kill(pids, grace: float = 0.0) -> list:
     """SIGTERM (when ``grace`` > 0) then SIGKILL every process of the trees; returns the
-    pids that still exist afterwards (zombies of a living parent do not count)."""
+    pids still running after 3 s (a killed process whose parent has not reaped it yet is
+    a zombie: its memory is freed, it does not count)."""
     procs = tree(pids)
-    sig_first = signal.SIGTERM if grace > 0 else signal.SIGKILL
+    if grace > 0:
+        _send(procs, signal.SIGTERM)
+        _until_gone(procs, grace)
+    _send(procs, signal.SIGKILL)
+    return [p.pid for p in _until_gone(procs, 3.0)]
+
+
+def _send(procs, sig) -> None:
     for p in procs:
         try:
-            p.send_signal(sig_first)
+            p.send_signal(sig)
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=grace) if grace > 0 else ([], procs)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(alive, timeout=3.0)
-    return [p.pid for p in alive if _living(p)]
+
+
+def _until_gone(procs, timeout: float) -> list:
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if _living(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if _living(p)]
+    return alive
 
 
 def _living(p) -> bool:
