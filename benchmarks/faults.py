@@ -106,8 +106,9 @@ def small_run_s(lab) -> float:
 
 
 def kept(lab, n_before) -> str:
-    runs = lab.history.runs[n_before:]
-    return ", ".join(f"{r.status}" for r in runs) or "nothing"
+    """The faulted run's status in the history (the small run after it is not counted)."""
+    runs = lab.history.runs[n_before:n_before + 1]
+    return runs[0].status if runs else "nothing"
 
 
 def measure(lab, name, repeats, base_s, restart: bool) -> dict:
@@ -146,7 +147,8 @@ def main() -> None:
     ap.add_argument("--baseline-repeats", type=int, default=1)
     ap.add_argument("--starts", type=int, default=3, help="Lab() start-ups to time")
     ap.add_argument("--faults", nargs="*", default=None)
-    ap.add_argument("--close-ranks", type=int, nargs="*", default=[2])
+    ap.add_argument("--close-ranks", type=int, nargs="*", default=[2],
+                    help="time close() at these rank counts (more ranks than GPUs: CPU ranks)")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args()
 
@@ -191,7 +193,7 @@ def main() -> None:
         h, r = by.get((name, "heal")), by.get((name, "restart"))
         rs = f"{r['ready_s']:.2f} s" if r else "-"
         print(f"| {name} | {h['error_s']:.2f} s | {h['ready_s']:.2f} s | {rs} | "
-              f"run kept as {h['kept']} |")
+              f"the run, as {h['kept']} |")
     print(f"\nLab() start-up {statistics.median(starts):.1f} s; "
           + "; ".join(f"close() at {n} ranks {s:.2f} s" for n, s in closes.items()))
     if args.out:

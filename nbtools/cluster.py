@@ -112,7 +112,9 @@ class Lab:
                                    log_level=40,
                                    cluster_id=f"nbtools-{uuid.uuid4().hex[:6]}",
                                    profile_dir=str(self.workdir / "ipython"))
-        self.cluster.start_controller_sync()
+        self.cluster.start_controller_sync(
+            controller_cmd=[sys.executable, "-m", "nbtools.liveness"],
+            environment={"NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_WARM": "0"})
         self._guard.watch(self.cluster.controller.pid)
         if local:
             threads = placement.threads_per_rank(os.cpu_count(), n) if not gpus else 0

@@ -47,6 +47,9 @@ def _warm() -> None:
         import torch  # noqa: F401
         import torch.distributed  # noqa: F401
         import torch._dynamo  # noqa: F401  (the compile recorder's setup needs it: seconds)
+        import torch.profiler  # noqa: F401
+        # the engine side of a run: a spare's first run then pays only for its model
+        from . import apply, capture, custom, engine, scenarios, trace  # noqa: F401
     except Exception:
         pass    # the lab's own calls import it again and report the error there
 
@@ -95,3 +98,17 @@ def describe_exit(returncode) -> str:
             name = f"signal {-returncode}"
         return f"killed by {name}"
     return f"exit code {returncode}"
+
+
+def controller_main() -> None:
+    """``python -m nbtools.liveness ARGS``: ipyparallel's controller with the same watchdog
+    (it has no startup hook), killing its schedulers with it when the client is gone."""
+    import sys
+    start()
+    from ipyparallel.controller.app import main
+    sys.argv[0] = "ipcontroller"
+    main()
+
+
+if __name__ == "__main__":
+    controller_main()

@@ -59,12 +59,16 @@ CLIENT = textwrap.dedent("""
     for spare in lab.pool.spares.values():
         lab.pool.await_engine(lab.client, spare, 120)
     pids = [p.pid for p in psutil.Process().children(recursive=True)]
-    print(json.dumps(dict(pids=pids, workdir=str(lab.workdir))), flush=True)
+    print(json.dumps(dict(pids=pids, workdir=str(lab.workdir), guard=lab._guard.proc.pid)),
+          flush=True)
     sys.stdin.read()        # until killed
 """)
 
 
-def test_sigkill_of_the_client_leaves_no_process_and_no_folder():
+@pytest.mark.parametrize("also_guard", [False, True], ids=["client", "client-and-its-guard"])
+def test_sigkill_of_the_client_leaves_no_process(also_guard):
+    """The guard process cleans up at once; when it is killed too, every engine and the
+    controller still go on their own (each watches the client's pid)."""
     import json
     client = subprocess.Popen([sys.executable, "-c", CLIENT], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=os.environ.copy())
@@ -76,6 +80,8 @@ def test_sigkill_of_the_client_leaves_no_process_and_no_folder():
         # controller + its schedulers, 2 engines + nannies, 2 spares + nannies, the guard
         assert len(procs) >= 8 and os.path.isdir(info["workdir"])
     finally:
+        if also_guard:
+            os.kill(info["guard"], signal.SIGKILL)
         client.kill()
         client.wait()
     deadline = time.monotonic() + 10
@@ -83,7 +89,11 @@ def test_sigkill_of_the_client_leaves_no_process_and_no_folder():
         time.sleep(0.2)
     left = [(p.pid, " ".join(p.cmdline())[:80]) for p in procs if not _gone(p)]
     assert left == []
-    assert not os.path.exists(info["workdir"])
+    if not also_guard:      # the folder is the guard's job
+        assert not os.path.exists(info["workdir"])
+    else:
+        import shutil
+        shutil.rmtree(info["workdir"], ignore_errors=True)
 
 
 def test_failed_start_cleans_up_at_once(tmp_path, monkeypatch):
@@ -182,7 +192,10 @@ def test_exception_then_next_run_ready(lab):
         lab.run(_raise_on_1, CUSTOM)
     engines = dict(lab.rank_to_engine)
     assert lab.run(StepConfig(**SMALL)).ok
-    assert lab.rank_to_engine == engines         # the group was re-created in place
+    if lab.device_type == "cpu":                 # gloo: the group was re-created in place
+        assert lab.rank_to_engine == engines
+    else:                                        # NCCL: every rank got a warm spare
+        assert set(lab.rank_to_engine.values()).isdisjoint(engines.values())
 
 
 def test_hang_past_the_timeout_then_next_run_ready(lab):
