@@ -73,7 +73,6 @@ class Lab:
         self._n_requested = n
         self.cluster = self.client = None
         self.placements: list = []
-        self.needs_restart = False
         self._pg_broken = False
         try:
             self._start()
@@ -185,11 +184,16 @@ class Lab:
         """Fresh engines, all of them (after a fault the lab swaps in spares by itself; this
         is the full reset). History stays: it lives here and on disk."""
         self._stop(graceful=False)
-        self.needs_restart = False
         self._pg_broken = False
         self._replace = set()
         self._start()
         return self
+
+    @property
+    def needs_restart(self) -> bool:
+        """True when the next run will restart every engine: a rank failed beyond repair
+        on engines this lab did not start (its own engines are swapped for spares)."""
+        return bool(self._replace) and self.pool is None
 
     def close(self) -> None:
         self._stop(graceful=True)
@@ -319,6 +323,8 @@ class Lab:
                 reports[r] = ar.get()
             except Exception as e:  # the engine itself died (e.g. killed by a NCCL watchdog)
                 reports[r] = dict(rank=r, status="failed", error=f"engine error: {e}")
+                if "EngineError" in (getattr(e, "ename", None) or type(e).__name__):
+                    dead[r] = "reported by ipyparallel"
         self._replace |= set(dead)
         if failed_at is not None:
             for r in waiting:

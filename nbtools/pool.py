@@ -32,13 +32,15 @@ class Slot:
         if getattr(proc, "exited", False):
             return liveness.describe_exit(proc.exit_code)
         try:
-            os.kill(self.pid, 0)
-            return None
-        except ProcessLookupError:      # gone: the launcher's waiter records the code now
-            deadline = time.monotonic() + 1.0
-            while not getattr(proc, "exited", False) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            return liveness.describe_exit(getattr(proc, "exit_code", None))
+            if proc.status() != "zombie":
+                return None
+        except Exception:
+            pass        # already reaped
+        # exited: the launcher's waiter thread reaps it and records the code now
+        deadline = time.monotonic() + 1.0
+        while not getattr(proc, "exited", False) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return liveness.describe_exit(getattr(proc, "exit_code", None))
 
 
 class Pool:

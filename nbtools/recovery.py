@@ -43,11 +43,23 @@ def dead_ranks(lab, ars: dict, known: dict, finished_too: bool = False) -> dict:
     return out
 
 
+def gone(lab) -> set:
+    """Ranks whose engine process has exited or that the controller no longer lists."""
+    listed = set(lab.client.ids)
+    out = set()
+    for r, e in lab.rank_to_engine.items():
+        slot = lab.pool.by_engine(e) if lab.pool is not None else None
+        if e not in listed or (slot is not None and slot.exit_status() is not None):
+            out.add(r)
+    return out
+
+
 def before_run(lab) -> None:
     """Bring the lab back after the previous run's fault, or fail saying why not."""
     if lab.client is None:
         raise RuntimeError("the lab is closed; start a new Lab() (history is on disk)")
-    if lab.needs_restart or (lab._replace and lab.pool is None):
+    lab._replace |= gone(lab)     # an engine can also die between runs
+    if lab.needs_restart:
         print("restarting the engines after the last run's fault", file=sys.stderr)
         lab.restart()
         return

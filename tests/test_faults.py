@@ -223,9 +223,12 @@ def test_ctrl_c_keeps_the_run_as_interrupted_and_nothing_queues(lab, tmp_path):
     n = len(lab.history)
     timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        lab.run(step, CUSTOM)
-    timer.join()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            lab.run(step, CUSTOM)
+    finally:
+        timer.cancel()      # a run that ended early must not leave a SIGINT for pytest
+        timer.join()
     assert len(lab.history) == n + 1
     run = lab.history[-1]
     assert run.status == "interrupted"
