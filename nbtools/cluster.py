@@ -97,7 +97,8 @@ class Lab:
             if self.pool is not None:
                 self.pool.fill_spares(max(p.local_world for p in self.placements))
         except BaseException:
-            self._stop(graceful=False)      # a failed start leaves no process behind
+            if self._external is None:      # a failed start leaves no process behind
+                self._stop(graceful=False)  # (an external cluster's engines are the user's)
             raise
         self.startup_s = time.perf_counter() - t0
 
