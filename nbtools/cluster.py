@@ -11,9 +11,10 @@ import uuid
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import engine, engine_output, placement, progress_view, tables
+from . import engine, engine_output, placement, progress_view, reaper, recovery, tables
 from .config import ConfigError, StepConfig
 from .history import History
+from .pool import Pool
 from .run import Run
 
 
@@ -26,7 +27,7 @@ class RunFailed(RuntimeError):
 
 
 class RunTimeout(RunFailed):
-    """Some ranks did not finish in time; the lab must be restarted (lab.restart())."""
+    """Some ranks did not finish in time; their engines are replaced before the next run."""
 
 
 # Kineto prints a USDT line at every profiler start/stop: not the user's output.
@@ -48,6 +49,9 @@ class Lab:
     ``engines`` is any ipyparallel launcher name ("local", "mpi", "slurm", "ssh", ...);
     ``cluster`` an existing ipyparallel Cluster or Client to use instead of starting one.
     ``history`` is the folder runs are saved to as they complete.
+    ``spares`` keeps one warm engine per rank (started in the background, torch imported)
+    that replaces a dead, hung or interrupted rank's engine in about a second; without it
+    a replacement is started when needed (as slow as a start). Local engines only.
     ``compile_cache`` is a folder for the ranks' inductor caches (``DIR/rank0``, ...) that
     outlives the lab: a later lab given the same folder starts warm (FX graphs, Triton
     kernels, autotuning results), which is what a max-autotune experiment needs between
@@ -63,7 +67,7 @@ class Lab:
     def __init__(self, n: Optional[int] = None, engines: str = "local", cluster=None,
                  history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
                  echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0,
-                 compile_cache=None):
+                 compile_cache=None, spares: bool = True):
         self.engines, self.timeout, self.pg_timeout, self.echo = engines, timeout, pg_timeout, echo
         self.peer_grace = peer_grace
         self.start_timeout = start_timeout
@@ -71,43 +75,74 @@ class Lab:
         self.history = History.load(history) if history else History(None)
         self.compile_cache = _cache_folder(compile_cache)
         self.workdir = Path(tempfile.mkdtemp(prefix="nbtools-lab-"))
+        self._guard = reaper.Guard()        # nothing the lab starts outlives this process
+        self._guard.folder(self.workdir)
+        self.spares, self.pool = spares, None
+        self._replace: set = set()          # ranks whose engines are swapped before the next run
         self._n_requested = n
         self.cluster = self.client = None
         self.placements: list = []
-        self.needs_restart = False
         self._pg_broken = False
-        self._start()
+        try:
+            self._start()
+        except BaseException:
+            self._guard.close()     # a failed start takes its folders with it, at once
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
 
     # -- lifecycle ---------------------------------------------------------------------
     def _start(self) -> None:
         import ipyparallel as ipp
         t0 = time.perf_counter()
-        if self._external is not None:
-            self.client = self._external if isinstance(self._external, ipp.Client) \
-                else self._external.connect_client_sync()
-            self.cluster = None if isinstance(self._external, ipp.Client) else self._external
-        else:
-            n, gpus = self._count()
-            self.cluster = ipp.Cluster(n=0, engines=self.engines, log_level=40,
-                                       cluster_id=f"nbtools-{uuid.uuid4().hex[:6]}")
-            self.cluster.start_controller_sync()
-            if self.engines == "local":
-                threads = placement.threads_per_rank(os.cpu_count(), n) if not gpus else 0
-                for i in range(n):
-                    env = {"NBTOOLS_LOCAL_RANK": str(i), "PYTHONUNBUFFERED": "1"}
-                    if gpus:
-                        env["CUDA_VISIBLE_DEVICES"] = gpus[i]
-                    else:
-                        env["CUDA_VISIBLE_DEVICES"] = ""
-                        env["OMP_NUM_THREADS"] = str(threads)
-                    self.cluster.start_engines_sync(n=1, environment=env)
+        try:
+            if self._external is not None:
+                self.client = self._external if isinstance(self._external, ipp.Client) \
+                    else self._external.connect_client_sync()
+                self.cluster = None if isinstance(self._external, ipp.Client) else self._external
+                ids = sorted(self.client.ids)
             else:
-                self.cluster.start_engines_sync(n=n)
-            self.client = self.cluster.connect_client_sync()
-            # no tqdm bar: saved or exported, it stays at "0% 0/2" (its widget state is not kept)
-            self.client.wait_for_engines(n, timeout=self.start_timeout, interactive=False)
-        self._join()
+                ids = self._launch(ipp)
+            self._join(ids)
+            if self.pool is not None:
+                self.pool.fill_spares(max(p.local_world for p in self.placements))
+        except BaseException:
+            if self._external is None:      # a failed start leaves no process behind
+                self._stop(graceful=False)  # (an external cluster's engines are the user's)
+            raise
         self.startup_s = time.perf_counter() - t0
+
+    def _launch(self, ipp) -> list:
+        """Controller and engines on this lab's own profile folder (inside workdir, so the
+        connection files and logs go with the lab); every process is told to the guard."""
+        n, gpus = self._count()
+        from .launchers import EngineSetLauncher
+        local = self.engines == "local"
+        self.cluster = ipp.Cluster(n=0, engines=EngineSetLauncher if local else self.engines,
+                                   log_level=40,
+                                   cluster_id=f"nbtools-{uuid.uuid4().hex[:6]}",
+                                   profile_dir=str(self.workdir / "ipython"))
+        self.cluster.start_controller_sync(
+            controller_cmd=[sys.executable, "-m", "nbtools.liveness"],
+            environment={"NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_WARM": "0"})
+        self._guard.watch(self.cluster.controller.pid)
+        if local:
+            threads = placement.threads_per_rank(os.cpu_count(), n) if not gpus else 0
+            self.pool = Pool(self.cluster, self._guard, gpus, threads, self.spares)
+            slots = [self.pool.launch(i) for i in range(n)]
+        else:
+            self.cluster.start_engines_sync(n=n)
+            for es in self.cluster.engines.values():   # the launcher's local process (mpiexec, ...)
+                if getattr(es, "pid", None):
+                    self._guard.watch(es.pid)
+        self.client = self.cluster.connect_client_sync()
+        self.client.wait_for_engines(n, timeout=self.start_timeout, interactive=False)
+        if self.pool is None:
+            return sorted(self.client.ids)
+        ids = [self.pool.await_engine(self.client, s, self.start_timeout) for s in slots]
+        if None in ids:
+            raise RuntimeError(f"{ids.count(None)} engine(s) did not register within "
+                               f"start_timeout={self.start_timeout:.0f} s")
+        return ids
 
     def _count(self) -> tuple[int, list]:
         """(ranks, GPU ids for local engines). GPUs are counted without initialising CUDA
@@ -119,8 +154,9 @@ class Lab:
                               "per GPU. Use n <= the GPU count.")
         return n, gpus[:n]
 
-    def _join(self) -> None:
-        ids = sorted(self.client.ids)
+    def _join(self, ids) -> None:
+        """Ranks from what the engines report, then one process group over them. Also how
+        a healed lab rejoins: survivors leave their old group inside engine.setup."""
         idents = self._on(ids, placement.identity)
         self.placements = placement.assign(dict(zip(ids, idents)))
         by_eid = {p.engine_id: p for p in self.placements}
@@ -134,8 +170,9 @@ class Lab:
         self.infos = {by_eid[e].rank: i for e, i in zip(ids, infos)}
         self.rank_to_engine = {p.rank: p.engine_id for p in self.placements}
         r0 = self.rank_to_engine[0]
-        port = self.client[r0].apply_sync(placement.free_port)
         addr = placement.master_addr(self.placements)
+        # rank 0 opens the store's socket on exactly that address (loopback on one host)
+        port = self.client[r0].apply_sync(engine.listen, addr)
         world = len(self.placements)
         cpus = {p.rank: self.infos[p.rank]["cpus"] for p in self.placements}
         args = {p.engine_id: (p.rank, world, addr, port,
@@ -144,7 +181,8 @@ class Lab:
                               str((self.compile_cache or self.workdir / "inductor-cache")
                                   / f"rank{p.rank}"),
                               self.pg_timeout) for p in self.placements}
-        self._on(ids, engine.setup, args_for=lambda e: args[e], timeout=self.start_timeout)
+        self.setup_times = self._on(ids, engine.setup, args_for=lambda e: args[e],
+                                    timeout=self.start_timeout)
         self.world_size = world
 
     def _on(self, ids, fn, args_for=None, timeout=120.0) -> list:
@@ -153,41 +191,61 @@ class Lab:
         return [ar.get(timeout=timeout) for ar in ars]
 
     def restart(self) -> "Lab":
-        """Fresh engines (the only way to free an engine stuck in a collective). History
-        stays: it lives here and on disk."""
+        """Fresh engines, all of them (after a fault the lab swaps in spares by itself; this
+        is the full reset). History stays: it lives here and on disk."""
         self._stop(graceful=False)
-        self.workdir.mkdir(parents=True, exist_ok=True)    # close() removed it
-        self.closed = False
-        self.needs_restart = False
+        if self.closed:      # close() took the folder and the guard with it
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self._guard = reaper.Guard()
+            self._guard.folder(self.workdir)
+            self.closed = False
         self._pg_broken = False
+        self._replace = set()
         self._start()
         return self
+
+    @property
+    def needs_restart(self) -> bool:
+        """True when the next run will restart every engine: a rank failed beyond repair
+        on engines this lab did not start (its own engines are swapped for spares)."""
+        return bool(self._replace) and self.pool is None
 
     def close(self) -> None:
         self.closed = True
         self._stop(graceful=True)
-        # per-lab inductor caches (1.3 GB after one max-autotune run on H200) would pile
-        # up in /tmp lab after lab; a compile_cache folder is the user's and stays
+        # the guard removes the lab's folders: per-lab inductor caches (1.3 GB after one
+        # max-autotune run on H200) and ipyparallel's profile; a compile_cache folder is
+        # the user's and stays
+        self._guard.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _stop(self, graceful: bool) -> None:
-        if self.client is not None and graceful and not self.needs_restart:
+        """Every process this lab started goes at once (SIGKILL: there is nothing on an
+        engine to save, and its exit frees sockets and GPU memory), so close() does not grow
+        with the ranks as a graceful destroy of each rank's group did (20 s at 16 ranks).
+        Engines of an external cluster are not ours: they leave the group and stay."""
+        ext = self._external is not None
+        if self.client is not None and ext and graceful and not self.needs_restart:
             try:
-                ars = [self.client[e].apply_async(engine.shutdown, 10.0) for e in self.client.ids]
+                ars = [self.client[e].apply_async(engine.shutdown, 10.0)
+                       for e in self.rank_to_engine.values()]
                 for ar in ars:
                     ar.get(timeout=15)
             except Exception:
                 pass
-        if self.cluster is not None and self._external is None:
-            try:
-                self.cluster.stop_cluster_sync()
-            except Exception:
-                pass
-        elif self.client is not None and self._external is not None and not graceful:
+        elif self.client is not None and ext and not graceful:
             self.client.shutdown(hub=False, block=False)  # external engines: ask them to go
-        if self.client is not None and self._external is None:
+        if not ext:
+            reaper.kill(self._guard.pids)
+            self._guard.pids.clear()
+            if self.cluster is not None:
+                try:
+                    self.cluster.stop_cluster_sync()    # its processes are gone; its files
+                except Exception:
+                    pass
+        if self.client is not None and not ext:
             self.client.close()
-        self.client = None
+        self.client = self.pool = None
 
     def __enter__(self):
         return self
@@ -216,69 +274,66 @@ class Lab:
             cfg = cfg.replace(**changes)
         cfg.check_device(self.device_type)
         self._check_usable()
-        if self._pg_broken:      # an earlier run failed and aborted the process group
-            if self.device_type == "cuda":
-                print("restarting engines after the failed run (NCCL communicators were aborted)",
-                      file=sys.stderr)
-                self.restart()
-            else:
-                self._on(list(self.rank_to_engine.values()), engine.reinit_pg)
-            self._pg_broken = False
+        recovery.before_run(self)
         run_id = uuid.uuid4().hex[:8]
         t0 = time.time()
         payload = _pickle_by_value(fn) if fn is not None else None
         ars = {r: self.client[e].apply_async(engine.run, cfg, run_id, payload)
                for r, e in sorted(self.rank_to_engine.items())}
-        reports, unfinished = self._wait(ars, timeout or self.timeout, run_id)
+        try:
+            reports, unfinished = self._wait(ars, timeout or self.timeout, run_id)
+        except KeyboardInterrupt:
+            recovery.interrupted(self, cfg, run_id, t0, ars)
+            raise
         run = self._assemble(cfg, run_id, t0, reports, unfinished)
         self.history.add(run)
         if unfinished:
-            self.needs_restart = True
+            self._replace |= set(unfinished)
             raise RunTimeout(f"run {run_id}: rank(s) {sorted(unfinished)} did not finish within "
                              f"{timeout or self.timeout:.0f} s (stuck in a collective?). "
-                             + _first_error(run) + "Call lab.restart() for fresh engines; "
-                             "the history is kept.", run)
+                             + _first_error(run) + "Their engines are replaced before the "
+                             "next run; the history is kept.", run)
         if not run.ok:
             self._pg_broken = True
-            if self.needs_restart:      # ranks left waiting on the failed one
-                self.restart()
             raise RunFailed(f"run {run_id} failed: " + _first_error(run), run)
         return run
 
     def _check_usable(self) -> None:
-        """Say why the lab cannot run, truthfully: closed by the user, or left stuck."""
+        """Say why the lab cannot run, truthfully: closed by the user, or stopped. (Engines
+        left stuck or dead by a run are healed by recovery.before_run, not refused.)"""
         where = (f" (the history is kept in {self.history.folder}: Lab(history=...) loads it)"
                  if self.history.folder is not None else "")
         if self.closed:
             raise LabClosed("this lab is closed (lab.close() stopped its engines); start a "
                             "new one with lab = Lab()" + where + ", or lab.restart() for "
                             "fresh engines in this one")
-        if self.needs_restart:
-            raise RuntimeError("the lab's engines are stuck after an earlier run (a rank did "
-                               "not finish in time); call lab.restart() (history is kept)")
         if self.client is None:
             raise RuntimeError("the lab's engines are stopped; call lab.restart() for fresh "
                                "ones (history is kept)")
 
     def _wait(self, ars: dict, timeout: float, run_id: str = ""):
         """Wait for every rank, up to the timeout. Once a rank has failed, the others get
-        ``peer_grace`` seconds: a rank still running then is waiting in a collective for
-        the failed one, and is reported as such (the lab restarts it)."""
+        ``peer_grace`` seconds (one second when its engine died): a rank still running then
+        is waiting in a collective for the failed one, and is reported as such (its engine
+        is replaced before the next run). A dead engine is seen from its exit status within
+        a poll, not when ipyparallel's heartbeats give up on it."""
         deadline = time.monotonic() + timeout
         shown = {r: [0, 0] for r in ars}
         warned = {r: [] for r in ars}
-        failed_at = None
+        failed_at, dead = None, {}
         view = self._progress_view(ars, run_id)
         while True:
-            pending = [ar for ar in ars.values() if not ar.ready()]
+            dead.update(recovery.dead_ranks(self, ars, dead))
+            pending = [ar for r, ar in ars.items() if not ar.ready() and r not in dead]
             self._echo(ars, shown, warned)
             if view is not None:
                 view.update(progress_view.read(ars))
             if not pending or time.monotonic() > deadline:
                 break
-            if failed_at is None and any(_failed(ar) for ar in ars.values() if ar.ready()):
+            if failed_at is None and (dead or any(_failed(ar) for ar in ars.values() if ar.ready())):
                 failed_at = time.monotonic()
-            if failed_at is not None and time.monotonic() - failed_at > self.peer_grace:
+            grace = min(self.peer_grace, recovery.DEAD_GRACE_S) if dead else self.peer_grace
+            if failed_at is not None and time.monotonic() - failed_at > grace:
                 break
             self.client.wait(pending, timeout=0.2)
         for ar in ars.values():   # output can trail the result on the iopub channel
@@ -288,13 +343,18 @@ class Lab:
                 except Exception:
                     pass
         self._echo(ars, shown, warned)
+        dead.update(recovery.dead_ranks(self, ars, dead, finished_too=True))
         if view is not None:
             view.update(progress_view.read(ars))
-            done = all(ar.ready() for ar in ars.values())
-            view.close("done" if done and not any(_failed(ar) for ar in ars.values())
+            done = all(ar.ready() or r in dead for r, ar in ars.items())
+            view.close("done" if done and not dead and not any(_failed(ar) for ar in ars.values())
                        else "failed" if done or failed_at is not None else "timed out")
         reports, waiting = {}, []
         for r, ar in ars.items():
+            if r in dead:
+                reports[r] = dict(rank=r, status="failed", error_type="EngineDied",
+                                  error=f"rank {r}'s engine died: {dead[r]}")
+                continue
             if not ar.ready():
                 waiting.append(r)
                 continue
@@ -302,12 +362,15 @@ class Lab:
                 reports[r] = ar.get()
             except Exception as e:  # the engine itself died (e.g. killed by a NCCL watchdog)
                 reports[r] = dict(rank=r, status="failed", error=f"engine error: {e}")
+                if "EngineError" in (getattr(e, "ename", None) or type(e).__name__):
+                    dead[r] = "reported by ipyparallel"
+        self._replace |= set(dead)
         if failed_at is not None:
             for r in waiting:
                 reports[r] = dict(rank=r, status="failed", error=(
                     "stopped because a peer failed: still waiting (in a collective) "
-                    f"{self.peer_grace:.0f} s after it; its engine is restarted"))
-            self.needs_restart = bool(waiting)
+                    f"{grace:.0f} s after it; its engine is replaced"))
+            self._replace |= set(waiting)
             waiting = []
         if self.echo:
             engine_output.show({r: warned[r] + engine_output.from_report(

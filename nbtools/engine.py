@@ -39,6 +39,7 @@ class EngineState:
     device: object = None
     group: object = None
     store: object = None
+    listener: object = None      # rank 0's store socket between listen() and setup()
     generation: int = 0
     pg_timeout: float = 300.0
     pg_broken: bool = False
@@ -70,30 +71,82 @@ def info() -> dict:
                 torch=torch.__version__)
 
 
+def listen(addr: str) -> int:
+    """Rank 0: open the store's listening socket on exactly ``addr`` (TCPStore alone
+    binds every interface); setup() hands it over. Returns the port for the other ranks."""
+    if _S.listener is not None:
+        _S.listener.close()
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    host = socket.getaddrinfo(addr, None, family, socket.SOCK_STREAM)[0][4][0]
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, 0))
+    s.listen(512)
+    _S.listener = s
+    return s.getsockname()[1]
+
+
 def setup(rank: int, world: int, master_addr: str, port: int, threads: int,
           cache_dir: str, pg_timeout_s: float) -> dict:
     """Join the process group. Rank 0 hosts the store; the same store carries the failure
-    flag that lets a failing rank release its peers."""
+    flag that lets a failing rank release its peers. Called again on a surviving engine
+    when the lab swaps a spare in for another rank: it leaves its old group first."""
     import torch
     import torch.distributed as dist
+    t0 = time.perf_counter()
+    if dist.is_initialized():
+        # the lab is swapping in a spare for a dead or stuck peer: an orderly destroy
+        # waits on that peer (5 s on gloo), an abort does not
+        _bounded(_abort, 5.0)
+        _S.group, _S.prepared, _S.build_key, _S.model_key = None, None, (), ()
+        _S.custom_state.clear()
+        _S.cache.clear()
     if threads > 0:
         torch.set_num_threads(threads)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir   # own cache per rank: cold means cold
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR=master_addr,
                       MASTER_PORT=str(port))
+    _loopback_transport(master_addr)
     cuda = torch.cuda.is_available()
     _S.device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(_S.device)
     _S.rank, _S.world = rank, world
+    kw = {}
+    if rank == 0 and _S.listener is not None:
+        kw["master_listen_fd"] = _S.listener.detach()    # the store owns the fd from here
+        _S.listener = None
+    t1 = time.perf_counter()
     _S.store = dist.TCPStore(master_addr, port, world, is_master=rank == 0,
-                             timeout=timedelta(seconds=pg_timeout_s))
+                             timeout=timedelta(seconds=pg_timeout_s), **kw)
     _S.pg_timeout = pg_timeout_s
+    _S.generation = 0      # a new store: every rank, spare or survivor, counts from here
+    t2 = time.perf_counter()
     _init_pg()
-    from .compile_events import CompileRecorder
-    _S.recorder = CompileRecorder()
+    t3 = time.perf_counter()
+    if _S.recorder is None:
+        from .compile_events import CompileRecorder
+        _S.recorder = CompileRecorder()
     _S.recorder.install()
-    return dict(rank=rank, backend=dist.get_backend())
+    return dict(rank=rank, backend=dist.get_backend(), leave_s=t1 - t0, store_s=t2 - t1,
+                group_s=t3 - t2)
+
+
+def _loopback_transport(master_addr: str) -> None:
+    """One host: gloo's and NCCL's own sockets on loopback too (by default they pick the
+    host's first interface and listen there). A user's choice of interface stands."""
+    import ipaddress
+    try:
+        if not ipaddress.ip_address(master_addr).is_loopback:
+            return
+    except ValueError:
+        return
+    import psutil
+    lo = next((name for name, addrs in psutil.net_if_addrs().items()
+               if any(a.address == master_addr for a in addrs)), None)
+    if lo:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", lo)
 
 
 def _init_pg() -> None:

@@ -90,10 +90,3 @@ def pin(local_rank: int) -> str:
     chosen = devices[local_rank % len(devices)] if devices else str(local_rank)
     os.environ["CUDA_VISIBLE_DEVICES"] = chosen
     return chosen
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]

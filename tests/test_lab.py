@@ -151,20 +151,18 @@ def _hang_on_rank0(ctx):
     return None
 
 
-def test_timeout_names_the_stuck_rank_then_restart(lab):
+def test_timeout_names_the_stuck_rank_then_the_lab_heals(lab):
     with pytest.raises(RunTimeout) as e:
         lab.run(_hang_on_rank0, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0),
                 timeout=5)
     assert "rank(s) [0] did not finish" in str(e.value)
-    assert "lab.restart()" in str(e.value)
-    with pytest.raises(RuntimeError, match="restart"):
-        lab.run(StepConfig(**SMALL))
+    assert "replaced before the next run" in str(e.value)
     n = len(lab.history)
-    t = time.perf_counter()
-    lab.restart()
-    assert time.perf_counter() - t < 90
-    run = lab.run(StepConfig(**SMALL))
+    run = lab.run(StepConfig(**SMALL))      # the stuck engine is swapped without restart()
     assert run.ok and len(lab.history) == n + 1
+    lab.restart()                           # the full reset still works
+    run = lab.run(StepConfig(**SMALL))
+    assert run.ok and len(lab.history) == n + 2
 
 
 def test_sweep_repeats_in_rounds_and_spread_summarises_them(lab, capsys):
