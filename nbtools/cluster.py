@@ -186,11 +186,12 @@ class Lab:
     # -- runs ----------------------------------------------------------------------------
     def run(self, fn_or_cfg=None, cfg: Optional[StepConfig] = None, *, timeout=None,
             **changes) -> Run:
-        """lab.run(cfg), lab.run(my_step_fn, cfg) or lab.run(cfg, compile="default").
-        Raises ConfigError before dispatch, RunFailed / RunTimeout after (the run is kept
-        in lab.history either way)."""
+        """lab.run(cfg), lab.run(workload, cfg), lab.run(my_step_fn, cfg) or
+        lab.run(cfg, compile="default"). Raises ConfigError before dispatch, RunFailed /
+        RunTimeout after (the run is kept in lab.history either way)."""
+        from .workload import Workload, check_step
         fn: Optional[Callable] = None
-        if callable(fn_or_cfg) and not isinstance(fn_or_cfg, StepConfig):
+        if isinstance(fn_or_cfg, Workload) or (callable(fn_or_cfg) and not isinstance(fn_or_cfg, StepConfig)):
             fn = fn_or_cfg
             cfg = cfg or StepConfig(scenario="custom")
             if cfg.scenario != "custom":
@@ -202,6 +203,10 @@ class Lab:
         if changes:
             cfg = cfg.replace(**changes)
         cfg.check_device(self.device_type)
+        if isinstance(fn, Workload):
+            fn.check(cfg)
+        elif fn is not None:
+            check_step(fn, cfg)
         if self.needs_restart or self.client is None:
             raise RuntimeError("the lab's engines are stuck or stopped after an earlier "
                                "timeout; call lab.restart() (history is kept)")
@@ -333,9 +338,14 @@ class Lab:
             return r
         return self.history[r]
 
-    def panel(self, cfg: Optional[StepConfig] = None):
+    def panel(self, cfg_or_workload=None, cfg: Optional[StepConfig] = None):
+        """The widgets: lab.panel(), lab.panel(cfg), or lab.panel(workload[, cfg]) to
+        toggle your own model (every run is lab.run(workload, cfg))."""
         from .panel import Panel
-        return Panel(self, cfg).widget
+        from .workload import Workload
+        if isinstance(cfg_or_workload, Workload):
+            return Panel(self, cfg, step_fn=cfg_or_workload).widget
+        return Panel(self, cfg_or_workload or cfg).widget
 
     def __repr__(self):
         return (f"<Lab {getattr(self, 'world_size', '?')} ranks on {getattr(self, 'device_type', '?')}"
@@ -381,12 +391,19 @@ def _pickle_by_value(fn) -> bytes:
     """A step function defined in a notebook, a test file or a script the engines cannot
     import travels by value (its code, not its module's name)."""
     import cloudpickle
-    mod = sys.modules.get(getattr(fn, "__module__", None) or "")
-    if mod is not None and mod.__name__ != "__main__" and not mod.__name__.startswith(("nbtools", "torch")):
-        try:
-            cloudpickle.register_pickle_by_value(mod)
-        except Exception:
-            pass
+    import dataclasses
+    # a Workload is nbtools' class; the functions in it are the user's
+    parts = [getattr(fn, f.name) for f in dataclasses.fields(fn)] \
+        if dataclasses.is_dataclass(fn) and type(fn).__module__.startswith("nbtools") else [fn]
+    for part in parts:
+        mod = sys.modules.get(getattr(part, "__module__", None) or "")
+        installed = "-packages" in (getattr(mod, "__file__", None) or "")  # engines import it
+        if mod is not None and mod.__name__ != "__main__" and not installed \
+                and not mod.__name__.startswith(("nbtools", "torch")):
+            try:
+                cloudpickle.register_pickle_by_value(mod)
+            except Exception:
+                pass
     return cloudpickle.dumps(fn)
 
 

@@ -146,9 +146,6 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dic
         if _S.pg_broken:
             raise RuntimeError("process group is broken after an earlier failure; the lab "
                                "re-initialises it before the next run")
-        if isinstance(user_fn, bytes):
-            import cloudpickle
-            user_fn = cloudpickle.loads(user_fn)
         out.update(_run(cfg, run_id, user_fn))
     except BaseException as e:  # noqa: BLE001 - everything goes back to the client
         out.update(status="failed", error=_describe(e), error_type=type(e).__name__)
@@ -239,10 +236,11 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
     import torch
     from . import capture
     cfg.check_device(_S.device.type)
+    user_fn, source_key = _load_user(user_fn)
     rec = _S.recorder
     rec.install()
     rec.start_run()
-    notes, reused = _prepare(cfg, user_fn)
+    notes, reused = _prepare(cfg, user_fn, source_key)
     wl, prep = _S.workload, _S.prepared
     dev = _S.device
     cuda = dev.type == "cuda"
@@ -277,12 +275,24 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
     return result
 
 
-def _prepare(cfg: StepConfig, user_fn) -> tuple[tuple, bool]:
+def _load_user(payload) -> tuple:
+    """(step or Workload, key of its code). The key hashes the pickled bytes the client sent
+    (cloudpickle, by value: code, constants, closures and the globals it reads), so state is
+    reused only while all of that is unchanged; an edited cell never runs stale code."""
+    if not isinstance(payload, bytes):
+        return payload, ""
+    import hashlib
+    import cloudpickle
+    return cloudpickle.loads(payload), hashlib.sha256(payload).hexdigest()[:16]
+
+
+def _prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, bool]:
     """Build or reuse state. Returns (notes, reused)."""
     import torch
     from . import apply, scenarios
-    from .custom import fn_key, prepare_custom
-    model_key = tuple(getattr(cfg, k) for k in _MODEL) + (fn_key(user_fn) if user_fn else "",)
+    from .custom import prepare_custom
+    from .workload import Workload, materialize
+    model_key = tuple(getattr(cfg, k) for k in _MODEL) + (source_key,)
     build_key = tuple((k, v) for k, v in cfg.to_dict().items() if k not in _RUN_ONLY)
     if _S.prepared is not None and build_key == _S.build_key and model_key == _S.model_key:
         return _S.prepared.notes, True
@@ -292,25 +302,33 @@ def _prepare(cfg: StepConfig, user_fn) -> tuple[tuple, bool]:
         # compile callbacks, so the recorder hooks go back in.
         torch.compiler.reset()
         _S.recorder.install()
-    if user_fn is not None:
+    user_wl = user_fn if isinstance(user_fn, Workload) else None
+    if user_fn is not None and user_wl is None:
         _release_model()
-        _S.workload, _S.prepared = prepare_custom(user_fn, cfg, _S)
+        _S.workload, _S.prepared = prepare_custom(user_fn, cfg, _S, source_key)
         _S.build_key, _S.model_key = build_key, model_key
         return _S.prepared.notes, False
+
+    def build(model=None):
+        if user_wl is not None:
+            return materialize(user_wl, cfg, _S.device, model)
+        return scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group, model=model)
     if (not fresh and _S.workload is not None and model_key != _S.model_key
             and _only_inputs_differ(model_key, _S.model_key)):
-        _S.workload = scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group,
-                                      model=_S.workload.model)
+        _S.workload = build(model=_S.workload.model)
     elif fresh or model_key != _S.model_key or _S.workload is None:
         _release_model()
-        if cfg.resolved_parallel == "fsdp2":
+        if cfg.resolved_parallel in ("fsdp2", "tp"):
             from torch.distributed.device_mesh import init_device_mesh
             _S.cache["mesh"] = init_device_mesh(_S.device.type, (_S.world,))
-        _S.workload = scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group)
+        _S.workload = build()
         _S.model_built_at = _S.run_count
         _S.cache["optimizer"] = None
     wl = _S.workload
     module, notes = apply.apply_parallel_and_compile(cfg, wl, _S.device, _S.group, _S.cache)
+    if user_wl is not None:
+        notes = (f"workload {user_wl.name}: {_param_count(wl.model) / 1e6:.1f}M parameters "
+                 f"on this rank",) + notes
     if _S.cache.get("optimizer") is None:
         _S.cache["optimizer"] = apply.make_optimizer(wl, module)
     opt = _S.cache["optimizer"]
@@ -320,6 +338,11 @@ def _prepare(cfg: StepConfig, user_fn) -> tuple[tuple, bool]:
     _S.prepared = apply.Prepared(step, module, opt, eager_forward, notes)
     _S.build_key, _S.model_key = build_key, model_key
     return notes, False
+
+
+def _param_count(model) -> int:
+    """Parameters this rank holds (its shards under FSDP2 / TP)."""
+    return sum(getattr(p, "_local_tensor", p).numel() for p in model.parameters())
 
 
 def _release_model() -> None:
