@@ -388,18 +388,23 @@ def _cache_folder(path) -> Optional[Path]:
 
 
 def _pickle_by_value(fn) -> bytes:
-    """A step function defined in a notebook, a test file or a script the engines cannot
-    import travels by value (its code, not its module's name)."""
+    """A step function or Workload defined in a notebook, a test file or a script the
+    engines cannot import travels by value (its code, not its module's name)."""
     import cloudpickle
     import dataclasses
+    import functools
     # a Workload is nbtools' class; the functions in it are the user's
     parts = [getattr(fn, f.name) for f in dataclasses.fields(fn)] \
         if dataclasses.is_dataclass(fn) and type(fn).__module__.startswith("nbtools") else [fn]
     for part in parts:
+        while isinstance(part, functools.partial):
+            part = part.func
         mod = sys.modules.get(getattr(part, "__module__", None) or "")
+        if mod is None or mod.__name__ == "__main__":
+            continue
+        top = mod.__name__.split(".")[0]
         installed = "-packages" in (getattr(mod, "__file__", None) or "")  # engines import it
-        if mod is not None and mod.__name__ != "__main__" and not installed \
-                and not mod.__name__.startswith(("nbtools", "torch")):
+        if not installed and top not in sys.stdlib_module_names and top not in ("nbtools", "torch"):
             try:
                 cloudpickle.register_pickle_by_value(mod)
             except Exception:

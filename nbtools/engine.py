@@ -311,8 +311,12 @@ def _prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, boo
 
     def build(model=None):
         if user_wl is not None:
-            return materialize(user_wl, cfg, _S.device, model)
-        return scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group, model=model)
+            built = materialize(user_wl, cfg, _S.device, model)
+        else:
+            built = scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group, model=model)
+        if cfg.resolved_parallel == "tp":      # the ranks share one batch: a share each
+            built.flops_per_step /= _S.world
+        return built
     if (not fresh and _S.workload is not None and model_key != _S.model_key
             and _only_inputs_differ(model_key, _S.model_key)):
         _S.workload = build(model=_S.workload.model)
@@ -327,8 +331,8 @@ def _prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, boo
     wl = _S.workload
     module, notes = apply.apply_parallel_and_compile(cfg, wl, _S.device, _S.group, _S.cache)
     if user_wl is not None:
-        notes = (f"workload {user_wl.name}: {_param_count(wl.model) / 1e6:.1f}M parameters "
-                 f"on this rank",) + notes
+        notes = (f"workload {user_wl.name}: {_param_count(wl.model):,} parameters on this "
+                 "rank",) + notes
     if _S.cache.get("optimizer") is None:
         _S.cache["optimizer"] = apply.make_optimizer(wl, module)
     opt = _S.cache["optimizer"]

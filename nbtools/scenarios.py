@@ -133,7 +133,7 @@ def _tp_mlp_workload(size, batch, rank, world, group, seed) -> Workload:
     # blocks all-reduce through functional collectives): the plan has nothing left to do.
     return Workload(model, batch_of, None, blocks=lambda m: m.blocks,
                     tp_plan=lambda m, mesh: m, dynamic_dims=((0, 0),), items=batch,
-                    flops=2.0 * batch * blocks * 2 * d * hidden / world,
+                    flops=2.0 * batch * blocks * 2 * d * hidden,
                     shapes=lambda i: f"x[{batch},{d}]", name="tp-mlp-infer")
 
 

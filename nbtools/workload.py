@@ -64,6 +64,10 @@ class Workload:
             if not callable(getattr(self, f)):
                 raise ConfigError(f"Workload({f}=...) must be a function (e.g. model=lambda: "
                                   "MyNet(), batch=lambda step, device: (inputs, target))")
+        if hasattr(self.model, "parameters") and not isinstance(self.model, type):
+            raise ConfigError("Workload(model=...) got a built module; pass a function that "
+                              "builds it, model=lambda: MyNet(): each rank builds its own, on "
+                              "its device, seeded")
         for f in ("loss", "blocks", "optimizer", "shapes"):
             v = getattr(self, f)
             if v is not None and not callable(v):
@@ -76,7 +80,7 @@ class Workload:
             if bad:
                 raise ConfigError(f"Workload(tp_plan=...): {bad} — plan strings are "
                                   f"{', '.join(TP_STYLES)}; give a ParallelStyle for others")
-        dims = tuple(tuple(d) for d in self.dynamic_dims)
+        dims = tuple(tuple(d) if isinstance(d, (tuple, list)) else (d,) for d in self.dynamic_dims)
         if any(len(d) != 2 or not all(isinstance(x, int) for x in d) for d in dims):
             raise ConfigError(f"Workload(dynamic_dims={self.dynamic_dims!r}): give (input index, "
                               "dim) pairs, e.g. ((0, 1),) for the sequence dim of input 0")

@@ -92,7 +92,146 @@ def test_user_workload_tensor_parallel(lab):
     run = lab.run(NET, parallel="tp", **FAST)
     assert run.ok
     _assert_checked(run, 1e-5)
-    # each rank holds its half of up/down (colwise / rowwise): 2 blocks x (32x128 + 128 +
-    # 128x32) / 2 + the replicated norms, head (65) and down biases (32)
-    assert any("workload net: 0.0M" in n for n in run.ranks[0]["notes"])
+    # each rank holds half of up (weight and bias, colwise) and of down's weight (rowwise);
+    # the norms, down's bias and the head are replicated
+    full = sum(p.numel() for p in Net().parameters())
+    halved = 2 * (32 * 128 + 128 + 128 * 32) // 2
+    assert any(f"workload net: {full - halved:,} parameters" in n for n in run.ranks[0]["notes"])
     assert _collectives(run)["all_reduce"] > 0           # the row-parallel outputs
+
+
+# -- what the lab cannot honour: ConfigError on the client, nothing dispatched -----------------
+NO_EXTRAS = Workload(model=lambda: Net(), batch=_batch, loss=F.mse_loss)
+INFER = Workload(model=lambda: Net(), batch=_batch)
+
+
+def _step(ctx):
+    ctx.report(v=1)
+
+
+@pytest.mark.parametrize("what, fields, match", [
+    (NO_EXTRAS, dict(parallel="tp"), "tp_plan"),
+    (NO_EXTRAS, dict(parallel="fsdp2", compile="default", backend="aot_eager"), "blocks"),
+    (NO_EXTRAS, dict(compile="default", dynamic="mark"), "dynamic_dims"),
+    (INFER, dict(autocast="bf16", autocast_scope="step"), "no loss"),
+    (INFER, dict(parallel="ddp", compile="default", optimize_ddp="python_reducer"), "no loss"),
+    (INFER, dict(parallel="fsdp2", reshard_after_forward=False), "no loss"),
+    (NET, dict(batch=4), "batch function"),
+    (NET, dict(size="large"), "size"),
+    (_step, dict(parallel="ddp"), "Workload"),
+    (_step, dict(parallel="fsdp2", reshard_after_forward=False), "reshard_after_forward"),
+    (_step, dict(parallel="ddp", compile="default", ddp_wrap="compile-outside"), "ddp_wrap"),
+    (_step, dict(compile="default", dynamic="mark"), "dynamic='mark'"),
+    (_step, dict(check=True), "check"),
+])
+def test_unhonourable_combinations_fail_before_dispatch(lab, what, fields, match):
+    before = len(lab.history)
+    with pytest.raises(ConfigError, match=match):
+        lab.run(what, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0, **fields))
+    assert len(lab.history) == before          # nothing ran
+
+
+def test_workload_rejects_what_is_not_a_workload():
+    with pytest.raises(ConfigError, match="model"):
+        Workload(model=Net(), batch=_batch)
+    with pytest.raises(ConfigError, match="colwise"):
+        Workload(model=Net, batch=_batch, tp_plan={"up": "column"})
+    with pytest.raises(ConfigError, match="dim"):
+        Workload(model=Net, batch=_batch, dynamic_dims=(0, 1))
+
+
+# -- no stale code ---------------------------------------------------------------------------
+FACTOR = 1
+
+
+def _reads_global(ctx):
+    ctx.report(v=FACTOR)
+
+
+def _values(run):
+    return sorted(set(run.reports["v"]))
+
+
+def test_redefined_step_runs_its_new_definition(lab):
+    cfg = StepConfig(scenario="custom", warmup=0, steps=1, profiled=0)
+
+    def step(ctx):
+        ctx.report(v=1)
+    assert _values(lab.run(step, cfg)) == [1]
+
+    def step(ctx):  # noqa: F811 - the redefinition is the test
+        ctx.report(v=2)
+    assert _values(lab.run(step, cfg)) == [2]
+
+
+def test_a_changed_global_is_seen(lab):
+    global FACTOR
+    cfg = StepConfig(scenario="custom", warmup=0, steps=1, profiled=0)
+    FACTOR = 1
+    assert _values(lab.run(_reads_global, cfg)) == [1]
+    FACTOR = 3
+    assert _values(lab.run(_reads_global, cfg)) == [3]
+
+
+def test_state_is_kept_while_the_step_is_unchanged(lab):
+    cfg = StepConfig(scenario="custom", warmup=0, steps=1, profiled=0)
+
+    def counting(ctx):
+        ctx.state["n"] = ctx.state.get("n", 0) + 1
+        ctx.report(v=ctx.state["n"])
+    assert _values(lab.run(counting, cfg)) == [1]
+    assert _values(lab.run(counting, cfg)) == [2]       # same bytes: state kept
+
+
+def test_redefined_workload_is_rebuilt(lab):
+    cfg = NET.config(warmup=0, steps=1, profiled=0)
+
+    def make(n):             # one definition; n is what its model factory closes over
+        return Workload(model=lambda: Net(n=n), batch=_batch, loss=F.mse_loss)
+    first = lab.run(make(1), cfg)
+    again = lab.run(make(1), cfg)
+    assert again.ranks[0]["reused"]                 # same code, same closure: model kept
+    changed = lab.run(make(3), cfg)
+    assert not changed.ranks[0]["reused"]
+    assert changed.ranks[0]["model_built_at"] > first.ranks[0]["model_built_at"]
+    n1, n3 = (int(r.ranks[0]["notes"][0].split(": ")[1].split()[0].replace(",", ""))
+              for r in (first, changed))
+    assert n1 == sum(p.numel() for p in Net(n=1).parameters())
+    assert n3 == sum(p.numel() for p in Net(n=3).parameters())
+
+
+# -- a real model from a real package: transformers' LlamaForCausalLM (2 decoder layers) ----
+@pytest.fixture(scope="module")
+def tiny_llama():
+    pytest.importorskip("transformers", reason="the models extra: pip install torch-nbtools[models]")
+    from nbtools import models
+    return models.llama(batch=2, seq=16)
+
+
+@pytest.mark.slow
+def test_llama_fsdp2_per_decoder_layer_compiled(lab, tiny_llama):
+    run = lab.run(tiny_llama, tiny_llama.config(parallel="fsdp2", compile="default",
+                                                backend="aot_eager", **FAST))
+    assert run.ok
+    _assert_checked(run, 1e-4)
+    notes = run.ranks[0]["notes"]
+    assert any("2 blocks compiled, then fully_shard per block" in n for n in notes), notes
+    c = _collectives(run)
+    assert c["all_gather"] > 0 and c["reduce_scatter"] > 0, c
+    assert (run.compile_events.groupby("rank").size() >= 1).all()
+
+
+@pytest.mark.slow
+def test_llama_tensor_parallel_with_the_plan(lab, tiny_llama):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from nbtools.models import LLAMA_TINY
+    run = lab.run(tiny_llama, tiny_llama.config(parallel="tp", **FAST))
+    assert run.ok
+    _assert_checked(run, 1e-4)
+    assert _collectives(run)["all_reduce"] > 0       # after o_proj and down_proj
+    full = sum(p.numel() for p in LlamaForCausalLM(LlamaConfig(**LLAMA_TINY)).parameters())
+    local = int(run.ranks[0]["notes"][0].split(": ")[1].split()[0].replace(",", ""))
+    # q/k/v/o and gate/up/down hold half their weights on each of the 2 ranks
+    d, f, kv = 64, 128, 64 // 4 * 2
+    sharded = 2 * (d * d + 2 * d * kv + d * d + 3 * d * f)
+    assert local == full - sharded // 2
