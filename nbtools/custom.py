@@ -1,8 +1,9 @@
 """A user's own step: ``lab.run(my_step, cfg)``. The function runs once per step on every
 rank as ``my_step(ctx)``; ``ctx`` applies the config's compile and autocast settings, and
 keeps state across steps and runs while the step's code (and what it closes over) is
-unchanged. The lab applies nothing else to a step (it does not know the model): parallel,
-cudagraph, dynamic='mark' and check need a ``Workload`` (workload.check_step says so)."""
+unchanged. ``check=True`` compares what the step returns, eager against compiled. The lab
+applies nothing else to a step (it does not know the model): parallel, cudagraph and
+dynamic='mark' need a ``Workload`` (workload.check_step says so)."""
 from __future__ import annotations
 
 import contextlib
@@ -83,8 +84,15 @@ def prepare_custom(user_fn, cfg: StepConfig, engine_state, source_key: str):
         return out.detach() if isinstance(out, torch.Tensor) else torch.zeros(())
 
     def eager(inputs, target):
+        # check=True: the step's result eagerly, then compiled (the first step)
         with torch.compiler.set_stance("force_eager"):
-            return step(inputs, target)
+            ctx.step = inputs[0]
+            out = user_fn(ctx)
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(f"check=True compares what the step returns, eager against "
+                             f"compiled, and it returned {type(out).__name__}: return the "
+                             "loss or output tensor, or wrap the model in nbtools.Workload")
+        return out.detach()
 
     wl = Built(model=torch.nn.Identity(), make_batch=lambda i: ((i,), None),
                shapes=lambda i: "custom")

@@ -119,12 +119,13 @@ class Workload:
             raise ConfigError("dynamic='mark' marks the Workload's dynamic_dims, and it has "
                               "none: give " + need % "dynamic_dims" + " ((input, dim), ...).")
         if not self.train:
+            if par == "ddp":
+                raise ConfigError("parallel='ddp' synchronises gradients; this Workload has no "
+                                  "loss (inference), so DDP has nothing to do (it refuses a "
+                                  "model without trainable parameters). Use 'none' or 'tp'.")
             if cfg.autocast_scope != "forward":
                 raise ConfigError(f"autocast_scope={cfg.autocast_scope!r}: this Workload has no "
                                   "loss (inference); use autocast_scope='forward'.")
-            if cfg.optimize_ddp == "python_reducer":
-                raise ConfigError("optimize_ddp='python_reducer' compiles the backward; this "
-                                  "Workload has no loss (inference).")
             if not cfg.reshard_after_forward:
                 raise ConfigError("reshard_after_forward=False keeps parameters for the "
                                   "backward; this Workload has no loss (inference).")
@@ -138,7 +139,7 @@ def check_step(fn, cfg: StepConfig) -> None:
     default = StepConfig(scenario="custom")
     asked = {"parallel": cfg.resolved_parallel}
     asked.update({f: getattr(cfg, f) for f in ("ddp_wrap", "optimize_ddp", "reshard_after_forward",
-                                               "fsdp_compile", "cudagraph", "dynamic", "check")})
+                                               "fsdp_compile", "cudagraph", "dynamic")})
     wrong = []
     for f, v in asked.items():
         dflt = "none" if f == "parallel" else getattr(default, f)
@@ -153,7 +154,7 @@ def check_step(fn, cfg: StepConfig) -> None:
             f"{', '.join(wrong)}: a custom step applies compile and autocast through ctx, not "
             "these (the lab does not know your model or inputs). Wrap your model in "
             "nbtools.Workload(model=..., batch=..., loss=...) and lab.run(workload, cfg): the "
-            "lab then applies parallel, cudagraph, dynamic='mark' and check to it.")
+            "lab then applies parallel, cudagraph and dynamic='mark' to it.")
 
 
 # -- engine side ------------------------------------------------------------------------

@@ -7,9 +7,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nbtools import ConfigError, Lab, StepConfig, Workload
+from nbtools.model_runs import check_rel, collectives_per_step
 
 FAST = dict(warmup=1, steps=1, profiled=1, check=True)
-COLLECTIVE = r"all_reduce|allreduce|all_gather|allgather|reduce_scatter|_reduce_scatter"
 
 
 class Block(nn.Module):
@@ -53,12 +53,9 @@ def lab(tmp_path_factory):
 
 
 def _collectives(run) -> dict:
-    """Collective kernels/ops in the profiled trace, by kind, over both ranks."""
-    ev = run.events
-    names = ev[ev["name"].str.contains(COLLECTIVE, case=False, regex=True)]["name"].str.lower()
-    return dict(all_reduce=int(names.str.contains("all_?reduce").sum()),
-                all_gather=int(names.str.contains("all_?gather").sum()),
-                reduce_scatter=int(names.str.contains("reduce_scatter").sum()))
+    """Collectives per profiled step on rank 0, by kind (0 for a kind that did not run)."""
+    c = collectives_per_step(run)
+    return {k: float(c.get(k, 0.0)) for k in ("all_reduce", "all_gather", "reduce_scatter")}
 
 
 def _assert_checked(run, tol):
@@ -114,7 +111,7 @@ def _step(ctx):
     (NO_EXTRAS, dict(parallel="fsdp2", compile="default", backend="aot_eager"), "blocks"),
     (NO_EXTRAS, dict(compile="default", dynamic="mark"), "dynamic_dims"),
     (INFER, dict(autocast="bf16", autocast_scope="step"), "no loss"),
-    (INFER, dict(parallel="ddp", compile="default", optimize_ddp="python_reducer"), "no loss"),
+    (INFER, dict(parallel="ddp"), "no loss"),
     (INFER, dict(parallel="fsdp2", reshard_after_forward=False), "no loss"),
     (NET, dict(batch=4), "batch function"),
     (NET, dict(size="large"), "size"),
@@ -122,13 +119,18 @@ def _step(ctx):
     (_step, dict(parallel="fsdp2", reshard_after_forward=False), "reshard_after_forward"),
     (_step, dict(parallel="ddp", compile="default", ddp_wrap="compile-outside"), "ddp_wrap"),
     (_step, dict(compile="default", dynamic="mark"), "dynamic='mark'"),
-    (_step, dict(check=True), "check"),
 ])
 def test_unhonourable_combinations_fail_before_dispatch(lab, what, fields, match):
     before = len(lab.history)
     with pytest.raises(ConfigError, match=match):
         lab.run(what, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0, **fields))
     assert len(lab.history) == before          # nothing ran
+
+
+def test_check_on_a_step_that_returns_nothing_says_so(lab):
+    from nbtools.cluster import RunFailed
+    with pytest.raises(RunFailed, match="check=True compares what the step returns"):
+        lab.run(_step, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0, check=True))
 
 
 def test_workload_rejects_what_is_not_a_workload():
