@@ -189,7 +189,7 @@ class Lab:
         """lab.run(cfg), lab.run(workload, cfg), lab.run(my_step_fn, cfg) or
         lab.run(cfg, compile="default"). Raises ConfigError before dispatch, RunFailed /
         RunTimeout after (the run is kept in lab.history either way)."""
-        from .workload import Workload, check_step
+        from .workload import Workload, check_step, to_payload
         fn: Optional[Callable] = None
         if isinstance(fn_or_cfg, Workload) or (callable(fn_or_cfg) and not isinstance(fn_or_cfg, StepConfig)):
             fn = fn_or_cfg
@@ -220,7 +220,7 @@ class Lab:
             self._pg_broken = False
         run_id = uuid.uuid4().hex[:8]
         t0 = time.time()
-        payload = _pickle_by_value(fn) if fn is not None else None
+        payload = to_payload(fn) if fn is not None else None
         ars = {r: self.client[e].apply_async(engine.run, cfg, run_id, payload)
                for r, e in sorted(self.rank_to_engine.items())}
         reports, unfinished = self._wait(ars, timeout or self.timeout)
@@ -385,31 +385,6 @@ def _cache_folder(path) -> Optional[Path]:
         raise ConfigError(f"compile_cache={str(path)!r} cannot be created ({e}); give a "
                           "writable folder") from None
     return folder
-
-
-def _pickle_by_value(fn) -> bytes:
-    """A step function or Workload defined in a notebook, a test file or a script the
-    engines cannot import travels by value (its code, not its module's name)."""
-    import cloudpickle
-    import dataclasses
-    import functools
-    # a Workload is nbtools' class; the functions in it are the user's
-    parts = [getattr(fn, f.name) for f in dataclasses.fields(fn)] \
-        if dataclasses.is_dataclass(fn) and type(fn).__module__.startswith("nbtools") else [fn]
-    for part in parts:
-        while isinstance(part, functools.partial):
-            part = part.func
-        mod = sys.modules.get(getattr(part, "__module__", None) or "")
-        if mod is None or mod.__name__ == "__main__":
-            continue
-        top = mod.__name__.split(".")[0]
-        installed = "-packages" in (getattr(mod, "__file__", None) or "")  # engines import it
-        if not installed and top not in sys.stdlib_module_names and top not in ("nbtools", "torch"):
-            try:
-                cloudpickle.register_pickle_by_value(mod)
-            except Exception:
-                pass
-    return cloudpickle.dumps(fn)
 
 
 def _visible_gpus() -> list:

@@ -236,7 +236,8 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
     import torch
     from . import capture
     cfg.check_device(_S.device.type)
-    user_fn, source_key = _load_user(user_fn)
+    from .workload import from_payload
+    user_fn, source_key = from_payload(user_fn)   # keyed on the bytes: no stale code
     rec = _S.recorder
     rec.install()
     rec.start_run()
@@ -275,23 +276,12 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
     return result
 
 
-def _load_user(payload) -> tuple:
-    """(step or Workload, key of its code). The key hashes the pickled bytes the client sent
-    (cloudpickle, by value: code, constants, closures and the globals it reads), so state is
-    reused only while all of that is unchanged; an edited cell never runs stale code."""
-    if not isinstance(payload, bytes):
-        return payload, ""
-    import hashlib
-    import cloudpickle
-    return cloudpickle.loads(payload), hashlib.sha256(payload).hexdigest()[:16]
-
-
 def _prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, bool]:
     """Build or reuse state. Returns (notes, reused)."""
     import torch
     from . import apply, scenarios
     from .custom import prepare_custom
-    from .workload import Workload, materialize
+    from .workload import Workload, materialize, param_count
     model_key = tuple(getattr(cfg, k) for k in _MODEL) + (source_key,)
     build_key = tuple((k, v) for k, v in cfg.to_dict().items() if k not in _RUN_ONLY)
     if _S.prepared is not None and build_key == _S.build_key and model_key == _S.model_key:
@@ -331,7 +321,7 @@ def _prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, boo
     wl = _S.workload
     module, notes = apply.apply_parallel_and_compile(cfg, wl, _S.device, _S.group, _S.cache)
     if user_wl is not None:
-        notes = (f"workload {user_wl.name}: {_param_count(wl.model):,} parameters on this "
+        notes = (f"workload {user_wl.name}: {param_count(wl.model):,} parameters on this "
                  "rank",) + notes
     if _S.cache.get("optimizer") is None:
         _S.cache["optimizer"] = apply.make_optimizer(wl, module)
@@ -342,11 +332,6 @@ def _prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, boo
     _S.prepared = apply.Prepared(step, module, opt, eager_forward, notes)
     _S.build_key, _S.model_key = build_key, model_key
     return notes, False
-
-
-def _param_count(model) -> int:
-    """Parameters this rank holds (its shards under FSDP2 / TP)."""
-    return sum(getattr(p, "_local_tensor", p).numel() for p in model.parameters())
 
 
 def _release_model() -> None:

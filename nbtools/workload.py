@@ -157,6 +157,51 @@ def check_step(fn, cfg: StepConfig) -> None:
             "lab then applies parallel, cudagraph and dynamic='mark' to it.")
 
 
+# -- travelling by value ----------------------------------------------------------------
+def to_payload(fn) -> bytes:
+    """A step function or Workload defined in a notebook, a test file or a script the
+    engines cannot import travels by value (its code, not its module's name)."""
+    import dataclasses
+    import functools
+    import sys
+
+    import cloudpickle
+    # a Workload is nbtools' class; the functions in it are the user's
+    parts = [getattr(fn, f.name) for f in dataclasses.fields(fn)] \
+        if dataclasses.is_dataclass(fn) and type(fn).__module__.startswith("nbtools") else [fn]
+    for part in parts:
+        while isinstance(part, functools.partial):
+            part = part.func
+        mod = sys.modules.get(getattr(part, "__module__", None) or "")
+        if mod is None or mod.__name__ == "__main__":
+            continue
+        top = mod.__name__.split(".")[0]
+        installed = "-packages" in (getattr(mod, "__file__", None) or "")  # engines import it
+        if not installed and top not in sys.stdlib_module_names and top not in ("nbtools", "torch"):
+            try:
+                cloudpickle.register_pickle_by_value(mod)
+            except Exception:
+                pass
+    return cloudpickle.dumps(fn)
+
+
+def from_payload(payload) -> tuple:
+    """Engine side: (step or Workload, key of its code). The key hashes the pickled bytes
+    (code, constants, closures and the globals it reads), so state is reused only while all
+    of that is unchanged: an edited cell never runs stale code."""
+    if not isinstance(payload, bytes):
+        return payload, ""
+    import hashlib
+
+    import cloudpickle
+    return cloudpickle.loads(payload), hashlib.sha256(payload).hexdigest()[:16]
+
+
+def param_count(model) -> int:
+    """Parameters this rank holds (its shards under FSDP2 / TP)."""
+    return sum(getattr(p, "_local_tensor", p).numel() for p in model.parameters())
+
+
 # -- engine side ------------------------------------------------------------------------
 @dataclass
 class Built:
