@@ -46,7 +46,8 @@ def check_rel(run) -> float:
 
 def table(runs, columns=COLUMNS, fields=("parallel", "compile", "autocast")) -> pd.DataFrame:
     """One row per run: the config fields, the model (its Workload's name), ``columns`` as
-    sweeps.table aggregates them over ranks, ``mfu_pct`` (mean over ranks) and
+    sweeps.table aggregates them over ranks (tflops: the sum), ``mfu_pct`` (per GPU, the
+    mean over ranks) and
     ``check_rel`` (largest relative difference from eager)."""
     runs = list(runs)
     t = _table(runs, columns, fields=list(fields))

@@ -265,3 +265,27 @@ def test_panel_drives_a_workload(lab):
     p.run_button.click()
     assert "tp_plan" in p.error.value and "ConfigError" in p.status.value
     assert len(lab.history) == n
+
+
+def _fixed_batch(step, device):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(8, 32, generator=g), torch.randn(8, 1, generator=g)
+
+
+def _frozen(params):
+    return torch.optim.SGD(params, lr=0.0)
+
+
+def test_the_workloads_optimizer_and_seed_are_used(lab):
+    """Built from seed 0 on every rank, and stepped with the Workload's optimizer (lr=0: the
+    weights stay): the last loss is the loss of Net() seeded 0 on that batch, here."""
+    wl = Workload(model=Net, batch=_fixed_batch, loss=F.mse_loss, optimizer=_frozen)
+    run = lab.run(wl, wl.config(warmup=1, steps=2, profiled=0))
+    torch.manual_seed(0)
+    x, y = _fixed_batch(0, "cpu")
+    with torch.no_grad():
+        want = F.mse_loss(Net()(x), y).item()
+    assert [run.ranks[r]["last_value"] for r in (0, 1)] == pytest.approx([want, want], rel=1e-6)
+    moving = lab.run(Workload(model=Net, batch=_fixed_batch, loss=F.mse_loss),
+                     wl.config(warmup=1, steps=2, profiled=0))    # the default SGD moves them
+    assert moving.ranks[0]["last_value"] < want
