@@ -145,8 +145,6 @@ def check_step(fn, cfg: StepConfig) -> None:
         dflt = "none" if f == "parallel" else getattr(default, f)
         if f == "dynamic" and v != "mark":
             continue      # auto/static/dynamic reach the step through ctx.compile
-        if f == "fsdp_compile" and asked["parallel"] != "fsdp2":
-            continue
         if v != dflt and f not in applies and f"{f}={v}" not in applies:
             wrong.append(f"{f}={v!r}")
     if wrong:

@@ -289,3 +289,21 @@ def test_the_workloads_optimizer_and_seed_are_used(lab):
     moving = lab.run(Workload(model=Net, batch=_fixed_batch, loss=F.mse_loss),
                      wl.config(warmup=1, steps=2, profiled=0))    # the default SGD moves them
     assert moving.ranks[0]["last_value"] < want
+
+
+def _growing_batch(step, device):
+    g = torch.Generator().manual_seed(step)
+    n = 4 + 4 * step                      # a new batch size every step
+    return torch.randn(n, 32, generator=g), torch.randn(n, 1, generator=g)
+
+
+@pytest.mark.slow
+def test_dynamic_mark_marks_the_workloads_dims(lab):
+    """dynamic='mark' marks Workload.dynamic_dims: one graph for every batch size, where
+    static shapes recompile for each."""
+    wl = Workload(model=Net, batch=_growing_batch, loss=F.mse_loss, dynamic_dims=((0, 0),))
+    base = wl.config(compile="default", backend="aot_eager", warmup=1, steps=2, profiled=0)
+    marked = lab.run(wl, base.replace(dynamic="mark"))
+    static = lab.run(wl, base.replace(dynamic="static"))
+    assert (marked.summary["recompiles"] == 0).all(), marked.summary
+    assert (static.summary["recompiles"] >= 2).all(), static.summary
