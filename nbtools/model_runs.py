@@ -20,6 +20,21 @@ COLUMNS = ("step_ms", "items_per_s", "tflops", "compile_s", "graphs", "graph_bre
            "peak_mem_mb", "rss_mb", "exposed_comm_ms")
 
 
+def run_all(lab, workload, configs) -> list:
+    """``lab.run(workload, cfg)`` for each config, in order. A failed run (RunFailed) is
+    kept, its first error line printed, and the next config runs: one strategy that fails
+    on this model does not hide the others' numbers. A ConfigError still stops the cell."""
+    from .cluster import RunFailed
+    runs = []
+    for cfg in configs:
+        try:
+            runs.append(lab.run(workload, cfg))
+        except RunFailed as e:
+            print(f"{cfg.label()}: failed - {str(e).splitlines()[0][:300]}")
+            runs.append(e.run)
+    return runs
+
+
 def peak_tflops(device_name: str, dtype: str) -> float:
     """The table's peak for a device name as torch reports it ("NVIDIA H200"); NaN when
     the device is not in the table (CPUs among them)."""

@@ -307,3 +307,19 @@ def test_dynamic_mark_marks_the_workloads_dims(lab):
     static = lab.run(wl, base.replace(dynamic="static"))
     assert (marked.summary["recompiles"] == 0).all(), marked.summary
     assert (static.summary["recompiles"] >= 2).all(), static.summary
+
+
+def _broken_batch(step, device):
+    raise RuntimeError("planted batch failure")
+
+
+def test_run_all_keeps_a_failed_run_and_goes_on(lab, capsys):
+    from nbtools import model_runs
+    broken = Workload(model=Net, batch=_broken_batch, loss=F.mse_loss)
+    cfg = NET.config(warmup=0, steps=1, profiled=0)
+    runs = model_runs.run_all(lab, broken, [cfg])
+    runs += model_runs.run_all(lab, NET, [cfg])
+    assert [r.ok for r in runs] == [False, True]
+    assert "planted batch failure" in capsys.readouterr().out
+    t = model_runs.table(runs)
+    assert t["status"].tolist() == ["failed", "ok"] and t["model"].tolist()[1] == "net"

@@ -3,7 +3,13 @@
 # torchvision's ResNet-50) at GPU size on the 2 x H200 host, exported as offline HTML, then
 # its numbers per strategy and compile mode, one line per run (from the saved runs):
 #
-#   OUT=gpu-out bash benchmarks/gpu/models.sh [DEADLINE_S]     # default 500
+#   OUT=gpu-out bash benchmarks/gpu/models.sh [DEADLINE_S] [NAME=VALUE ...]   # default 460 s
+#
+# NAME=VALUE override the notebook's parameters, to split it over device calls, e.g.
+#   bash benchmarks/gpu/models.sh 460 'COMPILED=[]' REDUCE_OVERHEAD=False RESNET=False
+#   bash benchmarks/gpu/models.sh 460 'STRATEGIES=[]'
+# (each call's runs and HTML land in its own $OUT). Past the deadline the running cell is
+# interrupted and the HTML and the table keep what ran.
 #
 # Needs transformers on the host: build the wheelhouse with its dependencies
 # (../shared/gpu/wheelhouse.sh transformers huggingface-hub tokenizers safetensors regex
@@ -11,7 +17,9 @@
 # annotated-types typing-inspection filelock fsspec) and install it first.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
-secs=${1:-500}
+secs=${1:-460}
+shift || true
+params=(); for p in "$@"; do params+=(-p "$p"); done
 mkdir -p "$OUT/runs" && OUT=$(cd "$OUT" && pwd)
 [ -d /tmp/site/share/jupyter ] && export JUPYTER_PATH=/tmp/site/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}
 python3 -m nbtools kernel install --user >/dev/null
@@ -20,7 +28,7 @@ python3 -c "import torchvision; print('torchvision', torchvision.__version__)" 2
 t0=$(date +%s)
 timeout $((secs + 60)) python3 -m nbtools export notebooks/06-your-own-model.ipynb \
     -o "$OUT/06.html" --deadline "$secs" -p "HISTORY='$OUT/runs/06'" \
-    --save-ipynb "$OUT/runs/06.ipynb" 2>&1 | grep -v USDT | tail -5 | tee -a "$OUT/log.txt"
+    --save-ipynb "$OUT/runs/06.ipynb" "${params[@]}" 2>&1 | grep -v USDT | tail -5 | tee -a "$OUT/log.txt"
 echo "=== nb06 took $(( $(date +%s) - t0 )) s" | tee -a "$OUT/log.txt"
 # engines cut off at the deadline must not hold the GPUs
 pkill -f 'ipengine|ipyparallel.engine' >/dev/null 2>&1; pkill -f 'ipcontroller|ipyparallel.controller' >/dev/null 2>&1
