@@ -11,10 +11,11 @@
 # (each call's runs and HTML land in its own $OUT). Past the deadline the running cell is
 # interrupted and the HTML and the table keep what ran.
 #
-# Needs transformers on the host: build the wheelhouse with its dependencies
-# (../shared/gpu/wheelhouse.sh transformers huggingface-hub tokenizers safetensors regex
-# hf-xet httpx2 httpcore2 click typer rich shellingham annotated-doc pydantic pydantic-core
-# annotated-types typing-inspection filelock fsspec) and install it first.
+# Needs transformers (the models extra) on the host. A host without a package registry gets
+# it as wheels, with the lab's other dependencies: transformers huggingface-hub tokenizers
+# safetensors regex hf-xet httpx2 httpcore2 click typer rich shellingham annotated-doc
+# pydantic pydantic-core annotated-types typing-inspection filelock fsspec (transformers
+# 5.24.0 was tested on CPU with torch 2.13).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 secs=${1:-460}
