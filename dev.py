@@ -4,14 +4,16 @@
     python3 dev.py demo     # .venv + the package, then `python -m nbtools demo --html ...`
     python3 dev.py test     # .venv + test extras (+ Debian chromium for browser tests), then pytest
 
-A torch that already satisfies the requirement (torch>=2.9) is reused, not replaced: if the
-interpreter running this script has one, the venv sees it through --system-site-packages.
-Otherwise torch==$NBTOOLS_TORCH (default 2.13.0, the version we test on CPU) is installed.
+A torch that already satisfies pyproject.toml's requirement (the tested range) is reused, not
+replaced: if the interpreter running this script has one, the venv sees it through
+--system-site-packages. Otherwise torch==$NBTOOLS_TORCH (default 2.13.0, the version we test
+on CPU) is installed. `test` installs the [test] extra, which brings [lab,export,trace].
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,8 +23,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("NBTOOLS_VENV", ROOT / ".venv"))
 TORCH = os.environ.get("NBTOOLS_TORCH", "2.13.0")
-MIN_TORCH = (2, 9)
 CHROMIUM = "/usr/bin/chromium"
+
+
+def _torch_range() -> tuple[tuple, tuple]:
+    """(lowest, first excluded) torch minor from pyproject's "torch>=A.B,<C.D": one place."""
+    text = (ROOT / "pyproject.toml").read_text()
+    m = re.search(r'"torch>=(\d+)\.(\d+)\s*,\s*<(\d+)\.(\d+)"', text)
+    if not m:
+        sys.exit('dev.py: pyproject.toml has no "torch>=A.B,<C.D" dependency')
+    a, b, c, d = map(int, m.groups())
+    return (a, b), (c, d)
+
+
+MIN_TORCH, TORCH_BELOW = _torch_range()
 
 
 def sh(*cmd, **kw):
@@ -47,7 +61,7 @@ def ensure_venv(extras: str) -> Path:
     py = venv_python()
     if not py.exists():
         base = torch_version(sys.executable)
-        reuse = base is not None and base >= MIN_TORCH
+        reuse = base is not None and MIN_TORCH <= base < TORCH_BELOW
         print(f"creating {VENV} ({'reusing this interpreter’s torch ' + '.'.join(map(str, base)) if reuse else 'new torch'})")
         venv.EnvBuilder(with_pip=True, system_site_packages=reuse).create(VENV)
     stamp = VENV / f".nbtools-installed-{extras or 'base'}"
@@ -55,7 +69,7 @@ def ensure_venv(extras: str) -> Path:
     if stamp.exists() and stamp.read_text() == want:
         return py
     have = torch_version(py)
-    if have is None or have < MIN_TORCH:
+    if have is None or not MIN_TORCH <= have < TORCH_BELOW:
         sh(py, "-m", "pip", "install", "-q", f"torch=={TORCH}")
     target = f"{ROOT}[{extras}]" if extras else str(ROOT)
     sh(py, "-m", "pip", "install", "-q", "-e", target)

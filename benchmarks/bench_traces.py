@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DEFAULT = ROOT.parent / "shared" / "traces" / "hta"
+DEFAULT = ROOT / "tests" / "fixtures" / "hta"
 
 
 def load_nbtools(path: Path):
@@ -117,7 +117,7 @@ def main() -> None:
     if a.child:
         return child(a.child[0], Path(a.child[1]))
     if not a.folder.is_dir():
-        sys.exit(f"{a.folder}: no such folder (the HTA traces live in shared/traces/hta)")
+        sys.exit(f"{a.folder}: no such folder (the HTA traces live in tests/fixtures/hta)")
     import hta
     import orjson
     import pandas

@@ -1,4 +1,5 @@
-"""python -m nbtools run | demo | view | lab | export  (no Jupyter needed for run/demo/view)."""
+"""python -m nbtools run | demo | view | notebooks | lab | kernel | export
+(no Jupyter needed for run, demo, view, notebooks and kernel)."""
 from __future__ import annotations
 
 import argparse
@@ -7,14 +8,28 @@ import itertools
 import sys
 import time
 
+from . import __version__
 from .config import ConfigError, StepConfig
+from .field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, help_text
 
 _FIELDS = {f.name: f for f in dataclasses.fields(StepConfig)}
 
+# What the short column names of format_table mean (printed under the table).
+TABLE_LEGEND = """\
+columns: step_ms = median ms of the measured steps (p10, p90: their 10th/90th percentiles);
+  compile_s = seconds compiling, forward and backward graphs; recomp = recompiles;
+  graphs = graphs compiled; cbusy% = compute-busy: compute time over the profiled span
+  (GPU kernels; CPU ranks: CPU ops); overlap% = share of communication time overlapped by
+  compute; graph% = kernel time replayed from CUDA graphs; peak_MB = peak GPU memory
+  allocated (- on CPU); - = not measured in this run (e.g. profiled=0)."""
+
 
 def _parse_value(name: str, text: str):
-    if text.lower() in ("none", "default-for-scenario") and name in ("parallel", "batch", "seq_len", "seq_schedule"):
-        return None
+    allowed = allowed_values().get(name, ())
+    if name in OPTIONAL and text not in allowed and (
+            text.lower() in (DEFAULT_WORD, "default-for-scenario")
+            or (text.lower() == "none" and "none" not in allowed)):
+        return None      # the scenario's default; --parallel none is the `none` strategy
     kind = _FIELDS[name].type
     if "bool" in str(kind):
         if text.lower() in ("1", "true", "yes", "on"):
@@ -37,11 +52,21 @@ def sweep(values: dict) -> list[StepConfig]:
     return [StepConfig(**dict(zip(names, combo))) for combo in itertools.product(*lists)]
 
 
+class _Help(argparse.HelpFormatter):
+    """Wraps without splitting hyphenated values (tp-mlp-infer, reduce-overhead)."""
+
+    def _split_lines(self, text, width):
+        import textwrap
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 def _add_field_args(p: argparse.ArgumentParser) -> None:
-    for name, f in _FIELDS.items():
-        doc = (f.metadata or {}).get("doc", "")
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
-                       help=f"comma-separated values to sweep (default {f.default!r}) {doc}")
+    g = p.add_argument_group(
+        "config fields (StepConfig); give several values comma-separated to sweep their "
+        "cross product, e.g. --compile off,default")
+    for name in _FIELDS:
+        g.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar="V[,V...]",
+                       help=help_text(name).replace("%", "%%"))
 
 
 def format_table(runs) -> str:
@@ -101,10 +126,37 @@ def _run_all(lab, cfgs, keep_going=True):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(argv)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    except _USER_ERRORS as e:
+        # a path, a file or an extra the user can fix: one line, not a traceback
+        cmd = argv[0] if argv else ""
+        print(f"nbtools {cmd}: {_one_line(e)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _main(argv) -> int:
+    if argv[:1] == ["lab"]:
+        # every option after `lab` belongs to jupyter lab (argparse would claim --no-browser)
+        from .tutorials import lab_main
+        return lab_main(argv[1:])
     ap = argparse.ArgumentParser(prog="nbtools", description=__doc__)
+    ap.add_argument("--version", action="version",
+                    version=f"torch-nbtools {__version__} (python {sys.executable})")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("run", "demo"):
-        p = sub.add_parser(name, help="sweep configs on a lab" if name == "run" else
+        p = sub.add_parser(name, formatter_class=_Help,
+                           help="sweep configs on a lab" if name == "run" else
                            "the embedded default sweep on whatever hardware is here")
         p.add_argument("--n", type=int, default=None, help="ranks (default: one per GPU, else 2 CPU ranks)")
         p.add_argument("--engines", default="local", help="ipyparallel launcher: local, mpi, slurm, ssh, ...")
@@ -123,8 +175,15 @@ def main(argv=None) -> int:
     v = sub.add_parser("view", help="print the runs saved in a history folder")
     v.add_argument("folder", nargs="?", default="nbtools-runs")
     v.add_argument("--html", default=None)
-    lab_p = sub.add_parser("lab", help="open JupyterLab on the tutorial notebooks")
-    lab_p.add_argument("args", nargs=argparse.REMAINDER)
+    nb = sub.add_parser("notebooks", help="copy the tutorial notebooks (and the docs they link "
+                        "to) into a folder of yours")
+    nb.add_argument("folder", nargs="?", default="nbtools-notebooks",
+                    help="where to copy them (default ./nbtools-notebooks)")
+    nb.add_argument("--force", action="store_true",
+                    help="overwrite copies you have edited (kept otherwise)")
+    sub.add_parser("lab", add_help=False,
+                   help="open JupyterLab on the tutorials (`nbtools lab --help`; other options "
+                        "go to jupyter lab)")
     k = sub.add_parser("kernel", help="install the torch-nbtools Jupyter kernel for this interpreter")
     k.add_argument("action", choices=["install"])
     k.add_argument("--user", action="store_true", help="into the user's Jupyter folder")
@@ -144,47 +203,102 @@ def main(argv=None) -> int:
                          "interrupted and the HTML holds what ran")
     args = ap.parse_args(argv)
 
-    try:
-        if args.cmd in ("run", "demo"):
-            return _cmd_run(args)
-        if args.cmd == "view":
-            from .history import History
-            from .summary import refresh_analysis
-            h = History.load(args.folder)
-            for r in h:      # histories saved by older versions get today's columns
-                refresh_analysis(r)
-            if not len(h):
-                print(f"no runs in {args.folder}", file=sys.stderr)
-                return 1
-            print(format_table(h.runs))
-            if args.html:
-                _write_html(args.html, h.runs)
-            return 0
-        if args.cmd == "lab":
-            import subprocess
-            from pathlib import Path
-            nb = Path(__file__).resolve().parents[1] / "notebooks"
-            return subprocess.call([sys.executable, "-m", "jupyter", "lab", str(nb), *args.args])
-        if args.cmd == "kernel":
-            from .kernelspec import install
-            print(f"installed kernel spec in {install(user=args.user)}")
-            return 0
-        if args.cmd == "export":
-            from .notebook import NotebookStopped, export_notebook
-            try:
-                out = export_notebook(args.notebook, args.output, execute_first=not args.no_execute,
-                                      parameters=_parse_params(args.param),
-                                      timeout=args.cell_timeout, deadline_s=args.deadline,
-                                      save_ipynb=args.save_ipynb)
-            except NotebookStopped as e:
-                print(f"{e}\nwrote what ran to {e.output}", file=sys.stderr)
-                return 1
-            print(f"wrote {out}")
-            return 0
-    except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
+    if args.cmd in ("run", "demo"):
+        return _cmd_run(args)
+    if args.cmd == "view":
+        from .history import History
+        from .summary import refresh_analysis
+        _need_folder(args.folder, "history folder", must_exist=True)
+        _need_writable_parent(args.html)
+        h = History.load(args.folder)
+        for r in h:      # histories saved by older versions get today's columns
+            refresh_analysis(r)
+        for name, why in h.damaged:   # listed, never in the way of the other runs
+            print(f"damaged run folder {name}: {why}", file=sys.stderr)
+        if not len(h):
+            print(f"no runs in {args.folder}", file=sys.stderr)
+            return 1
+        print(format_table(h.runs))
+        print(TABLE_LEGEND)
+        if args.html:
+            _write_html(args.html, h.runs)
+        return 0
+    if args.cmd == "notebooks":
+        from .tutorials import copy_tutorials, describe_copy
+        _need_folder(args.folder, "notebooks folder", must_exist=False)
+        print(describe_copy(args.folder, copy_tutorials(args.folder, force=args.force)))
+        return 0
+    if args.cmd == "kernel":
+        from .kernelspec import install
+        print(f"installed kernel spec in {install(user=args.user)} (runs {sys.executable})")
+        return 0
+    if args.cmd == "export":
+        from .extras import require
+        require("nbclient", "nbconvert", "nbformat", why="`nbtools export`")
+        from .notebook import NotebookStopped, export_notebook
+        _check_notebook(args.notebook)
+        _need_writable_parent(args.output)
+        _need_writable_parent(args.save_ipynb)
+        try:
+            out = export_notebook(args.notebook, args.output, execute_first=not args.no_execute,
+                                  parameters=_parse_params(args.param),
+                                  timeout=args.cell_timeout, deadline_s=args.deadline,
+                                  save_ipynb=args.save_ipynb)
+        except NotebookStopped as e:
+            print(f"{e}\nwrote what ran to {e.output}", file=sys.stderr)
+            return 1
+        print(f"wrote {out}")
+        return 0
     return 0
+
+
+class UserError(Exception):
+    """Bad input the user can fix from its one-line message."""
+
+
+def _user_errors() -> tuple:
+    from .extras import MissingExtra
+    return (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
+            PermissionError, FileExistsError, MissingExtra)
+
+
+def _need_folder(path, what: str, must_exist: bool) -> None:
+    from pathlib import Path
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise UserError(f"{path}: is a file, not a {what}")
+    if must_exist and not p.exists():
+        raise UserError(f"{path}: no such {what}")
+
+
+def _need_writable_parent(path) -> None:
+    """Checked before any work: a report path in a missing folder would otherwise fail only
+    after the whole sweep or notebook ran."""
+    if not path:
+        return
+    from pathlib import Path
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise UserError(f"{path}: is a folder; give a file name")
+    if not p.parent.is_dir():
+        raise UserError(f"{path}: folder {p.parent} does not exist")
+
+
+def _check_notebook(path) -> None:
+    import json
+    from pathlib import Path
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{path}: no such notebook")
+    if p.is_dir():
+        raise UserError(f"{path}: is a folder, not a notebook (.ipynb)")
+    import nbformat
+    try:
+        nbformat.validate(nbformat.read(str(p), as_version=4))
+    except (json.JSONDecodeError, UnicodeDecodeError, nbformat.reader.NotJSONError) as e:
+        raise UserError(f"{path}: not a notebook (not notebook JSON: {_one_line(e)[:120]})") from None
+    except (nbformat.ValidationError, KeyError, AttributeError, TypeError) as e:
+        raise UserError(f"{path}: not a valid notebook ({_one_line(e)[:160]})") from None
 
 
 def _parse_params(items) -> dict:
@@ -204,6 +318,8 @@ def _parse_params(items) -> dict:
 
 def _cmd_run(args) -> int:
     from .cluster import Lab
+    _need_folder(args.history, "history folder", must_exist=False)
+    _need_writable_parent(args.html)
     if args.cmd == "run":
         values = {k: getattr(args, k) for k in _FIELDS if getattr(args, k) is not None}
         cfgs = sweep(values)                       # validate everything before starting engines
@@ -221,6 +337,7 @@ def _cmd_run(args) -> int:
         runs = _run_all(lab, cfgs)
     print()
     print(format_table(runs))
+    print(TABLE_LEGEND)
     if getattr(args, "repeats", 1) > 1:
         from .sweeps import spread
         print("\nstep_ms of the slowest rank over identical runs:")
@@ -235,6 +352,8 @@ def _write_html(path, runs) -> None:
     out = export_html(path, runs, notes="Written by `python -m nbtools`.")
     print(f"report: {out}")
 
+
+_USER_ERRORS = _user_errors()
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

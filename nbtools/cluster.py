@@ -314,7 +314,8 @@ class Lab:
                           if rep.get("compile")}) if len(ok) > 1 else None
         env = dict(next(iter(ok.values()))["env"]) if ok else {}
         env.update(world_size=self.world_size, hosts=sorted({p.host for p in self.placements}))
-        ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "model_built_at",
+        ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "compile_outcome",
+                                             "model_built_at",
                                              "peak_mem_mb", "shapes", "engine_s", "parse_s",
                                              "last_value", "unused")}
                  for r, rep in reports.items()}
@@ -322,10 +323,15 @@ class Lab:
         rows = pd.DataFrame([row for r in sorted(ok) for row in ok[r].get("reports") or []])
         run = Run(config=cfg, steps=steps, events=events, compile_events=comp, env=env,
                   status="ok" if not errors else "failed", errors=errors, ranks=ranks,
-                  run_id=run_id, started=t0, reports=rows)
+                  run_id=run_id, started=t0, reports=rows,
+                  torch_trace_logs={r: rep["torch_trace"] for r, rep in reports.items()
+                                    if rep.get("torch_trace")})
         if sm is not None:
             run.summary = sm
-            run.flags = summ.flags(sm, ok, cfg, div)
+            run.flags = summ.flags(sm, ok, cfg, div, events, comp)
+        if cfg.torch_trace:
+            from .torch_trace import missing_logs_flags
+            run.flags += missing_logs_flags(ok, run.torch_trace_logs)
         return run
 
     # -- conveniences ----------------------------------------------------------------------

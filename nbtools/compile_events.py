@@ -32,9 +32,10 @@ import logging
 import re
 import time
 
-from .compile_records import (cache_counts, callback_trigger, compilation_metrics, compile_times,
-                              counter_snapshot, current_compile_id, fold_backward, frame_of,
-                              log_state, parse_reasons, shorten, user_frame)
+from .compile_records import (FrameHits, cache_counts, cached_graphs, callback_trigger,
+                              compilation_metrics, compile_times, counter_snapshot,
+                              current_compile_id, fold_backward, frame_of, log_state,
+                              parse_reasons, shorten, user_frame)
 from .compile_summary import divergence, rank_counts  # divergence: re-exported (tests, users)
 from .explain import explain, torch_trace_dir  # noqa: F401  (torch-free at import)
 
@@ -66,6 +67,7 @@ class CompileRecorder:
         self._handler = _Handler(self)
         self._mine = (None, set())   # (log_state object, artifacts we enabled in it)
         self._threshold = {}         # logger name -> level from which torch would print
+        self._hits = FrameHits()     # entries into compiled frames during the run
         self._active = False
         self._reset_buffers()
 
@@ -124,6 +126,7 @@ class CompileRecorder:
                 log.propagate = True
                 if name in _DEBUG_LOGGERS and self._threshold.get(name) != logging.DEBUG:
                     log.setLevel(logging.NOTSET)
+        self._hits.remove()
         state, mine = self._mine
         if state is not None and state is log_state():
             state.artifact_names.difference_update(mine)
@@ -136,6 +139,7 @@ class CompileRecorder:
         recs = compilation_metrics()
         self._metrics_mark = recs[-1] if recs else None
         self._counters0 = counter_snapshot()
+        self._hits.start()
         self._active = True
 
     def set_step(self, step: int) -> None:
@@ -162,6 +166,10 @@ class CompileRecorder:
             r["name"] = r["name"] or names.get(r["compile_id"], "")
             r["step"] = self._step_at(r["ts_ns"])
         counts = rank_counts(rows, self._graphs_counted, self._errors)
+        # what ran, beside what compiled: a run that compiled nothing may still have run
+        # graphs compiled by an earlier run (state reused)
+        counts["frames_run"], counts["frame_misses"] = self._hits.read()
+        counts["graphs_cached"] = cached_graphs()
         data = {c: [r[c] for r in rows] for c in tables.COMPILE_COLUMNS if c != "rank"}
         data["rank"] = [rank] * len(rows)
         return {"columns": tables.to_wire(tables.COMPILE_COLUMNS, data), "counts": counts}

@@ -127,3 +127,77 @@ def shorten(text, limit: int = 400) -> str:
             out += " — " + line.strip()[len("Explanation:"):].strip()
             break
     return out[:limit]
+
+
+# -- did compiled code run? -------------------------------------------------------------
+class FrameHits:
+    """Counts entries into compiled frames: Dynamo calls its guard-complete hook each time
+    a frame with compiled code is entered, with True when a cache entry's guards passed
+    (the compiled code runs) and False when none did (recompile or eager fallback). One
+    global hook: one set by someone else (set_enable_guard_collectives) is chained, and
+    if it replaced ours mid-run the count is unknown (None) rather than wrong."""
+
+    def __init__(self):
+        self.hits = self.misses = 0
+        self._prev = None
+        self._lost = False
+
+    def __call__(self, cache_hit: bool) -> bool:
+        if cache_hit:
+            self.hits += 1
+        else:
+            self.misses += 1
+        return self._prev(cache_hit) if self._prev is not None else cache_hit
+
+    def start(self) -> None:
+        self.hits = self.misses = 0
+        prev = _set_guard_hook(self)
+        self._lost = prev is _UNAVAILABLE
+        if prev is not self and not self._lost:
+            self._prev = prev
+
+    def read(self) -> tuple:
+        """(hits, misses), or (None, None) where the hook could not be kept in place."""
+        prev = _set_guard_hook(self)
+        if self._lost or prev is not self:
+            if prev is not self and prev is not _UNAVAILABLE:
+                self._prev = prev
+            return None, None
+        return self.hits, self.misses
+
+
+    def remove(self) -> None:
+        """Put back the hook that was there before ours (if ours is still the one)."""
+        prev = _set_guard_hook(self._prev)
+        if prev is not self and prev is not _UNAVAILABLE:
+            _set_guard_hook(prev)   # someone else's since: leave theirs
+        self._prev = None
+
+
+_UNAVAILABLE = object()
+
+
+def _set_guard_hook(hook):
+    try:
+        from torch._C._dynamo.eval_frame import set_guard_complete_hook
+        return set_guard_complete_hook(hook)
+    except (ImportError, AttributeError, TypeError):
+        return _UNAVAILABLE
+
+
+def cached_graphs() -> int | None:
+    """Compiled graphs that Dynamo's caches hold now: cache entries whose code calls a
+    graph (``__compiled_fn_*``). A frame compiled around graph breaks with no ops in it has
+    an entry too, which runs the original code: entries without a graph do not count."""
+    try:
+        from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+        from torch._dynamo import convert_frame
+        n = 0
+        for ref in list(convert_frame.input_codes.seen):
+            code = ref()
+            if code is not None:
+                n += sum(any(s.startswith("__compiled_fn") for s in e.code.co_names)
+                         for e in _debug_get_cache_entry_list(code))
+        return n
+    except Exception:   # private API: the outcome then rests on this run's compiles alone
+        return None

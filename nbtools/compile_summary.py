@@ -43,6 +43,30 @@ def rank_counts(rows, graphs_counted: int, errors: int) -> dict:
     }
 
 
+def outcome(counts: dict, requested: bool, reused: bool) -> dict:
+    """What this run's compile did, from what happened (engine side, at the end of _run):
+    ``state`` is ``compiled`` (this run compiled graphs), ``reused`` (it compiled none and
+    ran graphs compiled by an earlier run), ``eager`` (compile was asked for, yet no graph
+    was compiled and none ran), ``off`` (not asked for, nothing compiled or ran) or
+    ``unknown`` (no graph compiled and whether compiled code ran could not be read).
+    ``requested``: the config asked for compile; ``reused``: the engine kept its built
+    state from the previous run. The client's flags read this; they never re-derive it."""
+    graphs, ran, cached = int(counts.get("graphs", 0)), counts.get("frames_run"), \
+        counts.get("graphs_cached")
+    if graphs > 0:
+        state = "compiled"
+    elif ran is None or (ran and cached is None):
+        state = "unknown"
+    elif ran and cached:
+        state = "reused"
+    else:
+        state = "eager" if requested else "off"
+    return dict(state=state, graphs=graphs, frames_run=ran, graphs_cached=cached,
+                reused_build=bool(reused), graph_breaks=int(counts.get("graph_breaks", 0)),
+                recompiles=int(counts.get("recompiles", 0)),
+                limit_hit=bool(counts.get("limit_hit", False)))
+
+
 # -- client side: pure, torch-free -----------------------------------------------------
 _COUNT_WORDS = (("limit_hit", None), ("recompiles", "recompiled {} time(s)"),
                 ("compiles", "compiled {} frame(s)"), ("compile_failures", "failed {} compile(s)"),

@@ -8,6 +8,11 @@ which the Lab calls with the device its engines report.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import operator
+import reprlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional
 
@@ -35,9 +40,84 @@ class ConfigError(ValueError):
     """A StepConfig that cannot run; the message names the fields and the fix."""
 
 
-def _choice(name: str, value, allowed) -> None:
-    if value not in allowed:
+# Field -> allowed strings (None: any string). Every field has exactly one of the three
+# kinds below; _OPTIONAL ones may also be None (the scenario's default).
+_CHOICES = {"scenario": None, "compile": COMPILE_MODES, "backend": BACKENDS, "dynamic": DYNAMIC,
+            "autocast": AUTOCAST, "autocast_scope": AUTOCAST_SCOPES, "cudagraph": CUDAGRAPH,
+            "parallel": PARALLEL, "cache": CACHE_POLICIES, "ddp_wrap": DDP_WRAP,
+            "optimize_ddp": OPTIMIZE_DDP, "fsdp_compile": FSDP_COMPILE,
+            "seq_schedule": SEQ_SCHEDULES, "size": SIZES, "capture": CAPTURE}
+_BOOLS = ("fullgraph", "reshard_after_forward", "check", "torch_trace")
+# Bounds: generous for any real job, finite so a typo (an extra 000, a seed from the wrong
+# variable) is caught here and not as an overflow or an hour-long run on the engines.
+_INTS = {"warmup": (0, 100_000), "steps": (1, 1_000_000), "profiled": (0, 1_000),
+         "batch": (1, 1 << 20), "seq_len": (1, 1 << 20), "seed": (0, 2**32 - 1)}
+_OPTIONAL = frozenset({"parallel", "seq_schedule", "batch", "seq_len"})
+_WHY_BOUND = {
+    "steps": " (steps=0 would measure nothing)",
+    # scenarios.py seeds step i with seed * 1_000_003 + i, which must stay within the 64 bits
+    # torch.manual_seed takes; 2**32 - 1 is also numpy.random.seed's limit.
+    "seed": " (each step is seeded with seed * 1_000_003 + step, which torch.manual_seed "
+            "must accept)",
+    "profiled": " (every profiled step's events travel to the notebook and the timeline; "
+                "0 turns the timeline off)",
+}
+
+
+def _show(value) -> str:
+    """A bounded repr for messages: a user may pass a million-element array or an object
+    whose repr fails."""
+    try:
+        return reprlib.repr(value)
+    except Exception:   # noqa: BLE001 - a broken __repr__ must not hide the real error
+        return f"<{type(value).__name__}>"
+
+
+def _as_str(name: str, value, allowed, optional: bool):
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        none = " or None" if optional else ""
+        what = "a name (str)" if allowed is None else f"one of {', '.join(map(repr, allowed))}"
+        raise ConfigError(f"{name}={_show(value)} is a {type(value).__name__}; give {what}{none}")
+    if allowed is not None and value not in allowed:
         raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
+    return str(value)   # numpy.str_ -> str, so the config pickles and compares as plain data
+
+
+def _as_bool(name: str, value) -> bool:
+    # Only a real boolean: "no", 0/1 or [1] would otherwise count by truthiness ("no" is True).
+    if isinstance(value, bool):
+        return value
+    if getattr(getattr(value, "dtype", None), "kind", None) == "b" \
+            and getattr(value, "shape", None) == ():
+        return bool(value)   # numpy.bool_ (e.g. read from a DataFrame of a sweep)
+    raise ConfigError(f"{name}={_show(value)} is a {type(value).__name__}; give True or False")
+
+
+def _as_int(name: str, value, low: int, high: int, optional: bool):
+    """A whole number in [low, high]. numpy integers (np.int64(8) out of a DataFrame or an
+    arange) are what a user means by an int and are accepted as int; floats (8.0), strings
+    and booleans are not: the config would silently differ from what was typed."""
+    if value is None and optional:
+        return None
+    dtype = getattr(value, "dtype", None)
+    v = None
+    if not isinstance(value, bool) and (dtype is None or (
+            getattr(dtype, "kind", "") in ("i", "u") and getattr(value, "shape", None) == ())):
+        try:
+            v = operator.index(value)
+        except Exception:  # noqa: BLE001 - a user type's __index__ may raise anything
+            pass
+    none = " or None" if optional else ""
+    if v is None:
+        raise ConfigError(f"{name}={_show(value)} is a {type(value).__name__}; give a whole "
+                          f"number from {low} to {high:,}{none}")
+    if not low <= v <= high:
+        why = _WHY_BOUND.get(name, "")
+        raise ConfigError(f"{name}={v} is out of range: give a whole number from {low} to "
+                          f"{high:,}{none}{why}")
+    return int(v)
 
 
 @dataclass(frozen=True)
@@ -130,38 +210,21 @@ class StepConfig:
     """Seed for weights and inputs; identical on every rank unless the scenario shards."""
 
     def __post_init__(self):
-        _choice("compile", self.compile, COMPILE_MODES)
-        _choice("backend", self.backend, BACKENDS)
-        _choice("dynamic", self.dynamic, DYNAMIC)
-        _choice("autocast", self.autocast, AUTOCAST)
-        _choice("autocast_scope", self.autocast_scope, AUTOCAST_SCOPES)
-        _choice("cudagraph", self.cudagraph, CUDAGRAPH)
-        _choice("cache", self.cache, CACHE_POLICIES)
-        _choice("ddp_wrap", self.ddp_wrap, DDP_WRAP)
-        _choice("optimize_ddp", self.optimize_ddp, OPTIMIZE_DDP)
-        _choice("fsdp_compile", self.fsdp_compile, FSDP_COMPILE)
-        if not isinstance(self.reshard_after_forward, bool):
-            raise ConfigError(f"reshard_after_forward={self.reshard_after_forward!r}: True or False")
-        if self.seq_schedule is not None:
-            _choice("seq_schedule", self.seq_schedule, SEQ_SCHEDULES)
-        _choice("capture", self.capture, CAPTURE)
-        _choice("size", self.size, SIZES)
-        if self.parallel is not None:
-            _choice("parallel", self.parallel, PARALLEL)
+        # The one place a StepConfig is checked (the constructor, replace and from_dict all
+        # come here): every field's type and range first, so the cross-field rules below
+        # only ever see well-typed values.
+        for name, allowed in _CHOICES.items():
+            v = _as_str(name, getattr(self, name), allowed, optional=name in _OPTIONAL)
+            object.__setattr__(self, name, v)
         if self.scenario != "custom" and self.scenario not in SCENARIOS:
             raise ConfigError(
                 f"scenario={self.scenario!r} is unknown; use one of {', '.join(SCENARIOS)} "
                 "or lab.run(my_step_fn, cfg) for your own step")
-        for name in ("warmup", "steps", "profiled", "seed"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"{name}={v!r} must be an integer >= 0")
-        if self.steps < 1:
-            raise ConfigError("steps=0: measure at least one step")
-        for name in ("batch", "seq_len"):
-            v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise ConfigError(f"{name}={v!r} must be a positive integer or None")
+        for name in _BOOLS:
+            object.__setattr__(self, name, _as_bool(name, getattr(self, name)))
+        for name, (low, high) in _INTS.items():
+            object.__setattr__(self, name, _as_int(name, getattr(self, name), low, high,
+                                                   optional=name in _OPTIONAL))
         self._check_combination()
 
     # -- cross-field rules -------------------------------------------------------------
@@ -280,7 +343,7 @@ class StepConfig:
         return tuple(out)
 
     def replace(self, **changes) -> "StepConfig":
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **_refuse_unknown("StepConfig.replace", changes))
 
     def diff(self, other: "StepConfig") -> dict:
         """{field: (self value, other value)} for fields that differ."""
@@ -292,12 +355,12 @@ class StepConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "StepConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ConfigError(f"unknown StepConfig field(s): {', '.join(sorted(unknown))}")
-        return cls(**d)
+    def from_dict(cls, d) -> "StepConfig":
+        """The inverse of ``to_dict`` (a run.json's ``config``)."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"StepConfig.from_dict expects a dict of field -> value (what "
+                              f"to_dict() gives), got a {type(d).__name__}: {_show(d)}")
+        return cls(**_refuse_unknown("StepConfig.from_dict", d))
 
     def label(self) -> str:
         """Short human label: only what differs from the defaults."""
@@ -305,3 +368,31 @@ class StepConfig:
         parts = [self.scenario] + [f"{k}={v[1]}" for k, v in base.diff(self).items()
                                    if k not in ("scenario",)]
         return " ".join(parts)
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(StepConfig))
+
+
+def _refuse_unknown(where: str, changes: Mapping) -> dict:
+    """ConfigError for names that are not fields (a typo would otherwise be a TypeError
+    from the generated __init__, naming no fix)."""
+    bad = [k for k in changes if not isinstance(k, str) or k not in _FIELDS]
+    if bad:
+        hints = []
+        for k in bad:
+            close = difflib.get_close_matches(k, _FIELDS, 1) if isinstance(k, str) else []
+            hints.append(f"{_show(k)}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ConfigError(f"{where}: unknown StepConfig field(s) {', '.join(hints)}; the "
+                          f"fields are {', '.join(_FIELDS)}")
+    return dict(changes)
+
+
+def _checked_init(init):
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **_refuse_unknown("StepConfig", kwargs))
+    return __init__
+
+
+# StepConfig(colour=...) and cfg.replace(colour=...) both arrive here (replace calls the class).
+StepConfig.__init__ = _checked_init(StepConfig.__init__)

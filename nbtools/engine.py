@@ -17,7 +17,8 @@ from typing import Callable, Optional
 from .config import StepConfig
 
 # Fields that do not change what is built: changing only these reuses all state.
-_RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "torch_trace", "cache")
+# (torch_trace is not one: turning it on rebuilds, so the trace holds the compiles.)
+_RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "cache")
 # Fields that change the weights, optimizer and inputs (everything else changes wrappers).
 _MODEL = ("scenario", "parallel", "size", "batch", "seq_len", "seq_schedule", "seed",
           # fully_shard is applied once per model, and per-block compile changes the blocks
@@ -142,7 +143,11 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dic
     t_start = time.time_ns()
     out = dict(rank=_S.rank, status="ok", error="", run_id=run_id)
     failed = False
+    trace_dir = None
     try:
+        if cfg.torch_trace:
+            from . import torch_trace
+            trace_dir = torch_trace.start(_S.rank, run_id)
         if _S.pg_broken:
             raise RuntimeError("process group is broken after an earlier failure; the lab "
                                "re-initialises it before the next run")
@@ -153,6 +158,8 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dic
     finally:
         if _S.recorder is not None:
             _S.recorder.set_step(-1)
+        if trace_dir is not None:     # a failed run's compile log is worth the most
+            out["torch_trace"] = torch_trace.stop(_S.rank, trace_dir)
     if failed:   # outside the except block: the traceback no longer pins the group
         user_fn = None
         _release_peers(run_id, out["error"])
@@ -235,6 +242,7 @@ class _PeerWatch:
 def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
     import torch
     from . import capture
+    from .compile_summary import outcome
     cfg.check_device(_S.device.type)
     from .workload import from_payload
     user_fn, source_key = from_payload(user_fn)   # keyed on the bytes: no stale code
@@ -267,6 +275,7 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
     compile_wire = rec.finish_run(_S.rank)
     result.update(
         compile=compile_wire, notes=list(notes), reused=reused, check=check,
+        compile_outcome=outcome(compile_wire["counts"], cfg.compiled, reused),
         model_built_at=_S.model_built_at,
         peak_mem_mb=(torch.cuda.max_memory_allocated() / 2**20) if cuda else float("nan"),
         rss_mb=_rss_mb(), items_per_step=_items_per_step(wl, cfg), flops_per_step=wl.flops_per_step,

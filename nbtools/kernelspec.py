@@ -1,6 +1,6 @@
-"""Install kernels/torch-nbtools as a Jupyter kernel that runs this interpreter, so the
-notebooks (and the engines they start, which use the same interpreter) see the project's
-environment."""
+"""Install the shipped kernel spec (kernels/torch-nbtools/kernel.json, package data) as a
+Jupyter kernel that runs this interpreter, so the notebooks (and the engines they start,
+which use the same interpreter) see the project's environment."""
 from __future__ import annotations
 
 import json
@@ -9,26 +9,27 @@ import sys
 import tempfile
 from pathlib import Path
 
-NAME = "torch-nbtools"
-SPEC_DIR = Path(__file__).resolve().parents[1] / "kernels" / NAME
+from .package_data import KERNEL_NAME as NAME
+from .package_data import kernel_dir
 
 
 def spec_json(python: str = sys.executable) -> dict:
-    spec = json.loads((SPEC_DIR / "kernel.json").read_text()) if SPEC_DIR.exists() else {
-        "argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": NAME, "language": "python"}
+    """The shipped spec, every field as written, with the interpreter resolved."""
+    spec = json.loads((kernel_dir() / "kernel.json").read_text())
     spec["argv"][0] = python
     return spec
 
 
 def install(user: bool = False, prefix: str | None = None) -> str:
     from jupyter_client.kernelspec import KernelSpecManager
+    src = kernel_dir()
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / NAME
         d.mkdir()
-        (d / "kernel.json").write_text(json.dumps(spec_json(), indent=1))
-        for extra in SPEC_DIR.glob("*.png") if SPEC_DIR.exists() else ():
-            shutil.copy(extra, d)
+        (d / "kernel.json").write_text(json.dumps(spec_json(), indent=1) + "\n")
+        for extra in src.iterdir():   # logos and whatever else the spec folder ships
+            if extra.name != "kernel.json" and extra.is_file():
+                shutil.copy(extra, d)
         if prefix is None and not user:
             prefix = sys.prefix
         return KernelSpecManager().install_kernel_spec(str(d), NAME, user=user, prefix=prefix)

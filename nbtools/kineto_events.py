@@ -36,8 +36,9 @@ _SYNC = re.compile(r"^(cuda|hip|cu)(DeviceSynchronize|StreamSynchronize|EventSyn
                    r"StreamWaitEvent|CtxSynchronize)")
 _GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
 _COMM_CPU = re.compile(r"^(nccl:|rccl:|gloo:|c10d::|_?c10d_functional::|record_param_comms)")
-STEP_PATTERNS = (re.compile(r"^nbtools/step (\d+)$"),           # ours: numbering of `steps`
-                 re.compile(r"^ProfilerStep\s*#\s*(\d+)$"))      # torch.profiler's schedule
+# at most 9 digits: step numbers are int32 in the table; a longer one is not a step range
+STEP_PATTERNS = (re.compile(r"^nbtools/step (\d{1,9})$"),          # ours: numbering of `steps`
+                 re.compile(r"^ProfilerStep\s*#\s*(\d{1,9})$"))   # torch.profiler's schedule
 _HOME = re.compile(r"/(home|Users)/[^/\s]+")
 _CAT_INDEX = {c: i for i, c in enumerate(tables.CATEGORIES)}
 RAW = ("kind", "name", "pid", "tid", "ts", "dur", "corr")

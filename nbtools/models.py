@@ -33,6 +33,8 @@ def llama(batch: int = 2, seq: int = 64, seed: int = 0, name: str = "llama", **c
     """LlamaForCausalLM(LlamaConfig(**config)) training on random tokens (next-token loss),
     ``batch`` x ``seq`` tokens a step on every rank. Blocks: the decoder layers (FSDP2
     shards and compiles each); tp_plan: LLAMA_TP_PLAN."""
+    from .extras import require
+    require("transformers", why="nbtools.models.llama")
     config = {**LLAMA_TINY, **config, "use_cache": False}   # training: no KV cache
     if config["hidden_size"] % config["num_attention_heads"]:
         raise ConfigError(f"hidden_size={config['hidden_size']} is not a multiple of "

@@ -13,8 +13,11 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-import ipywidgets as W
-from jupyter_bokeh import BokehModel
+from .extras import require
+
+require("ipywidgets", "jupyter_bokeh", why="lab.panel()")   # a script install lacks [lab]
+import ipywidgets as W  # noqa: E402
+from jupyter_bokeh import BokehModel  # noqa: E402
 
 from .cluster import RunFailed
 from .config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,

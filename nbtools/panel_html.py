@@ -4,14 +4,17 @@ text. Plain strings from Runs, comparisons and exceptions: no widgets involved.
 from __future__ import annotations
 
 import html
+import os
 import re
 
 from .cluster import RunTimeout
+from .torch_trace import link_html
 
 SUMMARY_COLUMNS = ("rank", "step_ms", "p10_ms", "p90_ms", "profiler_overhead_pct", "compile_s",
                    "compiles", "recompiles", "graph_breaks", "graphs", "gpu_busy_pct",
                    "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
-                   "graph_coverage_pct", "peak_mem_mb", "items_per_s", "cache")
+                   "graph_coverage_pct", "peak_mem_mb", "items_per_s", "cache",
+                   "compile_state", "wait_ms", "last_pct")
 
 
 def describe_error(err) -> str:
@@ -37,7 +40,8 @@ def summary_html(run) -> str:
     notes = sorted({n for rep in run.ranks.values() for n in (rep or {}).get("notes") or ()})
     head = (f"<b>{html.escape(run.label)}</b> · {run.world_size} ranks · {len(run.events):,} "
             f"events · {len(run.compile_events):,} compile events"
-            + (f" · {html.escape('; '.join(notes))}" if notes else ""))
+            + (f" · {html.escape('; '.join(notes))}" if notes else "")
+            + link_html(run, base=os.getcwd(), jupyter=True))
     if not len(s):
         return head
     cols = [c for c in SUMMARY_COLUMNS if c in s.columns]

@@ -58,6 +58,7 @@ def export_html(path, runs, notes: str = "", title: str = "torch-nbtools finding
     """Write one offline HTML file for ``runs`` (a Run, a list, or any iterable of Runs,
     such as ``lab.history``) and the (run_a, run_b) pairs in ``comparisons``."""
     from .timeline import Timeline, compare_figure
+    from .torch_trace import link_html
 
     runs, title = _as_runs(runs), scrub(title)
     clean = {id(r): scrubbed(r) for r in runs}
@@ -77,6 +78,8 @@ def export_html(path, runs, notes: str = "", title: str = "torch-nbtools finding
     for i, run in enumerate(runs):
         c = clean[id(run)]
         parts.append(("html", _run_header(c)))
+        # tlparse's report of the run's TORCH_TRACE logs, linked from where the page is
+        parts.append(("html", link_html(run, base=Path(path).expanduser().resolve().parent)))
         if len(c.events) or len(c.compile_events) or len(c.steps):
             tl = Timeline(c, width=width, backend=backend, live=False)
             tl.layout.name = f"timeline-{i}"

@@ -235,15 +235,16 @@ def signatures_equal(run) -> bool:
 def recorded_h200() -> dict:
     """Profiles recorded on 2 x H200 (torch 2.11, NCCL 2.28.9; tp-mlp-infer, batch 1, 8
     blocks of d=4096, 3 profiled steps; written by benchmarks/gpu/check_assumptions.py and
-    kept in the repository as tests/fixtures/h200), loaded as Runs: {"off": eager,
-    "reduce-overhead": graph replay}. Empty where that folder is absent (an installed
-    package without the repository). They have timelines but no lab summary (step_ms)."""
-    from pathlib import Path
+    shipped in the package as nbtools/data/h200), loaded as Runs: {"off": eager,
+    "reduce-overhead": graph replay}. They have timelines but no lab summary (step_ms)."""
+    from .package_data import h200_traces_dir
     from .trace import load_traces
-    folder = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "h200"
+    folder = h200_traces_dir()
     out = {}
     for mode in ("off", "reduce-overhead"):
         files = sorted(folder.glob(f"tp_{mode}_rank*.json.gz"))
-        if files:
-            out[mode] = load_traces(files)
+        if not files:
+            raise FileNotFoundError(f"no tp_{mode}_rank*.json.gz in {folder}: the package was "
+                                    "installed without its data; reinstall torch-nbtools")
+        out[mode] = load_traces(files)
     return out

@@ -33,7 +33,10 @@ def workload(cfg: StepConfig, device: torch.device, rank: int, world: int,
     size, batch, seq = sizes(cfg, device)
     par = cfg.resolved_parallel
     if cfg.scenario == "tp-mlp-infer":
-        return _tp_mlp_workload(size, batch, rank, world if par == "tp" else 1, group, cfg.seed)
+        # unsharded (parallel="none"): every rank holds the whole model, as shard 0 of 1
+        tp = par == "tp"
+        return _tp_mlp_workload(size, batch, rank if tp else 0, world if tp else 1, group,
+                                cfg.seed)
     if cfg.scenario == "ddp-train":
         width, stages, hw = (8, 2, 16) if size == "small" else (64, 4, 64)
         return _image_workload(lambda: ConvNet(width, stages), batch, hw, 10, cfg.seed, "convnet")

@@ -29,6 +29,10 @@ def timeline_columns(events, steps) -> pd.DataFrame:
     for col in _PER_STEP:
         if col in pr:
             pr[col] = pr[col] / pr["rank"].map(n_prof).fillna(1).clip(lower=1).to_numpy()
+    from .straggler import attribute
+    att = attribute(events)   # wait_ms, last_pct: who waits for whom in collectives
+    if att is not None:
+        pr = pr.merge(att["per_rank"], on="rank", how="left")
     return pr
 
 
@@ -53,6 +57,7 @@ def build(steps, events, compile_events, reports: dict, cfg) -> pd.DataFrame:
                          compiles=int(counts.get("compiles", 0)),
                          recompiles=int(counts.get("recompiles", 0)),
                          graph_breaks=int(counts.get("graph_breaks", 0)),
+                         compile_state=(rep.get("compile_outcome") or {}).get("state", ""),
                          graphs=int(counts.get("graphs", 0)),
                          cudagraph_skips=int(counts.get("cudagraph_skips", 0)),
                          peak_mem_mb=rep.get("peak_mem_mb", np.nan),
@@ -80,32 +85,88 @@ def refresh_analysis(run):
     return run
 
 
-def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None) -> list[str]:
-    """What a reader must not miss."""
+def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None,
+          events: pd.DataFrame | None = None, compile_events: pd.DataFrame | None = None
+          ) -> list[str]:
+    """What a reader must not miss, each built from the registry (flags.py) and read from
+    what the engines reported this run (compile_outcome) and the captured events; never
+    re-derived from the config."""
+    from . import flags as F
     out = []
     if divergence:
-        out.append(f"divergent ranks: {divergence}")
-    compiled = cfg is not None and cfg.compiled and cfg.scenario != "custom" and len(summary)
-    outside = compiled and cfg.resolved_parallel == "ddp" and cfg.ddp_wrap == "compile-outside"
-    # Under cache="continue" a run may rightly compile nothing new (earlier graphs run).
-    if compiled and cfg.cache == "fresh" and "graphs" in summary \
-            and int(summary["graphs"].max()) == 0:
-        how = "torch.compile(DDP(model))" if outside else "this config"
-        out.append(f"0 graphs compiled: {how} ran eagerly (with Dynamo's overhead on top)")
-    elif outside and int(summary["graph_breaks"].max()) > 0:
-        out.append(f"torch.compile(DDP(model)): Dynamo graph-breaks inside DDP's forward "
-                   f"({int(summary['graph_breaks'].max())} breaks); only "
-                   f"{int(summary['graphs'].max())} graph(s) came from frames DDP calls, "
-                   "outside DDPOptimizer's per-bucket split. See compile_events.")
+        out.append(F.make("divergent-ranks", what=divergence))
+    out += _compile_flags(reports, cfg, compile_events)
     unused = sorted({u for rep in reports.values() for u in rep.get("unused", [])})
-    out += [f"unused: {u}" for u in unused]
-    if len(summary) > 1 and "step_ms" in summary and summary["step_ms"].notna().all():
-        lo, hi = summary["step_ms"].min(), summary["step_ms"].max()
-        if lo > 0 and hi / lo > 1.25:
-            out.append(f"ranks differ in step time: {lo:.3g} .. {hi:.3g} ms")
+    out += [F.make("unused", what=u) for u in unused]
+    out += _timing_flags(summary, events)
     for r, rep in sorted(reports.items()):
         chk = rep.get("check")
         if chk and (not chk.get("finite", True) or chk.get("max_rel", 0) > 5e-2):
-            out.append(f"rank {r}: compiled {chk['what']} differs from eager by "
-                       f"{chk['max_rel']:.2%} (max abs {chk['max_abs']:.3g})")
+            out.append(F.make("check-differs", rank=r, what=chk["what"],
+                              rel=f"{chk['max_rel']:.2%}", abs=f"{chk['max_abs']:.3g}"))
     return out
+
+
+def _compile_flags(reports: dict, cfg, compile_events) -> list[str]:
+    from . import flags as F
+    oc = {r: rep.get("compile_outcome") or {} for r, rep in reports.items()}
+    if not oc or not all(oc.values()):
+        return []
+    out = []
+    outside = cfg is not None and cfg.scenario != "custom" and \
+        cfg.resolved_parallel == "ddp" and cfg.ddp_wrap == "compile-outside"
+    breaks = max(o["graph_breaks"] for o in oc.values())
+    if all(o["state"] == "eager" for o in oc.values()):
+        how = ("torch.compile(DDP(model))" if outside else
+               "this custom step" if cfg is not None and cfg.scenario == "custom" else
+               "this config")
+        out.append(F.make("ran-eagerly", how=how))
+    elif outside and breaks:
+        out.append(F.make("ddp-graph-breaks", breaks=breaks,
+                          graphs=max(o["graphs"] for o in oc.values())))
+    elif breaks:
+        first = _first_row(compile_events, "graph_break")
+        out.append(F.make("graph-breaks", n=breaks, frame=first.get("frame") or "?",
+                          reason=first.get("reason") or "(no reason recorded)"))
+    recompiles = max(o["recompiles"] for o in oc.values())
+    if recompiles:
+        first = _first_row(compile_events, "recompile")
+        limit = " and hit the recompile limit (that frame runs eagerly from then on)" \
+            if any(o["limit_hit"] for o in oc.values()) else ""
+        out.append(F.make("recompiles", n=recompiles, limit=limit,
+                          reason=first.get("reason") or "(no reason recorded)"))
+    return out
+
+
+def _first_row(compile_events, kind) -> dict:
+    if compile_events is None or not len(compile_events):
+        return {}
+    rows = compile_events[compile_events["kind"] == kind].sort_values(["rank", "ts_ns"])
+    return rows.iloc[0].to_dict() if len(rows) else {}
+
+
+def _timing_flags(summary, events) -> list[str]:
+    """The straggler where the captured collectives name one; else, when step times
+    differ, the spread and why no rank can be named."""
+    from . import flags as F
+    from .straggler import attribute, sentence
+    att = attribute(events) if events is not None and len(events) else None
+    if att is not None:
+        return [F.make("straggler", sentence=sentence(att["straggler"]))] \
+            if att["straggler"] else []
+    if len(summary) > 1 and "step_ms" in summary and summary["step_ms"].notna().all():
+        lo, hi = summary["step_ms"].min(), summary["step_ms"].max()
+        fast = summary.loc[summary["step_ms"].idxmin()]
+        slow = summary.loc[summary["step_ms"].idxmax()]
+        # apart beyond noise: the slow rank's p10 above the fast rank's p90
+        apart = not (fast.get("p90_ms", lo) >= slow.get("p10_ms", hi))
+        if lo > 0 and hi / lo > 1.25 and hi - lo >= 0.5 and apart:
+            comm = events is not None and len(events) and \
+                (events["category"] == "communication").any()
+            why = ("the captured collectives did not match across ranks" if comm else
+                   "no collectives were captured to say which rank the others wait for "
+                   "(capture='full' names it)" if events is None or not len(events) else
+                   "the ranks ran no collectives in the captured steps: each runs at its "
+                   "own pace")
+            return [F.make("step-spread", lo=f"{lo:.3g}", hi=f"{hi:.3g}", why=why)]
+    return []

@@ -2,14 +2,13 @@
 8 blocks of d=4096, eager and mode="reduce-overhead", 3 profiled steps, written by
 benchmarks/gpu/check_assumptions.py. Expected counts were read from the JSON with a plain
 parser (see the comments), not from nbtools."""
-from pathlib import Path
-
 import pytest
 
 from nbtools import load_traces
 from nbtools.analysis import per_rank
+from nbtools.package_data import h200_traces_dir
 
-H200 = Path(__file__).parent / "fixtures" / "h200"
+H200 = h200_traces_dir()   # shipped in the package: notebooks 01 and 02 load them
 
 
 @pytest.fixture(scope="module", params=["off", "reduce-overhead"])

@@ -1,4 +1,4 @@
-"""Kineto events -> events table: every real trace in shared/traces/hta, the streaming JSON
+"""Kineto events -> events table: every real trace in tests/fixtures/hta, the streaming JSON
 reader on awkward input, and a live torch.profiler session on CPU (gloo)."""
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import pytest
 from nbtools import analysis, tables, trace_json
 from nbtools.trace import TraceError, classify, events_from_profiler, load_traces
 
-HTA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta"
+HTA = Path(__file__).resolve().parent / "fixtures" / "hta"
 FILES = sorted(HTA.glob("*.json*")) or [HTA / "MISSING"]
-# (kernels, NCCL kernels, rank) as counted with a plain JSON parser in shared/traces/README.md;
+# (kernels, NCCL kernels, rank) as counted with a plain JSON parser in tests/fixtures/README.md;
 # rank None: the file has no distributedInfo and its name says no rank
 README = {
     "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz": (14, 0, None),
@@ -51,13 +51,13 @@ def loaded(name: str):
 
 
 def test_hta_traces_are_there():
-    assert HTA.is_dir(), f"{HTA} is missing: CI needs shared/ next to the clone"
+    assert HTA.is_dir(), f"{HTA} is missing (tests/fixtures/hta is part of the repository)"
     assert sorted(p.name for p in FILES) == sorted(README)
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name[:40])
 def test_every_hta_trace_loads_or_says_why(path):
-    assert path.exists(), f"{path} is missing: CI needs shared/traces/hta next to the clone"
+    assert path.exists(), f"{path} is missing (tests/fixtures/hta is part of the repository)"
     kernels, nccl, rank = README[path.name]
     run, error = loaded(path.name)
     if rank is None:   # no rank anywhere: a TraceError a person can act on, then rank= works

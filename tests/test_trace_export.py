@@ -13,8 +13,9 @@ import pytest
 from nbtools import tables, trace_export
 from nbtools.trace import load_traces
 
-HTA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta"
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "trace_diff_window_rank-1.json.gz"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+HTA = FIXTURES / "hta"
+FIXTURE = FIXTURES / "trace_diff_window_rank-1.json.gz"
 TWO_RANKS = [HTA / "timeline_analysis_sampled_rank-0.json.gz",
              HTA / "trace_filter_sampled_rank-1.json.gz"]
 
@@ -30,7 +31,7 @@ def canonical(events: pd.DataFrame) -> pd.DataFrame:
     [FIXTURE], TWO_RANKS, [HTA / "cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"],
     [HTA / "nccl_parser_config_nccl_data.json.gz"]], ids=["graphs", "two-ranks", "cpu", "float-ts"])
 def test_kineto_round_trip(tmp_path, source):
-    assert all(p.exists() for p in source), f"missing {source}: CI needs shared/ and fixtures"
+    assert all(p.exists() for p in source), f"missing {source} (tests/fixtures is part of the repository)"
     run = load_traces(source)
     paths = trace_export.write_kineto(run, tmp_path)
     assert [p.name for p in paths] == [f"rank-{r}.pt.trace.json.gz"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The lab's GPU runs (2 H200s, one engine per GPU). Run from the repo root on the GPU host
-# after the wheel install line of ../shared/DESIGN.md; writes under $OUT.
+# after installing the carried wheels (benchmarks/gpu/README.md); writes under $OUT.
 #   bash benchmarks/gpu/lab_runs.sh
 set -uo pipefail
 OUT=${OUT:-gpu-out}

@@ -1,0 +1,121 @@
+"""Every flag a run can carry (``run.flags``), in one place: what it says, what it means,
+what to do. summary.flags builds the strings from here; docs/flags.md shows each with an
+example as printed by a real run. Pure: no torch."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Flag:
+    id: str
+    template: str
+    means: str
+    todo: str
+
+    def text(self, **fields) -> str:
+        return self.template.format(**fields)
+
+    def matches(self, text: str) -> bool:
+        return bool(_pattern(self.template).fullmatch(text))
+
+
+def _pattern(template: str):
+    parts = re.split(r"\{[^}]*\}", template)
+    return re.compile(".+?".join(re.escape(p) for p in parts), re.S)
+
+
+REGISTRY = (
+    Flag("divergent-ranks", "divergent ranks: {what}",
+         "The ranks did not compile the same way (counts or the sequence of compile events "
+         "differ): one rank is on another code path, sees other shapes, or recompiled alone. "
+         "Collectives inside compiled code then mismatch or wait.",
+         "Read compile_events of the ranks named; make the step's inputs and control flow "
+         "the same on every rank."),
+    Flag("ran-eagerly", "0 graphs compiled: {how} ran eagerly (compile was on, yet no graph "
+         "was compiled and no compiled code ran)",
+         "The engine saw no graph compiled in this run and no entry into compiled code "
+         "holding a graph (not even one compiled by an earlier run). Not raised when the "
+         "run reused compiled state: compile_outcome says 'reused' then.",
+         "Look for graph breaks in compile_events (every frame broke), a step that never "
+         "calls ctx.compile, or torch.compile outside DDP; set fullgraph=True to see the "
+         "first break as an error."),
+    Flag("ddp-graph-breaks", "torch.compile(DDP(model)): Dynamo graph-breaks inside DDP's "
+         "forward ({breaks} breaks); only {graphs} graph(s) came from frames DDP calls, "
+         "outside DDPOptimizer's per-bucket split. See compile_events.",
+         "Compiling around DDP breaks in DDP's own forward (pytorch #140416); what did "
+         "compile is the model's frames, not split at the gradient buckets.",
+         "Use ddp_wrap='compile-inside' (DDP(torch.compile(model))), the supported order."),
+    Flag("graph-breaks", "graph breaks: this run's compile broke the code {n} time(s), first "
+         "at {frame}: {reason}",
+         "Dynamo could not trace through something; the code runs as several graphs with "
+         "Python in between (fewer fusions, more launches). Counted for the run whose "
+         "compile hit them: a later run reusing that compiled state does not repeat it.",
+         "Fix or move the line named (print, .item(), data-dependent control flow), or "
+         "accept the split; fullgraph=True makes the first break an error."),
+    Flag("recompiles", "recompiled {n} time(s) in this run{limit}: {reason}",
+         "A guard of compiled code failed (a new shape, dtype, global state such as "
+         "autocast) and Dynamo compiled again, inside this run's steps. At the recompile "
+         "limit (8 per frame) the frame runs eagerly from then on.",
+         "Read the guard failure given; mark dimensions dynamic (dynamic='dynamic' or "
+         "'mark'), pad shapes, or keep the flipped setting fixed."),
+    Flag("unused", "unused: {what}",
+         "A setting of the config has no effect on this device (it was accepted, not "
+         "applied).",
+         "Drop the setting here, or run on the device it is for."),
+    Flag("straggler", "straggler: {sentence}",
+         "In the captured collectives the others wait for one rank: weighted by how long, "
+         "it causes most of the waiting, either arriving last at least 75 % of the time (a "
+         "share luck gives less than 1 % of the time) with another rank waiting at least "
+         "20 % of a step, or being the main cause in every profiled step (3 times the "
+         "others' worst step) with another rank waiting at least 10 % of a step. The others "
+         "wait in the collective for it, so their step times include its lateness. "
+         "host-side: before the collectives it was late to, it computed no longer than "
+         "the others, its host launched late (Python, data, launch path, a sleep); slower "
+         "compute: its own compute before them took longer.",
+         "Look at the named rank, not the waiting one: its CPU lane in the timeline "
+         "(host-side), or its kernels before the collective (compute: imbalance, a slower "
+         "device, other load on it). summary columns wait_ms and last_pct give each rank."),
+    Flag("step-spread", "ranks differ in step time: {lo} .. {hi} ms; {why}",
+         "Step times differ by more than 25 % (and 0.5 ms, the slow rank's p10 above the "
+         "fast rank's p90) between ranks, and no captured collective "
+         "says which rank is late: either none was captured (capture='off' or 'light') or "
+         "the ranks ran none (each runs at its own pace).",
+         "Run with capture='full' to have the straggler named (when the ranks communicate)."),
+    Flag("torch-trace-empty", "torch_trace: rank(s) {ranks} wrote no TORCH_TRACE log "
+         "(nothing was compiled in this run: compile is off, or the same config's compiled "
+         "state was reused)",
+         "torch_trace=True asked for each rank's TORCH_TRACE log, and these ranks wrote "
+         "none: torch writes it only while it compiles.",
+         "Turn compile on, or change a setting that makes the engine compile again "
+         "(cache='fresh' with another config); run.torch_trace lists the logs there are."),
+    Flag("check-differs", "rank {rank}: compiled {what} differs from eager by {rel} (max abs "
+         "{abs})",
+         "check=True ran the first step compiled and eagerly on the same inputs and weights; "
+         "the results differ by more than 5 % (or are not finite).",
+         "Compare with backend='aot_eager' (then inductor is the cause); look for "
+         "randomness, in-place updates or code that behaves differently under compile."),
+)
+FLAGS = {f.id: f for f in REGISTRY}
+
+
+def make(flag_id: str, **fields) -> str:
+    return FLAGS[flag_id].text(**fields)
+
+
+def identify(text: str) -> str | None:
+    """The id of the flag a printed string is, or None."""
+    return next((f.id for f in REGISTRY if f.matches(text)), None)
+
+
+def markdown_table() -> str:
+    """The registry as the table docs/flags.md starts with."""
+    rows = ["| id | printed as | what it means | what to do |", "|---|---|---|---|"]
+    for f in REGISTRY:
+        rows.append(f"| `{f.id}` | `{f.template}` | {f.means} | {f.todo} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":   # regenerates the table in docs/flags.md
+    print(markdown_table())

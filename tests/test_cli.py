@@ -1,0 +1,144 @@
+"""The command line explains itself: field help from config.py, `--parallel none`,
+`--version`, one-line errors for bad input, the table's legend, and the tutorial copier."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import nbtools
+from nbtools import config
+from nbtools.cli import TABLE_LEGEND, format_table, main, sweep
+from nbtools.tutorials import copy_tutorials
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def nbtools_cli(*args, cwd=None, pre=""):
+    """`python -m nbtools ARGS` in a child, as a person runs it."""
+    code = f"import sys; {pre}from nbtools.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def config_docs() -> dict:
+    """The docstring under each StepConfig field, read here with a plain walk of the class."""
+    tree = ast.parse((Path(config.__file__)).read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "StepConfig")
+    docs, last = {}, None
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign):
+            last = node.target.id
+        elif last and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            docs[last], last = node.value.value, None
+    return docs
+
+
+def words(text: str) -> str:
+    return " ".join(text.replace("``", "`").split())
+
+
+def test_each_field_flag_shows_its_doc_and_values(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--help"])
+    assert e.value.code == 0
+    out = words(capsys.readouterr().out)
+    out = out[out.index("config fields"):]        # past the usage line
+    docs = config_docs()
+    assert len(docs) == len(config.StepConfig.__dataclass_fields__) >= 20
+    for name, doc in docs.items():
+        flag = f"--{name.replace('_', '-')}"
+        assert flag in out
+        section = out[out.index(flag + " V[,V...]"):]
+        assert section.split(" --")[0].count(words(doc)[:60]) == 1, name
+    # allowed values, from the tuples config.py checks against
+    for flag, values in (("--compile", config.COMPILE_MODES), ("--parallel", config.PARALLEL),
+                         ("--backend", config.BACKENDS), ("--capture", config.CAPTURE)):
+        section = out[out.index(flag + " V[,V...]"):].split(" --")[0]
+        assert all(v in section for v in values), (flag, section)
+    assert "comma-separated" in out
+
+
+def test_parallel_none_is_the_none_strategy():
+    cfgs = sweep({"parallel": "none,default,tp"})
+    assert [c.parallel for c in cfgs] == ["none", None, "tp"]
+    assert [c.resolved_parallel for c in cfgs] == ["none", "tp", "tp"]
+    assert [c.batch for c in sweep({"batch": "default,4"})] == [None, 4]
+
+
+def test_version():
+    r = nbtools_cli("--version")
+    assert r.returncode == 0 and r.stdout.startswith(f"torch-nbtools {nbtools.__version__} ")
+
+
+@pytest.mark.parametrize("args,says", [
+    (["export", "missing.ipynb"], "missing.ipynb: no such notebook"),
+    (["export", "bad.ipynb"], "bad.ipynb: not a notebook"),
+    (["export", "wrong.ipynb"], "wrong.ipynb: not a valid notebook"),
+    (["export", "."], "is a folder, not a notebook"),
+    (["view", "bad.ipynb"], "is a file, not a history folder"),
+    (["view", "no-such-runs"], "no-such-runs: no such history folder"),
+    (["notebooks", "bad.ipynb"], "is a file, not a notebooks folder"),
+    (["run", "--history", "bad.ipynb"], "is a file, not a history folder"),
+    (["run", "--html", "nowhere/report.html"], "folder nowhere does not exist"),
+    (["run", "--parallel", "sideways"], "parallel='sideways' is not one of"),
+], ids=lambda x: " ".join(x) if isinstance(x, list) else None)
+def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path, args, says):
+    (tmp_path / "bad.ipynb").write_text('{"cells": [')
+    (tmp_path / "wrong.ipynb").write_text('{"cells": 3}')
+    r = nbtools_cli(*args, cwd=tmp_path)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert says in r.stderr
+
+
+def test_missing_extra_names_it(tmp_path):
+    r = nbtools_cli("lab", "--no-browser", cwd=tmp_path, pre="sys.modules['jupyterlab'] = None; ")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "jupyterlab" in r.stderr and "pip install 'torch-nbtools[lab]'" in r.stderr
+
+
+def test_table_legend_explains_every_short_column():
+    head = format_table([]).splitlines()[0].split()
+    for col in head[head.index("step_ms"):-1]:       # the last is status
+        assert re.search(rf"(^|[ (,]){re.escape(col)}[ ,:)]", TABLE_LEGEND), col
+
+
+def test_notebooks_copies_them_and_keeps_edited_copies(tmp_path):
+    shipped = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert len(shipped) >= 6
+    dest = tmp_path / "tut"
+    done = dict(copy_tutorials(dest))
+    assert sorted(p.name for p in dest.glob("*.ipynb")) == shipped
+    assert all(done[n] == "copied" for n in shipped)
+    # the notebooks' links to the docs resolve inside the copy
+    for nb in dest.glob("*.ipynb"):
+        for link in re.findall(r"\]\((docs/[^)#]+)", nb.read_text()):
+            assert (dest / link).exists(), (nb.name, link)
+    edited = dest / shipped[0]
+    edited.write_text(edited.read_text().replace("torch-nbtools", "my notes", 1))
+    mine = edited.read_text()
+    again = dict(copy_tutorials(dest))
+    assert again[shipped[0]].startswith("kept") and edited.read_text() == mine
+    assert all(again[n] == "unchanged" for n in shipped[1:])
+    r = nbtools_cli("notebooks", dest)
+    assert r.returncode == 0 and "kept" in r.stdout and shipped[0] in r.stdout
+    r = nbtools_cli("notebooks", dest, "--force")
+    assert r.returncode == 0 and "overwritten" in r.stdout
+    assert edited.read_text() != mine
+    json.loads(edited.read_text())
+
+
+def test_kernel_install_writes_the_shipped_spec(tmp_path):
+    from nbtools.kernelspec import install
+    path = Path(install(prefix=str(tmp_path)))
+    got = json.loads((path / "kernel.json").read_text())
+    want = json.loads((ROOT / "kernels" / "torch-nbtools" / "kernel.json").read_text())
+    argv, shipped_argv = got.pop("argv"), want.pop("argv")
+    assert argv == [sys.executable] + shipped_argv[1:]
+    assert got == want and want["env"] == {"PYTHONUNBUFFERED": "1"}

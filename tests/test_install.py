@@ -1,0 +1,221 @@
+"""The package outside the repository: a wheel built from a clean clone, installed into a
+fresh venv and run from an unrelated folder; and `nbtools lab` serving a clone.
+
+The fresh venv gets nbtools only from the wheel. Its third-party dependencies (torch,
+ipyparallel, jupyterlab, ...) are those of the interpreter running the tests, made visible
+through a .pth file, as --system-site-packages would for a system Python, so the test needs
+no network; `pip check` then confirms the wheel's declared requirements are met."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+SPEC = json.loads((ROOT / "kernels" / "torch-nbtools" / "kernel.json").read_text())
+
+pytestmark = pytest.mark.slow
+
+
+def sh(*cmd, cwd=None, env=None, timeout=600) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, f"{' '.join(map(str, cmd))} -> {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("JUPYTER")}
+    env.update(extra)
+    return env
+
+
+def _setuptools_ok() -> bool:
+    try:
+        import setuptools
+        return int(setuptools.__version__.split(".")[0]) >= 77
+    except ImportError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wheel")
+    assert (ROOT / ".git").exists(), f"{ROOT} is not a git checkout: the test clones it"
+    clone = tmp / "clone"
+    sh("git", "clone", "-q", ROOT, clone)
+    isolation = [] if not _setuptools_ok() else ["--no-build-isolation"]
+    sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, clone,
+       "-w", tmp / "dist", env=clean_env())
+    wheel, = (tmp / "dist").glob("torch_nbtools-*.whl")
+    venv = tmp / "venv"
+    sh(sys.executable, "-m", "venv", "--without-pip", venv)
+    py = venv / "bin" / "python"
+    site = Path(sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+                .stdout.strip())
+    outer = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    (site / "_test_dependencies.pth").write_text("\n".join(outer) + "\n")
+    pip = [sys.executable, "-m", "pip", "--python", py]
+    sh(*pip, "install", "-q", "--no-deps", "--no-index", wheel, env=clean_env())
+    check = subprocess.run([*pip, "check"], capture_output=True, text=True, env=clean_env())
+    ours = [line for line in check.stdout.splitlines() if line.lower().startswith("torch-nbtools")]
+    assert ours == [], ours
+    elsewhere = tmp / "elsewhere"
+    elsewhere.mkdir()
+    (tmp / "home").mkdir()
+    return dict(wheel=wheel, py=py, venv=venv, site=site, cwd=elsewhere,
+                env=clean_env(JUPYTER_CONFIG_DIR=str(tmp / "jcfg"),
+                              JUPYTER_DATA_DIR=str(tmp / "jdata"),
+                              JUPYTER_RUNTIME_DIR=str(tmp / "jrun"), HOME=str(tmp / "home")))
+
+
+def run_nbtools(inst, *args, timeout=300):
+    return sh(inst["py"], "-m", "nbtools", *args, cwd=inst["cwd"], env=inst["env"],
+              timeout=timeout)
+
+
+def test_wheel_holds_the_package_data_and_licence(installed):
+    names = zipfile.ZipFile(installed["wheel"]).namelist()
+    nbs = sorted(Path(n).name for n in names if n.startswith("nbtools/notebooks/"))
+    assert nbs == SHIPPED_NOTEBOOKS and len(nbs) >= 6
+    assert "nbtools/kernels/torch-nbtools/kernel.json" in names
+    assert "nbtools/docs/findings.md" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert not any(n.startswith("tests/") for n in names)
+    meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    text = zipfile.ZipFile(installed["wheel"]).read(meta).decode()
+    assert "License-Expression: BSD-3-Clause" in text
+    assert "Provides-Extra: lab" in text and "Provides-Extra: export" in text
+
+
+def test_installed_version_comes_from_the_wheel(installed):
+    import nbtools
+    out = run_nbtools(installed, "--version").stdout
+    assert out.startswith(f"torch-nbtools {nbtools.__version__} ")
+    where = sh(installed["py"], "-c", "import nbtools; print(nbtools.__file__)",
+               cwd=installed["cwd"], env=installed["env"]).stdout.strip()
+    assert Path(where).is_relative_to(installed["site"])
+
+
+def test_installed_notebooks_copies_the_tutorials(installed):
+    out = run_nbtools(installed, "notebooks", "tut").stdout
+    got = sorted(p.name for p in (installed["cwd"] / "tut").glob("*.ipynb"))
+    assert got == SHIPPED_NOTEBOOKS and len(got) >= 6
+    assert f"{len(got)} tutorial notebooks in" in out
+    assert (installed["cwd"] / "tut" / "docs" / "findings.md").exists()
+
+
+def test_installed_kernel_install_writes_the_shipped_spec(installed):
+    run_nbtools(installed, "kernel", "install", "--sys-prefix")
+    spec = json.loads((installed["venv"] / "share/jupyter/kernels/torch-nbtools/kernel.json")
+                      .read_text())
+    assert spec["argv"] == [str(installed["py"])] + SPEC["argv"][1:]
+    assert {k: v for k, v in spec.items() if k != "argv"} == \
+        {k: v for k, v in SPEC.items() if k != "argv"}
+
+
+def test_installed_lab_help(installed):
+    out = run_nbtools(installed, "lab", "--help").stdout
+    assert out.startswith("usage: python -m nbtools lab") and "--no-browser" in out
+
+
+def test_installed_lab_serves_a_copy_of_the_tutorials(installed, monkeypatch):
+    with serving(installed["py"], installed["cwd"], installed["env"]) as (base, token, log, pid):
+        root = installed["cwd"] / "nbtools-notebooks"
+        assert sorted(p.name for p in root.glob("*.ipynb")) == SHIPPED_NOTEBOOKS
+        assert get(base, token, "/api/contents/00-quickstart.ipynb?content=0")["type"] == "notebook"
+        assert get(base, token, "/api/contents/docs/findings.md?content=0")["type"] == "file"
+        specs = get(base, token, "/api/kernelspecs")["kernelspecs"]
+        assert specs["torch-nbtools"]["spec"]["argv"][0] == str(installed["py"])
+        assert landing(base, token).endswith("/lab/tree/00-quickstart.ipynb")
+        # the panel's link to a tlparse report under the served folder: the server's URL
+        from nbtools.torch_trace import served_href
+        page = root / "nbtools-runs/0000-cafe/torch_trace/tlparse/index.html"
+        page.parent.mkdir(parents=True)
+        page.write_text("<h1>Multi-Rank TLParse Report</h1>")
+        monkeypatch.setenv("JUPYTER_RUNTIME_DIR", installed["env"]["JUPYTER_RUNTIME_DIR"])
+        href = served_href(page, server_pid=pid)
+        assert href == "/files/nbtools-runs/0000-cafe/torch_trace/tlparse/index.html"
+        req = urllib.request.Request(base + href, headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert b"Multi-Rank TLParse Report" in r.read()
+        assert served_href(page, server_pid=pid + 1) is None     # not our server
+
+
+def test_lab_from_a_clone_serves_the_repository(tmp_path):
+    env = clean_env(PYTHONPATH=str(ROOT), JUPYTER_RUNTIME_DIR=str(tmp_path / "jrun"))
+    with serving(sys.executable, tmp_path, env) as (base, token, log, pid):
+        assert get(base, token, "/api/contents/notebooks/00-quickstart.ipynb?content=0")["type"] == "notebook"
+        # notebook 01 links ../docs/findings.md: inside the served folder
+        assert get(base, token, "/api/contents/docs/findings.md?content=0")["type"] == "file"
+        assert landing(base, token).endswith("/lab/tree/notebooks/00-quickstart.ipynb")
+        assert f"serving the clone at {ROOT}" in log()
+
+
+# -- a running `nbtools lab` -----------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(python, cwd, env):
+    """`python -m nbtools lab --no-browser ...` until its API answers; stopped after."""
+    port, token = free_port(), "nbtools-test-token"
+    logf = open(Path(cwd) / f"lab-{port}.log", "w+")
+    proc = subprocess.Popen([str(python), "-m", "nbtools", "lab", "--no-browser",
+                             f"--port={port}", "--ip=127.0.0.1",
+                             f"--IdentityProvider.token={token}",
+                             # options pass straight through to jupyter lab
+                             *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0
+                               else [])],
+                            cwd=cwd, env=env, stdout=logf, stderr=subprocess.STDOUT)
+
+    def log():
+        logf.flush()
+        logf.seek(0)
+        return logf.read()
+
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, f"nbtools lab exited {proc.returncode}:\n{log()[-3000:]}"
+            try:
+                get(base, token, "/api/status")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"lab did not answer:\n{log()[-3000:]}"
+                time.sleep(0.5)
+        yield base, token, log, proc.pid
+    finally:
+        proc.terminate()          # `nbtools lab` became jupyter (exec): this stops the server
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        logf.close()
+
+
+def get(base, token, path):
+    req = urllib.request.Request(base + path, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def landing(base, token) -> str:
+    """Where the server's front page sends a browser (the default URL)."""
+    with urllib.request.urlopen(f"{base}/?token={token}", timeout=30) as r:
+        return r.geturl().split("?")[0]
