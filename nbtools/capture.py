@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from . import tables
+from . import progress, tables
 from .apply import range_ctx
 from .config import StepConfig
 
@@ -50,7 +50,8 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
             prof = torch.profiler.profile(activities=acts)
             prof.__enter__()
         try:
-            for _ in range(n):
+            for k in range(n):
+                progress.publish(progress.STEP_PHASE[phase], k + 1, n)
                 inputs, target = batch(i)
                 recorder.set_step(i)
                 t0 = time.time_ns()
@@ -84,6 +85,7 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
     out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=_scalar(last))
     if prof is not None:
         from .trace import events_from_profiler
+        progress.publish("parse")
         t = time.perf_counter()
         out["events"] = events_from_profiler(prof, rank, windows)
         out["parse_s"] = time.perf_counter() - t

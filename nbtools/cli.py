@@ -15,13 +15,20 @@ from .field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, help_text
 _FIELDS = {f.name: f for f in dataclasses.fields(StepConfig)}
 
 # What the short column names of format_table mean (printed under the table).
-TABLE_LEGEND = """\
-columns: step_ms = median ms of the measured steps (p10, p90: their 10th/90th percentiles);
-  compile_s = seconds compiling, forward and backward graphs; recomp = recompiles;
-  graphs = graphs compiled; cbusy% = compute-busy: compute time over the profiled span
-  (GPU kernels; CPU ranks: CPU ops); overlap% = share of communication time overlapped by
-  compute; graph% = kernel time replayed from CUDA graphs; peak_MB = peak GPU memory
-  allocated (- on CPU); - = not measured in this run (e.g. profiled=0)."""
+# Every short header of format_table, explained from the one glossary the panel and the
+# report read too.
+TABLE_COLUMNS = ("step_ms", "p10", "p90", "compile_s", "recomp", "graphs", "cbusy%",
+                 "overlap%", "graph%", "peak_MB")
+
+
+def _legend() -> str:
+    from .glossary import ABBREVIATIONS, explain
+    lines = [(f"{c} = " if c in ABBREVIATIONS else "") + explain(c) for c in TABLE_COLUMNS]
+    return "\n".join(["columns:"] + [f"  {line}" for line in lines]
+                     + ["  - = not measured in this run (e.g. profiled=0, or on CPU ranks)"])
+
+
+TABLE_LEGEND = _legend()
 
 
 def _parse_value(name: str, text: str):

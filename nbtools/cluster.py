@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import engine, placement, tables
+from . import engine, engine_output, placement, progress_view, tables
 from .config import ConfigError, StepConfig
 from .history import History
 from .run import Run
@@ -35,6 +35,10 @@ _PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Co
                "process group is broken", "NCCL communicator was aborted")
 
 
+class LabClosed(RuntimeError):
+    """lab.close() was called: its engines are gone; a new Lab() continues (history kept)."""
+
+
 class Lab:
     """One engine per visible GPU; without GPUs, ``n`` CPU ranks (default 2) on gloo.
 
@@ -49,7 +53,12 @@ class Lab:
     kernels, autotuning results), which is what a max-autotune experiment needs between
     sessions. Default: a new folder per lab, so a cold compile is measured cold. The
     compile events' ``cache`` column says which compiles hit it.
+    ``progress``: while a run runs, show each rank's phase (start, warm-up/compile,
+    measured, profiled, parse) and step — a widget in Jupyter, lines on stderr elsewhere;
+    False for none, or a callable that gets the text (the panel's status line).
     """
+    progress = True
+    closed = False
 
     def __init__(self, n: Optional[int] = None, engines: str = "local", cluster=None,
                  history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
@@ -95,7 +104,8 @@ class Lab:
             else:
                 self.cluster.start_engines_sync(n=n)
             self.client = self.cluster.connect_client_sync()
-            self.client.wait_for_engines(n, timeout=self.start_timeout)
+            # no tqdm bar: saved or exported, it stays at "0% 0/2" (its widget state is not kept)
+            self.client.wait_for_engines(n, timeout=self.start_timeout, interactive=False)
         self._join()
         self.startup_s = time.perf_counter() - t0
 
@@ -146,12 +156,15 @@ class Lab:
         """Fresh engines (the only way to free an engine stuck in a collective). History
         stays: it lives here and on disk."""
         self._stop(graceful=False)
+        self.workdir.mkdir(parents=True, exist_ok=True)    # close() removed it
+        self.closed = False
         self.needs_restart = False
         self._pg_broken = False
         self._start()
         return self
 
     def close(self) -> None:
+        self.closed = True
         self._stop(graceful=True)
         # per-lab inductor caches (1.3 GB after one max-autotune run on H200) would pile
         # up in /tmp lab after lab; a compile_cache folder is the user's and stays
@@ -207,9 +220,7 @@ class Lab:
             fn.check(cfg)
         elif fn is not None:
             check_step(fn, cfg)
-        if self.needs_restart or self.client is None:
-            raise RuntimeError("the lab's engines are stuck or stopped after an earlier "
-                               "timeout; call lab.restart() (history is kept)")
+        self._check_usable()
         if self._pg_broken:      # an earlier run failed and aborted the process group
             if self.device_type == "cuda":
                 print("restarting engines after the failed run (NCCL communicators were aborted)",
@@ -223,7 +234,7 @@ class Lab:
         payload = to_payload(fn) if fn is not None else None
         ars = {r: self.client[e].apply_async(engine.run, cfg, run_id, payload)
                for r, e in sorted(self.rank_to_engine.items())}
-        reports, unfinished = self._wait(ars, timeout or self.timeout)
+        reports, unfinished = self._wait(ars, timeout or self.timeout, run_id)
         run = self._assemble(cfg, run_id, t0, reports, unfinished)
         self.history.add(run)
         if unfinished:
@@ -239,16 +250,35 @@ class Lab:
             raise RunFailed(f"run {run_id} failed: " + _first_error(run), run)
         return run
 
-    def _wait(self, ars: dict, timeout: float):
+    def _check_usable(self) -> None:
+        """Say why the lab cannot run, truthfully: closed by the user, or left stuck."""
+        where = (f" (the history is kept in {self.history.folder}: Lab(history=...) loads it)"
+                 if self.history.folder is not None else "")
+        if self.closed:
+            raise LabClosed("this lab is closed (lab.close() stopped its engines); start a "
+                            "new one with lab = Lab()" + where + ", or lab.restart() for "
+                            "fresh engines in this one")
+        if self.needs_restart:
+            raise RuntimeError("the lab's engines are stuck after an earlier run (a rank did "
+                               "not finish in time); call lab.restart() (history is kept)")
+        if self.client is None:
+            raise RuntimeError("the lab's engines are stopped; call lab.restart() for fresh "
+                               "ones (history is kept)")
+
+    def _wait(self, ars: dict, timeout: float, run_id: str = ""):
         """Wait for every rank, up to the timeout. Once a rank has failed, the others get
         ``peer_grace`` seconds: a rank still running then is waiting in a collective for
         the failed one, and is reported as such (the lab restarts it)."""
         deadline = time.monotonic() + timeout
         shown = {r: [0, 0] for r in ars}
+        warned = {r: [] for r in ars}
         failed_at = None
+        view = self._progress_view(ars, run_id)
         while True:
             pending = [ar for ar in ars.values() if not ar.ready()]
-            self._echo(ars, shown)
+            self._echo(ars, shown, warned)
+            if view is not None:
+                view.update(progress_view.read(ars))
             if not pending or time.monotonic() > deadline:
                 break
             if failed_at is None and any(_failed(ar) for ar in ars.values() if ar.ready()):
@@ -262,7 +292,12 @@ class Lab:
                     ar.wait_for_output(1.0)
                 except Exception:
                     pass
-        self._echo(ars, shown)
+        self._echo(ars, shown, warned)
+        if view is not None:
+            view.update(progress_view.read(ars))
+            done = all(ar.ready() for ar in ars.values())
+            view.close("done" if done and not any(_failed(ar) for ar in ars.values())
+                       else "failed" if done or failed_at is not None else "timed out")
         reports, waiting = {}, []
         for r, ar in ars.items():
             if not ar.ready():
@@ -279,11 +314,21 @@ class Lab:
                     f"{self.peer_grace:.0f} s after it; its engine is restarted"))
             self.needs_restart = bool(waiting)
             waiting = []
+        if self.echo:
+            engine_output.show({r: warned[r] + engine_output.from_report(
+                reports.get(r, {}).get("warnings")) for r in ars})
         return reports, waiting
 
-    def _echo(self, ars, shown) -> None:
+    def _progress_view(self, ars, run_id):
+        if not self.progress:
+            return None
+        sink = self.progress if callable(self.progress) else None
+        return progress_view.View(list(ars), run_id, sink=sink)
+
+    def _echo(self, ars, shown, warned=None) -> None:
         """Engine output (prints, warnings, NCCL_DEBUG lines written to the fds) reaches the
-        notebook tagged by rank, as it arrives."""
+        notebook tagged by rank, as it arrives. c10's warning lines on stderr are set aside
+        in ``warned`` (rank -> lines) and shown folded after the run."""
         if not self.echo:
             return
         for r, ar in ars.items():
@@ -292,8 +337,11 @@ class Lab:
                 new = text[shown[r][k]:]
                 if "\n" in new:
                     new = new[:new.rindex("\n") + 1]
-                    target.write("".join(f"[rank {r}] {line}\n" for line in new.splitlines()
-                                         if not line.startswith(_NOISE)))
+                    lines = [ln for ln in new.splitlines() if not ln.startswith(_NOISE)]
+                    if k == 1 and warned is not None:
+                        lines, w = engine_output.split(lines)
+                        warned[r].extend(w)
+                    target.write("".join(f"[rank {r}] {line}\n" for line in lines))
                     shown[r][k] += len(new)
 
     def _assemble(self, cfg, run_id, t0, reports, unfinished) -> Run:
@@ -317,7 +365,7 @@ class Lab:
         ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "compile_outcome",
                                              "model_built_at",
                                              "peak_mem_mb", "shapes", "engine_s", "parse_s",
-                                             "last_value", "unused")}
+                                             "last_value", "unused", "warnings")}
                  for r, rep in reports.items()}
         import pandas as pd
         rows = pd.DataFrame([row for r in sorted(ok) for row in ok[r].get("reports") or []])
@@ -345,13 +393,20 @@ class Lab:
         return self.history[r]
 
     def panel(self, cfg_or_workload=None, cfg: Optional[StepConfig] = None):
-        """The widgets: lab.panel(), lab.panel(cfg), or lab.panel(workload[, cfg]) to
-        toggle your own model (every run is lab.run(workload, cfg))."""
-        from .panel import Panel
+        """The widgets, preset to ``cfg``: lab.panel(), lab.panel(cfg), or
+        lab.panel(workload[, cfg]) to toggle your own model (every run is
+        lab.run(workload, cfg)). In an export (NBTOOLS_STATIC) nothing could drive them:
+        the panel is its static summary and timeline instead."""
+        from .display import static_mode
         from .workload import Workload
-        if isinstance(cfg_or_workload, Workload):
-            return Panel(self, cfg, step_fn=cfg_or_workload).widget
-        return Panel(self, cfg_or_workload or cfg).widget
+        workload = cfg_or_workload if isinstance(cfg_or_workload, Workload) else None
+        if workload is None:
+            cfg = cfg_or_workload or cfg
+        if static_mode():
+            from .panel_html import StaticPanel
+            return StaticPanel(self, cfg)
+        from .panel import Panel
+        return Panel(self, cfg, step_fn=workload).widget
 
     def __repr__(self):
         return (f"<Lab {getattr(self, 'world_size', '?')} ranks on {getattr(self, 'device_type', '?')}"

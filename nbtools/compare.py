@@ -53,8 +53,10 @@ class Comparison:
 
     def _repr_html_(self):
         diff = "".join(f"<li><code>{k}</code>: {a!r} → {b!r}</li>" for k, (a, b) in self.config_diff.items())
+        from .summary_view import metric_rows
         return (f"<b>{self.a.label}</b> vs <b>{self.b.label}</b><ul>{diff}</ul>"
-                + self.table.to_html(index=False, float_format=lambda x: f"{x:.4g}"))
+                + metric_rows([(r["metric"], r) for r in self.table.to_dict("records")],
+                              ("a", "b", "delta", "ratio")))
 
 
 def _worst(summary: pd.DataFrame, col: str) -> float:

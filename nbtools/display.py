@@ -54,9 +54,8 @@ class Figure:
     def _repr_mimebundle_(self, include=None, exclude=None):
         if static_mode():
             return {"text/html": static_html(self.layout)}
-        from jupyter_bokeh.widgets import BokehModel
-        w = BokehModel(self.layout)
-        return w._repr_mimebundle_(include=include, exclude=exclude)
+        from .bokehjs import LiveBokehModel   # loads BokehJS into the page, not the .ipynb
+        return LiveBokehModel(self.layout)._repr_mimebundle_(include=include, exclude=exclude)
 
     def save(self, path) -> str:
         from bokeh.io import save

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Callable, Optional
@@ -140,9 +141,11 @@ def _bounded(fn, timeout_s) -> bool:
 def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dict:
     """Run warm-up, measured and profiled steps. Never raises: a failure comes back as
     status='failed' with the traceback, after aborting the group so peers stop waiting."""
+    from . import progress
     t_start = time.time_ns()
+    progress.publish("start", run_id=run_id)
     out = dict(rank=_S.rank, status="ok", error="", run_id=run_id)
-    failed = False
+    failed, caught = False, []
     trace_dir = None
     try:
         if cfg.torch_trace:
@@ -151,7 +154,12 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dic
         if _S.pg_broken:
             raise RuntimeError("process group is broken after an earlier failure; the lab "
                                "re-initialises it before the next run")
-        out.update(_run(cfg, run_id, user_fn))
+        with warnings.catch_warnings(record=True) as caught:
+            # Library warnings (DDP's "Grad strides do not match bucket view strides" on
+            # every compiled ddp-train run) come back as data, shown folded by the client,
+            # instead of a red stderr block per rank. Once per place, as Python's default.
+            warnings.simplefilter("default")
+            out.update(_run(cfg, run_id, user_fn))   # _run unpickles a user's step/Workload
     except BaseException as e:  # noqa: BLE001 - everything goes back to the client
         out.update(status="failed", error=_describe(e), error_type=type(e).__name__)
         failed = True
@@ -163,8 +171,22 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dic
     if failed:   # outside the except block: the traceback no longer pins the group
         user_fn = None
         _release_peers(run_id, out["error"])
+    out["warnings"] = _warning_rows(caught)
     out["engine_s"] = (time.time_ns() - t_start) / 1e9
+    progress.publish("done", run_id=run_id)
     return out
+
+
+def _warning_rows(caught) -> list:
+    """Each distinct warning once: category, message, where it was raised."""
+    rows, seen = [], set()
+    for w in caught:
+        key = (w.category.__name__, str(w.message))
+        if key not in seen:
+            seen.add(key)
+            rows.append(dict(category=key[0], message=key[1],
+                             where=f"{w.filename}:{w.lineno}"))
+    return rows
 
 
 def _describe(e: BaseException) -> str:

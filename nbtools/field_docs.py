@@ -1,6 +1,6 @@
 """StepConfig's field docs and allowed values, read from config.py itself, so the CLI's
-help says what the class says (one source: the docstring under each field, and the tuple
-each field is checked against in ``__post_init__``)."""
+help says what the class says (one source: the docstring under each field, and the values
+and bounds ``__post_init__`` checks against)."""
 from __future__ import annotations
 
 import ast
@@ -39,15 +39,9 @@ def field_docs() -> dict[str, str]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
 def allowed_values() -> dict[str, tuple]:
-    """field -> the values it accepts, from the ``_choice(name, value, CONSTANT)`` checks."""
-    out = {}
-    for node in ast.walk(_class(_tree())):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id == "_choice" and len(node.args) == 3
-                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[2], ast.Name)):
-            out[node.args[0].value] = tuple(getattr(config, node.args[2].id))
+    """field -> the values it accepts: the tuples __post_init__ checks against."""
+    out = {k: tuple(v) for k, v in config._CHOICES.items() if v is not None}
     out["scenario"] = tuple(SCENARIOS)   # "custom" needs a step function: notebooks only
     return out
 
@@ -59,6 +53,9 @@ def values_text(name: str) -> str:
         vals = list(map(str, allowed_values()[name]))
     elif "bool" in kind:
         vals = ["true", "false"]
+    elif name in config._INTS:
+        low, high = config._INTS[name]
+        vals = [f"an integer {low}..{high}"]
     elif "int" in kind:
         vals = ["an integer"]
     else:

@@ -29,11 +29,13 @@ class NotebookStopped(RuntimeError):
 
 def execute(path, parameters: dict | None = None, timeout: int = 1800, cwd=None,
             static: bool = False, kernel_name: str | None = None,
-            deadline_s: float | None = None):
+            deadline_s: float | None = None, progress=False):
     """Execute a notebook; returns the executed NotebookNode. ``parameters`` replace the
     assignments of the cell tagged ``parameters`` (a new cell after it sets them).
     ``timeout`` bounds each cell, ``deadline_s`` the whole notebook (the running cell is
-    interrupted when it passes). Raises NotebookStopped, carrying the partial notebook."""
+    interrupted when it passes). ``progress``: True prints each cell's start and end, and
+    each lab run's phases, to stderr; a callable gets those lines instead.
+    Raises NotebookStopped, carrying the partial notebook."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellControlSignal, CellExecutionError, DeadKernelError
@@ -50,9 +52,12 @@ def execute(path, parameters: dict | None = None, timeout: int = 1800, cwd=None,
 
     old = os.environ.get("NBTOOLS_STATIC")
     os.environ["NBTOOLS_STATIC"] = "1" if static else "0"
-    client = NotebookClient(nb, timeout=timeout, timeout_func=cell_timeout,
-                            interrupt_on_timeout=True, kernel_name=name,
-                            resources={"metadata": {"path": str(cwd or Path(path).parent)}})
+    say = progress if callable(progress) else _stderr if progress else None
+    client = _client_class()(nb, timeout=timeout, timeout_func=cell_timeout,
+                             interrupt_on_timeout=True, kernel_name=name,
+                             resources={"metadata": {"path": str(cwd or Path(path).parent)}})
+    if say is not None:
+        _report_cells(client, nb, say, start)
     try:
         client.execute()
     except (CellExecutionError, CellControlSignal, DeadKernelError, TimeoutError,
@@ -68,6 +73,52 @@ def execute(path, parameters: dict | None = None, timeout: int = 1800, cwd=None,
         else:
             os.environ["NBTOOLS_STATIC"] = old
     return nb
+
+
+def _stderr(line: str) -> None:
+    import sys
+    print(line, file=sys.stderr, flush=True)
+
+
+_RUN_LINE = re.compile(r"^run \w{8}: ")     # progress_view's text: "run <id>: <phase> ..."
+
+
+def _client_class():
+    """NotebookClient that also hands a lab run's progress lines (display updates from the
+    kernel) to ``self.nbtools_say``: an export shows where a 65 s cell is."""
+    from nbclient import NotebookClient
+
+    class Client(NotebookClient):
+        nbtools_say = None
+
+        def process_message(self, msg, cell, cell_index):
+            if self.nbtools_say is not None and msg.get("msg_type") in (
+                    "display_data", "update_display_data"):
+                text = (msg.get("content", {}).get("data") or {}).get("text/plain", "")
+                if isinstance(text, str) and _RUN_LINE.match(text):
+                    self.nbtools_say(f"  cell {cell_index}: {text}")
+            return super().process_message(msg, cell, cell_index)
+    return Client
+
+
+def _report_cells(client, nb, say, start) -> None:
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    began = {}
+
+    def on_start(cell, cell_index, **_):
+        began[cell_index] = time.monotonic()
+        first = (cell.source.strip().splitlines() or [""])[0][:70]
+        say(f"cell {cell_index} ({code.index(cell_index) + 1}/{len(code)} code cells, "
+            f"{time.monotonic() - start:.0f} s in): {first}")
+
+    def on_done(cell, cell_index, **_):
+        took = time.monotonic() - began.get(cell_index, time.monotonic())
+        if took >= 1.0:
+            say(f"cell {cell_index} done in {took:.1f} s")
+
+    client.nbtools_say = say
+    client.on_cell_execute = on_start
+    client.on_cell_executed = on_done
 
 
 def _last_executed(nb) -> int | None:
@@ -125,12 +176,13 @@ def _once(html: str) -> str:
 
 def export_notebook(path, output=None, execute_first: bool = True, parameters=None,
                     timeout: int = 3600, deadline_s: float | None = None,
-                    save_ipynb=None) -> Path:
+                    save_ipynb=None, progress=True) -> Path:
     """Execute (static figures) and write offline HTML; ``save_ipynb`` also keeps the
     executed notebook (written first, so a failing conversion loses nothing). If execution
     stops early, both are still written, with what ran and a note saying where and why it
     stopped, and then NotebookStopped is raised: a long GPU notebook cut off by its
-    deadline keeps its tables."""
+    deadline keeps its tables. ``progress`` as in ``execute``, on by default: a long
+    notebook should not look stuck."""
     import nbformat
     path = Path(path)
     out = Path(output) if output else path.with_suffix(".html")
@@ -139,7 +191,8 @@ def export_notebook(path, output=None, execute_first: bool = True, parameters=No
         return out
     stopped = None
     try:
-        nb = execute(path, parameters, timeout, static=True, deadline_s=deadline_s)
+        nb = execute(path, parameters, timeout, static=True, deadline_s=deadline_s,
+                     progress=progress)
     except NotebookStopped as e:
         stopped, nb = e, e.nb
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(

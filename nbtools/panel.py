@@ -17,8 +17,8 @@ from .extras import require
 
 require("ipywidgets", "jupyter_bokeh", why="lab.panel()")   # a script install lacks [lab]
 import ipywidgets as W  # noqa: E402
-from jupyter_bokeh import BokehModel  # noqa: E402
 
+from .bokehjs import LiveBokehModel, ensure_loaded
 from .cluster import RunFailed
 from .config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,
                      CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, PARALLEL,
@@ -82,22 +82,16 @@ def _control(name: str, value, choices: dict) -> W.Widget:
     return w
 
 
-def _load_bokehjs() -> None:
-    """jupyter_bokeh's view draws with the page's BokehJS (window.Bokeh), which it does not
-    bring itself: without this output (what output_notebook shows) the timeline is blank."""
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - ipywidgets depends on IPython
-        return
-    ip = get_ipython()
-    if ip is not None and getattr(ip, "kernel", None) is not None:
-        import os
-        from bokeh.io.notebook import load_notebook
-        from bokeh.resources import INLINE
-        # Inline unless the user chose (BOKEH_RESOURCES): bokeh's default is its CDN, and
-        # GPU nodes and the headless test browser have no internet.
-        load_notebook(resources=None if os.environ.get("BOKEH_RESOURCES") else INLINE,
-                      hide_banner=True)
+class _PanelBox(W.VBox):
+    """The panel's outer box: each display first loads BokehJS into the page (the timeline's
+    view needs it when it is created), without leaving it in the notebook file."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        ensure_loaded()
+        for view in (self.panel.timeline_view, self.panel.compare_view):
+            if view is not None:
+                view.refresh()
+        return super()._repr_mimebundle_(**kwargs)
 
 
 def _button(description: str, action: Callable, cls: str = "", **kw) -> W.Button:
@@ -121,13 +115,19 @@ class _Ticker:
 
     def __init__(self, target: W.HTML, text: str):
         self.target, self.text, self.stop = target, text, threading.Event()
+        self.detail = ""          # the run's phase and steps per rank (Lab.progress)
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self):
         while True:
-            self.target.value = f"<b>⏳ {self.text}</b> {time.perf_counter() - self.t0:.1f} s"
+            self.target.value = (f"<b>⏳ {self.text}</b> {time.perf_counter() - self.t0:.1f} s"
+                                 + (f"<br><small>{html.escape(self.detail)}</small>"
+                                    if self.detail else ""))
             if self.stop.wait(0.5):
                 return
+
+    def set_detail(self, text: str) -> None:
+        self.detail = text
 
     def __enter__(self):
         self.t0 = time.perf_counter()
@@ -144,12 +144,13 @@ class Panel:
     """Widgets for ``lab``: ``Panel(lab, cfg).widget`` is what a notebook displays.
 
     ``step_fn``: a user's own step; then every run is ``lab.run(step_fn, cfg)`` (scenario
-    fixed to custom). ``export_path`` is the Export button's initial target.
+    fixed to custom). ``export_path`` is the Export button's initial target; ``width`` (px)
+    fixes the figures' width, which by default follows the notebook's.
     """
 
     def __init__(self, lab, cfg: Optional[StepConfig] = None, *,
                  step_fn: Optional[Callable] = None, export_path="nbtools-findings.html",
-                 width: int = 1100):
+                 width: Optional[int] = None):
         self.lab, self.step_fn, self.width = lab, step_fn, width
         choices = dict(CHOICES)
         if step_fn is not None:
@@ -158,7 +159,6 @@ class Panel:
         elif cfg is not None and cfg.scenario == "custom":
             raise ConfigError("scenario='custom' needs your step: Panel(lab, cfg, step_fn=f)")
         cfg = cfg or StepConfig()
-        _load_bokehjs()
         self._quiet = False        # True while the panel sets controls itself (no auto-run)
         self._busy = False
         self.shown = None          # the Run in the timeline
@@ -181,16 +181,18 @@ class Panel:
         # Built once; each run replaces its sources' data, which the BokehModel sends as
         # a PATCH-DOC (no re-render, zoom and tools stay).
         self.timeline = Timeline(width=width)
-        self.timeline_view = BokehModel(self.timeline.layout)
+        self.timeline_view = LiveBokehModel(self.timeline.layout)
         self.timeline_view.add_class("nbtools-timeline")
 
         self.history_list = W.Select(options=[], rows=6, description="history",
                                      layout=W.Layout(width="720px"))
+        self.history_list.add_class("nbtools-history")
         self.history_list.observe(self._picked, "value")
         self.load_button = _button("Load its config", self.load_config, icon="upload")
         self.compare_a = W.Dropdown(options=[], description="A", layout=W.Layout(width="360px"))
         self.compare_b = W.Dropdown(options=[], description="B", layout=W.Layout(width="360px"))
-        self.compare_button = _button("Compare A / B", self.compare, icon="columns")
+        self.compare_button = _button("Compare A / B", self.compare, "nbtools-compare",
+                                      icon="columns")
         self.compare_html, self.compare_box, self.compare_view = _html(), W.VBox([]), None
         self.export_path = W.Text(value=str(export_path), description="export to",
                                   layout=W.Layout(width="520px"))
@@ -203,7 +205,7 @@ class Panel:
                   for title, names in GROUPS]
         log_box = W.Accordion([self.log], titles=("engine output (by rank)",))
         log_box.selected_index = None
-        self.widget = W.VBox([
+        self.widget = _PanelBox([
             W.HBox(groups),
             W.HBox([self.run_button, self.auto, self.status]),
             W.HBox([self.error, self.restart_button]), self.flags, self.summary,
@@ -258,11 +260,15 @@ class Panel:
         run, err = None, None
         try:
             with _Ticker(self.status, RUNNING) as tick, self.log:
+                shows = self.lab.progress
+                self.lab.progress = tick.set_detail     # phases and steps into the status
                 # Caught inside: Output's context would swallow an exception in IPython.
                 try:
                     run = self.lab.run(self.step_fn, cfg) if self.step_fn else self.lab.run(cfg)
                 except Exception as e:  # noqa: BLE001 - every failure is shown in the panel
                     err = e
+                finally:
+                    self.lab.progress = shows
             if run is not None:
                 self.show(run)
                 self.status.value = f"run #{run.run_id} done in {tick.elapsed:.1f} s"
@@ -272,7 +278,8 @@ class Panel:
                 self._set_error(describe_error(err))
         finally:
             self._busy, self.run_button.disabled = False, False
-            self.restart_button.layout.display = "" if self.lab.needs_restart else "none"
+            self.restart_button.layout.display = ("" if self.lab.needs_restart or self.lab.closed
+                                                  else "none")
             self._refresh_history(select=run or getattr(err, "run", None))
         return run
 
@@ -347,7 +354,7 @@ class Panel:
         try:
             cmp = self.lab.compare(a, b)
             self.compare_html.value = comparison_html(cmp)
-            view = BokehModel(compare_figure(cmp.a, cmp.b, width=self.width))
+            view = LiveBokehModel(compare_figure(cmp.a, cmp.b, width=self.width))
         except Exception as e:  # noqa: BLE001
             self._set_error(f"compare failed: {type(e).__name__}: {html.escape(str(e))}")
             return None

@@ -7,15 +7,9 @@ import html
 import os
 import re
 
-from .cluster import RunTimeout
+from .cluster import LabClosed, RunTimeout
+from .summary_view import metric_rows, summary_table
 from .torch_trace import link_html
-
-SUMMARY_COLUMNS = ("rank", "step_ms", "p10_ms", "p90_ms", "profiler_overhead_pct", "compile_s",
-                   "compiles", "recompiles", "graph_breaks", "graphs", "gpu_busy_pct",
-                   "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
-                   "graph_coverage_pct", "peak_mem_mb", "items_per_s", "cache",
-                   "compile_state", "wait_ms", "last_pct")
-
 
 def describe_error(err) -> str:
     """The error box text: the kind, the message (it names the root-cause rank), and each
@@ -25,6 +19,8 @@ def describe_error(err) -> str:
     run = getattr(err, "run", None)
     if isinstance(err, RunTimeout):
         text += "\n→ press 'Restart engines' (the history is kept)"
+    elif isinstance(err, LabClosed):
+        text += "\n→ press 'Restart engines' to start fresh engines for this panel"
     if run is not None and run.errors:
         text += "".join(f"\nrank {r}: {e(msg.splitlines()[0] if msg else '')}"
                         for r, msg in sorted(run.errors.items()))
@@ -44,18 +40,41 @@ def summary_html(run) -> str:
             + link_html(run, base=os.getcwd(), jupyter=True))
     if not len(s):
         return head
-    cols = [c for c in SUMMARY_COLUMNS if c in s.columns]
-    return (head + "<div style='overflow-x:auto'>"     # wider than a narrow notebook
-            + s[cols].to_html(index=False, float_format=lambda x: f"{x:.4g}", na_rep="—")
-            + "</div>")
+    return head + summary_table(s)
 
 
 def comparison_html(cmp) -> str:
     diff = "".join(f"<li><code>{html.escape(k)}</code>: {html.escape(repr(a))} → "
                    f"{html.escape(repr(b))}</li>" for k, (a, b) in cmp.config_diff.items())
-    fmt = dict(index=False, float_format=lambda x: f"{x:.4g}", na_rep="—")
+    t = cmp.table
+    worst = metric_rows([(r["metric"], r) for r in t.to_dict("records")],
+                        ("a", "b", "delta", "ratio"))
+    cats = metric_rows([(r["category"], r) for r in cmp.category_deltas.to_dict("records")],
+                       ("a", "b", "delta"))
     return (f"<b>A</b> {html.escape(cmp.a.label)} vs <b>B</b> {html.escape(cmp.b.label)}"
             f"<ul>{diff or '<li>same config</li>'}</ul>"
-            "<p>worst rank per metric</p>" + cmp.table.to_html(**fmt)
-            + "<p>time per category per profiled step and rank (ms)</p>"
-            + cmp.category_deltas.to_html(**fmt))
+            "<p>worst rank per metric (hover a metric for its meaning)</p>" + worst
+            + "<p>time per category per profiled step and rank (ms)</p>" + cats)
+
+
+class StaticPanel:
+    """What ``lab.panel(cfg)`` shows in an export (NBTOOLS_STATIC): no widgets to drive, so
+    the run the panel would open with — the newest run of ``cfg``, else the newest run —
+    as its summary and timeline, with the config the reader would start from."""
+
+    def __init__(self, lab, cfg=None):
+        self.cfg = cfg
+        runs = [r for r in lab.history if r.ok]
+        same = [r for r in runs if cfg is not None and r.config == cfg]
+        self.run = (same or runs or [None])[-1]
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        head = ("<div class='nbtools-static-panel' style='border:1px solid #ccc;padding:6px'>"
+                "<b>lab.panel()</b> — a static copy: re-run the notebook in Jupyter to toggle"
+                + (f" (preset: <code>{e(self.cfg.label())}</code>)" if self.cfg else "")
+                + "<br>")
+        if self.run is None:
+            return head + "<i>no run yet</i></div>"
+        figure = self.run.plot()._repr_mimebundle_().get("text/html", "")
+        return head + summary_html(self.run) + figure + "</div>"

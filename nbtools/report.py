@@ -54,7 +54,7 @@ _TEMPLATE = """{% from macros import embed %}
 
 
 def export_html(path, runs, notes: str = "", title: str = "torch-nbtools findings",
-                comparisons=(), *, width: int = 1100, backend: str = "canvas") -> Path:
+                comparisons=(), *, width: int | None = None, backend: str = "canvas") -> Path:
     """Write one offline HTML file for ``runs`` (a Run, a list, or any iterable of Runs,
     such as ``lab.history``) and the (run_a, run_b) pairs in ``comparisons``."""
     from .timeline import Timeline, compare_figure
@@ -182,9 +182,8 @@ def _run_header(run: Run) -> str:
     for rank, err in sorted(run.errors.items()):
         out.append(f"<p class='flag'>rank {rank} failed:</p><pre>{_e(_head(err, 8))}</pre>")
     if len(run.summary):
-        out.append("<h3>Summary</h3>" + scrub(run.summary.to_html(
-            index=False, border=0, classes="tbl", escape=True,
-            float_format=lambda x: f"{x:.4g}")))
+        from .summary_view import summary_table
+        out.append("<h3>Summary</h3>" + scrub(summary_table(run.summary)))
     return "".join(out)
 
 
@@ -250,15 +249,15 @@ def _compare_header(a: Run, b: Run) -> str:
         out.append("<p>Config: " + (", ".join(f"<b>{_e(k)}</b> {_e(va)} → {_e(vb)}"
                                                for k, (va, vb) in diff.items()) or "identical")
                    + "</p>")
-    numeric = pd.api.types.is_numeric_dtype
-    num = [c for c in a.summary.columns if c in b.summary.columns and c != "rank"
-           and numeric(a.summary[c]) and numeric(b.summary[c])]
+    from .summary_view import compared_columns, metric_rows
+    num = compared_columns(a.summary, b.summary)
     if num:
-        means = [(c, a.summary[c].mean(), b.summary[c].mean()) for c in num]
-        rows = "".join(f"<tr><th>{_e(c)}</th><td>{va:.4g}</td><td>{vb:.4g}</td>"
-                       f"<td>{vb - va:+.4g}</td></tr>" for c, va, vb in means)
-        out.append("<table class='tbl'><tr><th>summary (mean over ranks)</th><th>A</th><th>B</th>"
-                   f"<th>B - A</th></tr>{rows}</table>")
+        rows = []
+        for c in num:
+            va, vb = a.summary[c].mean(), b.summary[c].mean()
+            rows.append((c, {"A": va, "B": vb, "B - A": vb - va}))
+        out.append("<p class='muted'>summary, mean over ranks (hover a metric for its "
+                   "meaning)</p>" + metric_rows(rows, ("A", "B", "B - A")))
     out.append("<p class='muted'>Timelines aligned at each run's first profiled step; events "
                "narrower than a pixel are merged as in each run's own timeline.</p>")
     return "".join(out)

@@ -73,8 +73,8 @@ class Run:
         if self.errors:
             head += "<ul>" + "".join(f"<li>rank {r}: {_esc(e.splitlines()[0] if e else '')}</li>"
                                      for r, e in sorted(self.errors.items())) + "</ul>"
-        return head + (self.summary.to_html(index=False, float_format=lambda x: f"{x:.3g}")
-                       if len(self.summary) else "")
+        from .summary_view import summary_table
+        return head + summary_table(self.summary)
 
     # -- figures (built by the plotting module; imported lazily so analysis stays bokeh-free)
     def plot(self, **kw):

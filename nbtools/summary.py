@@ -21,6 +21,42 @@ def step_stats(steps: pd.DataFrame, phase: str = "measured") -> pd.DataFrame:
                          "p90_ms": ms.quantile(0.9)}).reset_index()
 
 
+def profiler_overhead(steps: pd.DataFrame) -> pd.DataFrame:
+    """rank, profiled_step_ms, profiler_overhead_pct, profiler_noise_pct.
+
+    The profiled steps are compared with the measured ones; a difference is the profiler's
+    only when it is larger than the steps' own spread (half their p10-p90 range, of the
+    measured steps and, when there are several, the profiled ones). On 2 shared CPU cores
+    identical steps vary by tens of percent, and one profiled step can land anywhere in
+    that range: 170 % or -34 % from such a pair is noise, not overhead. So the overhead is
+    NaN when it is within the noise, negative (a profiler does not speed a step up), or
+    when fewer than 3 measured steps leave the spread unknown; noise says how large a
+    difference would have to be. Measurable: the profiled median is slower than 9 in 10
+    measured steps (their p90) and than the noise."""
+    cols = ["rank", "profiled_step_ms", "profiler_overhead_pct", "profiler_noise_pct"]
+    meas, prof = (steps[steps["phase"] == p] for p in ("measured", "profiled"))
+    if not len(meas) or not len(prof):
+        return pd.DataFrame(columns=cols)
+
+    def stats(s):
+        ms = s.assign(ms=s["dur_ns"] / 1e6).groupby("rank")["ms"]
+        return pd.DataFrame({"med": ms.median(), "p90": ms.quantile(0.9),
+                             "half": (ms.quantile(0.9) - ms.quantile(0.1)) / 2, "n": ms.size()})
+
+    m, p = stats(meas), stats(prof)
+    both = m.merge(p, left_index=True, right_index=True, suffixes=("_m", "_p"))
+    spread = np.where(both["n_p"] >= 3, np.maximum(both["half_m"], both["half_p"]), both["half_m"])
+    noise = 100 * spread / both["med_m"]
+    over = 100 * (both["med_p"] / both["med_m"] - 1)
+    known = (both["n_m"] >= 3).to_numpy()
+    # slower than 9 in 10 unprofiled steps, and by more than their spread
+    real = known & (both["med_p"] > both["p90_m"]).to_numpy() & (over > noise).to_numpy()
+    out = pd.DataFrame({"rank": both.index.to_numpy(), "profiled_step_ms": both["med_p"].to_numpy(),
+                        "profiler_overhead_pct": np.where(real, over, np.nan),
+                        "profiler_noise_pct": np.where(known, noise, np.nan)})
+    return out
+
+
 def timeline_columns(events, steps) -> pd.DataFrame:
     """analysis.per_rank, with the totals over the profiled window shown per profiled step."""
     from .analysis import per_rank
@@ -41,9 +77,7 @@ def build(steps, events, compile_events, reports: dict, cfg) -> pd.DataFrame:
     ranks = sorted(reports)
     base = pd.DataFrame({"rank": np.array(ranks, dtype=np.int32)})
     base = base.merge(step_stats(steps), on="rank", how="left")
-    prof = step_stats(steps, "profiled").rename(columns={"step_ms": "profiled_step_ms"})
-    base = base.merge(prof[["rank", "profiled_step_ms"]], on="rank", how="left")
-    base["profiler_overhead_pct"] = 100 * (base["profiled_step_ms"] / base["step_ms"] - 1)
+    base = base.merge(profiler_overhead(steps), on="rank", how="left")
     rows = []
     for r in ranks:
         rep = reports[r]

@@ -148,7 +148,20 @@ def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None,
         row["status"] = run.status
         row["flags"] = "; ".join(run.flags)
         rows.append(row)
-    return pd.DataFrame(rows)
+    return counts_as_ints(pd.DataFrame(rows))
+
+
+def counts_as_ints(df: pd.DataFrame) -> pd.DataFrame:
+    """Counts (compiles, recompiles, graphs, n_<kind>, ...) print as 3, not 3.0: a count
+    column whose values are all whole numbers becomes int (one with a NaN stays float)."""
+    from .glossary import GLOSSARY, unit
+    for c in df.columns:
+        count = (c in GLOSSARY and unit(c) == "" and c != "check_max_rel") or c.startswith("n_")
+        if count and pd.api.types.is_float_dtype(df[c]):
+            v = df[c]
+            if len(v) and v.notna().all() and (v == v.round()).all():
+                df[c] = v.astype(np.int64)
+    return df
 
 
 def _by_config(runs) -> list:
@@ -179,7 +192,7 @@ def _combined(runs, columns, fields) -> pd.DataFrame:
             f"{sum(r.ok for r in same)}/{len(same)} ok"
         row["flags"] = "; ".join(dict.fromkeys(f for r in same for f in r.flags))
         rows.append(row)
-    return pd.DataFrame(rows)
+    return counts_as_ints(pd.DataFrame(rows))
 
 
 # Columns ``table`` computes rather than reads from the summary (any ``n_<kind>`` of compile

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 from bokeh.events import RangesUpdate
 from bokeh.layouts import column
-from bokeh.models import (ColumnDataSource, CustomJSHover, FixedTicker, HoverTool, Legend,
-                          LegendItem, Range1d)
+from bokeh.models import (BoxZoomTool, ColumnDataSource, FixedTicker, HoverTool, Legend,
+                          LegendItem, PanTool, Range1d, ResetTool, SaveTool, WheelZoomTool)
 from bokeh.plotting import figure
 from bokeh.transform import factor_cmap
 
@@ -24,23 +24,21 @@ from .compare import category_ms   # the compare table and the delta chart: one 
 from .tables import CATEGORIES
 from .timeline_data import (COMPILE_STYLE, SUMMARY_STACK, compile_data, events_data,
                             first_profiled_ns, initial_window, lane_sort_key, lod, origin_ns,
-                            steps_data, summary_data)
+                            stack_depth, step_starts, steps_data, summary_data)
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#98df8a", "#9467bd", "#17becf", "#c5b0d5",
            "#c7c7c7")          # in CATEGORIES order
-_ABS_NS = """
-// ms relative to the run's origin -> absolute epoch ns; BigInt keeps all 19 digits
-if (format == "ns") {
-  return (BigInt(meta.data.t0[0]) + BigInt(Math.round(value * 1e6))).toString()
-}
-return value.toFixed(4)
-"""
+LOD_PX = 1200      # pixel columns the level of detail assumes when the width follows the page
 
 
 class Timeline:
     """Per-rank lanes of one Run; ``update(run)`` swaps the data, never the models.
 
-    ``collapse_cpu`` draws one CPU lane per rank instead of one per thread; ``backend`` is
+    Read like Perfetto: nested ranges stack into sub-rows under their lane (one box under
+    the cursor, one tooltip), times are relative (ms on the axis, time into the step in the
+    tooltip), the wheel zooms only after its tool is switched on in the toolbar (page
+    scrolling passes over the plot), and the figures follow the notebook's width unless
+    ``width`` (px) fixes it. ``collapse_cpu`` draws one CPU lane per rank instead of one per thread; ``backend`` is
     "canvas" (works everywhere, headless Chromium included) or "webgl"; ``live`` refines
     the level of detail on zoom (a Python callback, served by jupyter_bokeh's BokehModel);
     ``origin`` (epoch ns) is x = 0, by default the first traced (profiled) event, so earlier
@@ -48,11 +46,14 @@ class Timeline:
     initial view: "events" (the profiled steps) or "all" (warm-up compiles too).
     """
 
-    def __init__(self, run=None, *, width: int = 1100, lane_height: int = 22,
+    def __init__(self, run=None, *, width: int | None = None, lane_height: int = 18,
                  collapse_cpu: bool = True, backend: str = "canvas", live: bool = True,
                  origin: int | None = None, x_range: Range1d | None = None,
                  title: str | None = None, window: str = "events"):
         self.width, self.lane_height, self.collapse_cpu = width, lane_height, collapse_cpu
+        self.lod_px = width or LOD_PX
+        self._size = (dict(width=width) if width else
+                      dict(sizing_mode="stretch_width", min_width=500))
         self.window = window
         self._fixed_origin, self._title = origin, title
         self.stats: dict = {}
@@ -60,13 +61,14 @@ class Timeline:
         # Every source starts with its columns (empty), so the glyphs validate before data.
         marks, spans = compile_data(tables.empty(tables.COMPILE_COLUMNS), {}, 0)
         self.events_source = ColumnDataSource(events_data(None, {}, [], 0))
+        self._step_ts: dict = {}
         self.compile_source, self.span_source = ColumnDataSource(marks), ColumnDataSource(spans)
         self.steps_source = ColumnDataSource(steps_data(tables.empty(tables.STEP_COLUMNS)))
         self.summary_source = ColumnDataSource(summary_data(pd.DataFrame(), []))
-        self._meta = ColumnDataSource(dict(t0=["0"]))
         self.figure = self._build_figure(backend, x_range)
         self.summary_figure = self._build_summary(backend)
-        self.layout = column(self.figure, self.summary_figure)
+        self.layout = column(self.figure, self.summary_figure,
+                             **({} if width else dict(sizing_mode="stretch_width")))
         if live:   # works under jupyter_bokeh's BokehModel without a Bokeh server
             self.figure.on_event(RangesUpdate, self._on_ranges)
         if run is not None:
@@ -74,9 +76,12 @@ class Timeline:
 
     # -- construction (once) -------------------------------------------------------------
     def _build_figure(self, backend, x_range):
-        fig = figure(width=self.width, height=200, output_backend=backend,
+        wheel = WheelZoomTool(dimensions="width",
+                              description="Wheel zoom (click to switch on: off, the page scrolls)")
+        fig = figure(height=200, output_backend=backend, **self._size,
                      x_range=x_range or Range1d(0, 1), y_range=Range1d(0.5, -0.5),
-                     tools="xpan,xwheel_zoom,xbox_zoom,reset,save", active_scroll="xwheel_zoom",
+                     tools=[PanTool(dimensions="width"), wheel, BoxZoomTool(dimensions="width"),
+                            ResetTool(), SaveTool()], active_drag="auto", active_scroll=None,
                      toolbar_location="above", x_axis_label="ms since the first profiled event")
         fig.ygrid.grid_line_color = None
         fig.yaxis.ticker = FixedTicker(ticks=[])
@@ -94,35 +99,32 @@ class Timeline:
                  fill_alpha=0.35, line_color="color", source=self.span_source)
         r_cmp = fig.scatter(x="x", y="y", marker="marker", size=11, fill_color="color",
                             line_color="color", source=self.compile_source)
-        ns = CustomJSHover(args=dict(meta=self._meta), code=_ABS_NS)
         fig.add_tools(
-            HoverTool(renderers=[r_ev], formatters={"@left": ns}, point_policy="follow_mouse",
-                      tooltips=[("", "@name"), ("category", "@category"), ("lane", "@lane"),
-                                ("step", "@step"), ("start", "@left{ms} ms (@left{ns} ns)"),
-                                ("duration", "@dur_us{0,0.0} µs"),
-                                ("busy", "@busy_us{0,0.0} µs in @count event(s)")]),
-            HoverTool(renderers=[r_cmp], formatters={"@x": ns},
+            HoverTool(renderers=[r_ev], point_policy="follow_mouse",
+                      tooltips=[("", "@name"), ("", "@category on @lane"), ("start", "@when"),
+                                ("duration", "@dur"), ("", "@busy")]),
+            HoverTool(renderers=[r_cmp],
                       tooltips=[("", "@kind @name"), ("frame", "@frame"), ("reason", "@reason"),
-                                ("rank", "@rank"), ("step", "@step"),
-                                ("duration", "@dur_ms{0,0.000} ms"), ("cache", "@cache"),
-                                ("at", "@x{ms} ms (@x{ns} ns)")]))
+                                ("rank", "@rank"), ("step", "@step"), ("duration", "@dur"),
+                                ("cache", "@cache"), ("at", "@x{0,0.000} ms")]))
         # Legend-only renderers hold one NaN row: nothing is drawn, but the legend
         # needs a row to draw its swatch from.
         nan = dict(y=[np.nan], left=[np.nan], right=[np.nan], height=0.8, line_color=None)
-        items = [LegendItem(label=c, renderers=[fig.hbar(fill_color=p, **nan)])
-                 for c, p in zip(CATEGORIES, PALETTE)]
-        items.append(LegendItem(label="CUDA-graph replay", renderers=[fig.hbar(
-            fill_color="#7f7f7f", hatch_pattern="/", hatch_color="#ffffff", hatch_scale=6, **nan)]))
-        items += [LegendItem(label=k, renderers=[fig.scatter(x=[np.nan], y=[np.nan], marker=m,
-                                                             size=9, fill_color=c, line_color=c)])
-                  for k, (m, c) in COMPILE_STYLE.items()]
-        fig.add_layout(Legend(items=items, orientation="horizontal", label_text_font_size="8pt",
-                              glyph_width=14, spacing=4, padding=2, margin=2), "above")
-        fig.legend.ncols = 8
+        # Keyed so that update() shows only what this run has (a CPU run: no CUDA graphs).
+        self._legend = {c: LegendItem(label=c, renderers=[fig.hbar(fill_color=p, **nan)])
+                        for c, p in zip(CATEGORIES, PALETTE)}
+        self._legend["graph"] = LegendItem(label="CUDA-graph replay", renderers=[fig.hbar(
+            fill_color="#7f7f7f", hatch_pattern="/", hatch_color="#ffffff", hatch_scale=6, **nan)])
+        self._legend.update({k: LegendItem(label=k, renderers=[fig.scatter(
+            x=[np.nan], y=[np.nan], marker=m, size=9, fill_color=c, line_color=c)])
+            for k, (m, c) in COMPILE_STYLE.items()})
+        fig.add_layout(Legend(items=list(self._legend.values()), orientation="horizontal",
+                              label_text_font_size="8pt", glyph_width=14, spacing=4, padding=2,
+                              margin=2, ncols=6), "above")
         return fig
 
     def _build_summary(self, backend):
-        fig = figure(width=self.width, height=90, output_backend=backend,
+        fig = figure(height=90, output_backend=backend, **self._size,
                      y_range=Range1d(0.5, -0.5),
                      x_range=Range1d(0, 1), x_axis_label="ms (from run.summary)",
                      toolbar_location=None, tools="")
@@ -153,28 +155,37 @@ class Timeline:
         ranks = sorted(set(events["rank"].unique().tolist())
                        | set(run.compile_events["rank"].unique().tolist())
                        | set(run.steps["rank"].unique().tolist()))
-        rows, lane_y = [], {}
+        depth = (events.groupby(["rank", "lane"], observed=True)["depth"].max().to_dict()
+                 if len(events) else {})
+        rows, lane_y = [], {}          # a lane's first row; its nested ranges go below it
         for r in ranks:
             lane_y[(r, "compile")] = len(rows)
             rows.append(f"r{r} compile")
             lanes = events.loc[events["rank"] == r, "lane"].unique().tolist()
             for lane in sorted(map(str, lanes), key=lane_sort_key):
                 lane_y[(r, lane)] = len(rows)
-                rows.append(f"r{r} {lane}")
+                rows += [f"r{r} {lane}"] * (int(depth.get((r, lane), 0)) + 1)
         self._rows, self._lane_y, self._prepared = rows, lane_y, events
+        self._step_ts = step_starts(run.steps)
 
         lo, hi = initial_window(run, t0, self.window)
-        self._meta.data = dict(t0=[str(t0)])
         self.steps_source.data = steps_data(run.steps, ranks, lane_y, rows, t0, lo, hi)
         marks, spans = compile_data(run.compile_events, lane_y, t0)
         self.compile_source.data, self.span_source.data = marks, spans
         self._set_events(lo, hi)
 
         fig = self.figure
-        fig.height = max(120, self.lane_height * len(rows) + 110)
+        present = set(events["category"].astype(str).unique()) if len(events) else set()
+        present |= {"graph"} if len(events) and events["graph"].any() else set()
+        present |= set(run.compile_events["kind"].astype(str).unique())
+        for key, item in self._legend.items():
+            item.visible = key in present
+        legend_rows = -(-sum(k in present for k in self._legend) // fig.legend[0].ncols)
+        fig.height = self.lane_height * len(rows) + 90 + 24 * max(legend_rows, 1)
         fig.y_range.start, fig.y_range.end = len(rows) - 0.5, -0.5
-        fig.yaxis.ticker.ticks = list(range(len(rows)))
-        fig.yaxis.major_label_overrides = dict(enumerate(rows))
+        firsts = sorted(lane_y.values())
+        fig.yaxis.ticker.ticks = firsts
+        fig.yaxis.major_label_overrides = {y: rows[y] for y in firsts}
         self.window_ms = ((lo - t0) / 1e6, (hi - t0) / 1e6)
         xr = fig.x_range
         xr.start, xr.end = xr.reset_start, xr.reset_end = self.window_ms
@@ -200,31 +211,32 @@ class Timeline:
         pad = (x1_ms - x0_ms) / 2
         lo = int(self.origin + (x0_ms - pad) * 1e6)
         hi = int(self.origin + (x1_ms + pad) * 1e6)
-        self._set_events(lo, hi, width_px=2 * self.width)
+        self._set_events(lo, hi, width_px=2 * self.lod_px)
 
     def _on_ranges(self, event) -> None:
         if event.x0 is not None and event.x1 is not None:
             self.refine(event.x0, event.x1)
 
     def _prepare(self, events: pd.DataFrame) -> pd.DataFrame:
-        if not self.collapse_cpu or not len(events):
-            return events
-        # Map categories, not rows: thread ids collapse to one CPU lane per rank.
-        lane = pd.Categorical(events["lane"])
-        merged = np.array([c if str(c).startswith("cuda") else "cpu" for c in lane.categories],
-                          object)
-        uniq, inverse = np.unique(merged, return_inverse=True)
-        return events.assign(lane=pd.Categorical.from_codes(inverse[lane.codes],
-                                                            categories=pd.Index(uniq)))
+        if self.collapse_cpu and len(events):
+            # Map categories, not rows: thread ids collapse to one CPU lane per rank.
+            lane = pd.Categorical(events["lane"])
+            merged = np.array([c if str(c).startswith("cuda") else "cpu"
+                               for c in lane.categories], object)
+            uniq, inverse = np.unique(merged, return_inverse=True)
+            events = events.assign(lane=pd.Categorical.from_codes(inverse[lane.codes],
+                                                                  categories=pd.Index(uniq)))
+        return events.assign(depth=stack_depth(events))
 
     def _set_events(self, lo: int, hi: int, width_px: int | None = None) -> None:
-        boxes = lod(self._prepared, width_px or self.width, lo, hi)
-        self.events_source.data = events_data(boxes, self._lane_y, self._rows, self.origin)
+        boxes = lod(self._prepared, width_px or self.lod_px, lo, hi)
+        self.events_source.data = events_data(boxes, self._lane_y, self._rows, self.origin,
+                                              self._step_ts)
         merged = boxes["count"].to_numpy() > 1
         self.stats = dict(events=int(boxes["count"].sum()), boxes=len(boxes),
                           merged_boxes=int(merged.sum()),
                           merged_events=int(boxes["count"].to_numpy()[merged].sum()),
-                          pixel_ns=(hi - lo) / (width_px or self.width))
+                          pixel_ns=(hi - lo) / (width_px or self.lod_px))
 
 
 def run_figure(run, **kw):
@@ -253,7 +265,8 @@ def compare_figure(run_a, run_b, **kw):
     delta = vb - va
     src = ColumnDataSource(dict(category=cats, a=va, b=vb, delta=delta,
                                 color=np.where(delta > 0, "#d62728", "#2ca02c").astype(object)))
-    bar = figure(width=kw.get("width", 1100), height=60 + 22 * max(len(cats), 1),
+    size = dict(width=kw["width"]) if kw.get("width") else dict(sizing_mode="stretch_width")
+    bar = figure(**size, height=60 + 22 * max(len(cats), 1),
                  y_range=cats[::-1] or ["none"], toolbar_location=None, tools="",
                  title="time per category per profiled step and rank: B - A (ms; red = B slower)",
                  output_backend=kw.get("backend", "canvas"))
@@ -261,4 +274,5 @@ def compare_figure(run_a, run_b, **kw):
              line_color=None, source=src)
     bar.add_tools(HoverTool(tooltips=[("", "@category"), ("A", "@a{0.000} ms"),
                                       ("B", "@b{0.000} ms"), ("B - A", "@delta{+0.000} ms")]))
-    return column(a.figure, b.figure, a.summary_figure, b.summary_figure, bar)
+    return column(a.figure, b.figure, a.summary_figure, b.summary_figure, bar,
+                  **({} if kw.get("width") else dict(sizing_mode="stretch_width")))

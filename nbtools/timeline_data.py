@@ -33,7 +33,9 @@ def lod(events: pd.DataFrame, width_px: int, t0: int, t1: int) -> pd.DataFrame:
     (and are not split by a wider event) become one box: it spans the merged events,
     takes the category with most summed time, names its longest event, and counts them.
     Wider events pass through unchanged, so with nothing sub-pixel the output is the input.
-    Returns rank, lane, category, name, ts_ns, dur_ns (the span), busy_ns (summed
+    Events carrying a ``depth`` (``stack_depth``) merge only with events of their own
+    depth, so a parent range and its sub-pixel children stay on their own rows.
+    Returns rank, lane, depth, category, name, ts_ns, dur_ns (the span), busy_ns (summed
     durations), count, step, graph (true when most of the busy time was graph-replayed).
     """
     ts, dur = events["ts_ns"].to_numpy(np.int64), events["dur_ns"].to_numpy(np.int64)
@@ -42,8 +44,11 @@ def lod(events: pd.DataFrame, width_px: int, t0: int, t1: int) -> pd.DataFrame:
     lanes, lane_cats = _codes(events["lane"])
     cats, cat_cats = _codes(events["category"])
     names, name_cats = _codes(events["name"])
-    key = events["rank"].to_numpy(np.int64) * (len(lane_cats) + 1) + lanes
-    idx = keep[np.lexsort((ts[keep], key[keep]))]          # by lane, then start
+    depth = (events["depth"].to_numpy(np.int64) if "depth" in events.columns
+             else np.zeros(len(events), np.int64))
+    key = (events["rank"].to_numpy(np.int64) * (len(lane_cats) + 1) + lanes) \
+        * (int(depth.max(initial=0)) + 1) + depth
+    idx = keep[np.lexsort((ts[keep], key[keep]))]          # by row, then start
     ts, dur, key = ts[idx], dur[idx], key[idx]
 
     small = dur < px
@@ -64,6 +69,7 @@ def lod(events: pd.DataFrame, width_px: int, t0: int, t1: int) -> pd.DataFrame:
     return pd.DataFrame({
         "rank": events["rank"].to_numpy(np.int32)[idx[starts]],
         "lane": pd.Categorical.from_codes(lanes[idx[starts]], categories=pd.Index(lane_cats)),
+        "depth": depth[idx[starts]].astype(np.int32),
         "category": pd.Categorical.from_codes(votes.reshape(len(starts), ncat).argmax(axis=1),
                                               categories=pd.Index(cat_cats)),
         "name": pd.Categorical.from_codes(names[longest], categories=pd.Index(name_cats)),
@@ -71,6 +77,63 @@ def lod(events: pd.DataFrame, width_px: int, t0: int, t1: int) -> pd.DataFrame:
         "busy_ns": busy, "count": (ends - starts).astype(np.int64),
         "step": events["step"].to_numpy(np.int32)[longest],
         "graph": np.where(busy > 0, 2 * graph_ns >= busy, replayed[longest])})
+
+
+def stack_depth(events: pd.DataFrame) -> np.ndarray:
+    """Each event's sub-row in its (rank, lane), as Perfetto stacks slices: 0 for an
+    outermost range, one deeper for each range it sits in. Ranges that overlap without
+    nesting (several CPU threads drawn as one lane) go to the lowest free sub-row, so no
+    two events of one sub-row overlap and the cursor is over one box at a time."""
+    n = len(events)
+    out = np.zeros(n, np.int32)
+    if n < 2:
+        return out
+    lanes, lane_cats = _codes(events["lane"])
+    key = events["rank"].to_numpy(np.int64) * (len(lane_cats) + 1) + lanes
+    ts = events["ts_ns"].to_numpy(np.int64)
+    end = ts + events["dur_ns"].to_numpy(np.int64)
+    order = np.lexsort((ts - end, ts, key))       # by lane, start, the longer (parent) first
+    k, s, e = key[order], ts[order], end[order]
+    bounds = np.flatnonzero(np.r_[True, k[1:] != k[:-1], True])
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        ss, ee = s[a:b], e[a:b]
+        if b - a < 2 or (ss[1:] >= np.maximum.accumulate(ee)[:-1]).all():
+            continue                              # nothing overlaps: one row
+        # ranges still open at each start; that is the nesting depth when ranges nest
+        d = (np.arange(b - a) - np.searchsorted(np.sort(ee), ss, side="right")).astype(np.int32)
+        out[order[a:b]] = d if _no_overlap(ss, ee, d) else _lowest_free(ss, ee)
+    return out
+
+
+def _no_overlap(ss, ee, d) -> bool:
+    o = np.lexsort((ss, d))
+    same = d[o][1:] == d[o][:-1]
+    return bool((d >= 0).all() and (ss[o][1:][same] >= ee[o][:-1][same]).all())
+
+
+def _lowest_free(ss, ee) -> np.ndarray:
+    ends, out = [], np.empty(len(ss), np.int32)
+    for i, (s, e) in enumerate(zip(ss.tolist(), ee.tolist())):
+        for level, last in enumerate(ends):
+            if last <= s:
+                ends[level], out[i] = e, level
+                break
+        else:
+            out[i] = len(ends)
+            ends.append(e)
+    return out
+
+
+def fmt_ns(ns) -> list:
+    """Durations for people: ns, µs, ms or s, three significant figures."""
+    out = []
+    for v in np.asarray(ns, np.float64).tolist():
+        a = abs(v)
+        # the unit is picked after rounding: 999.96 µs is "1 ms", not "1e+03 µs"
+        out.append("" if v != v else f"{v:.0f} ns" if a < 999.5 else f"{v / 1e3:.3g} µs"
+                   if a < 999.5e3 else f"{v / 1e6:.3g} ms" if a < 999.5e6
+                   else f"{v / 1e9:,.2f} s")
+    return out
 
 
 def _codes(col: pd.Series):
@@ -112,20 +175,30 @@ def initial_window(run, t0, mode):
     return lo - pad, hi + pad
 
 
-def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int) -> dict:
+EVENT_FIELDS = ("left", "right", "y", "rank", "category", "name", "lane", "step", "count",
+                "when", "dur", "busy", "alpha", "hatch")
+
+
+def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
+                step_ts: dict | None = None) -> dict:
+    """The boxes' source. ``lane_y`` maps (rank, lane) to the lane's first row; a box sits
+    ``depth`` rows below it. Hover texts are relative: ms since ``t0`` and time into the
+    box's step (``step_ts``: (rank, step) -> the step's start, ns)."""
     if boxes is None or not len(boxes):
-        return {k: [] for k in ("left", "right", "y", "category", "name", "lane", "step",
-                                "count", "dur_us", "busy_us", "alpha", "hatch")}
+        return {k: [] for k in EVENT_FIELDS}
     rank = boxes["rank"].to_numpy(np.int64)
     codes, cats = _codes(boxes["lane"])
     # (rank, lane) -> row through a lookup table over the few distinct lanes
     ranks = np.unique(rank)
     table = np.array([[lane_y.get((int(r), str(c)), -1) for c in cats] for r in ranks], np.int32)
-    y = table[np.searchsorted(ranks, rank), codes]
+    base = table[np.searchsorted(ranks, rank), codes]
+    depth = boxes["depth"].to_numpy(np.int32) if "depth" in boxes.columns else 0
+    y = base + depth
     ts = boxes["ts_ns"].to_numpy(np.int64)
     dur = boxes["dur_ns"].to_numpy(np.int64)
     busy = boxes["busy_ns"].to_numpy(np.int64)
     count = boxes["count"].to_numpy(np.int64)
+    step = boxes["step"].to_numpy(np.int32)
     cat = boxes["category"].astype(str).to_numpy(object)
     name = boxes["name"].astype(str).to_numpy(object)
     merged = count > 1
@@ -136,11 +209,26 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int) -
     # A merged box is drawn as wide as its span; its opacity says how full that span was.
     alpha = np.where(merged, np.clip(busy / np.maximum(dur, 1), 0.35, 1.0), 1.0)
     alpha = np.where(cat == "annotation", 0.3, alpha).astype(np.float32)
-    return dict(left=(ts - t0) / 1e6, right=(ts + dur - t0) / 1e6, y=y, category=cat,
-                name=name, lane=np.asarray(rows, object)[y],
-                step=boxes["step"].to_numpy(np.int32), count=count.astype(np.int32),
-                dur_us=(dur / 1e3).astype(np.float32), busy_us=(busy / 1e3).astype(np.float32),
+    left = (ts - t0) / 1e6
+    into = np.array([ts[i] - step_ts[(int(rank[i]), int(step[i]))]
+                     if step_ts and (int(rank[i]), int(step[i])) in step_ts else np.nan
+                     for i in range(len(ts))], np.float64)
+    when = [f"{x:,.3f} ms" + (f" · step {st} + {t}" if t else "")
+            for x, st, t in zip(left.tolist(), step.tolist(), fmt_ns(into))]
+    busy_text = [f"{b} in {c} events" if c > 1 else "" for b, c in zip(fmt_ns(busy), count.tolist())]
+    return dict(left=left, right=(ts + dur - t0) / 1e6, y=y, rank=rank.astype(np.int32),
+                category=cat, name=name, lane=np.asarray(rows, object)[base], step=step,
+                count=count.astype(np.int32), when=np.asarray(when, object),
+                dur=np.asarray(fmt_ns(dur), object), busy=np.asarray(busy_text, object),
                 alpha=alpha, hatch=np.where(boxes["graph"].to_numpy(bool), "/", " ").astype(object))
+
+
+def step_starts(steps: pd.DataFrame) -> dict:
+    """(rank, step) -> the step's start (ns), for times relative to the step."""
+    if not len(steps):
+        return {}
+    return dict(zip(zip(steps["rank"].astype(int).tolist(), steps["step"].astype(int).tolist()),
+                    steps["ts_ns"].astype(np.int64).tolist()))
 
 
 def steps_data(steps, ranks=(), lane_y=None, rows=(), t0=0, lo=0, hi=0) -> dict:
@@ -167,7 +255,7 @@ def steps_data(steps, ranks=(), lane_y=None, rows=(), t0=0, lo=0, hi=0) -> dict:
 def compile_data(ce, lane_y, t0):
     if not len(ce):
         return ({k: [] for k in ("x", "y", "marker", "color", "kind", "name", "frame", "reason",
-                                 "dur_ms", "step", "rank", "cache")},
+                                 "dur", "step", "rank", "cache")},
                 dict(left=[], right=[], y=[], color=[]))
     kind = ce["kind"].astype(str).to_numpy(object)
     style = [COMPILE_STYLE.get(k, ("circle", "#7f7f7f")) for k in kind]   # compile events are few
@@ -178,7 +266,8 @@ def compile_data(ce, lane_y, t0):
     marks = dict(x=(ts - t0) / 1e6, y=y, marker=np.array([m for m, _ in style], object),
                  color=color, kind=kind, name=ce["name"].astype(str).to_numpy(object),
                  frame=ce["frame"].astype(str).to_numpy(object),
-                 reason=ce["reason"].astype(str).to_numpy(object), dur_ms=dur / 1e6,
+                 reason=ce["reason"].astype(str).to_numpy(object),
+                 dur=np.asarray(fmt_ns(dur), object),
                  step=ce["step"].to_numpy(np.int32),
                  rank=ce["rank"].to_numpy(np.int32), cache=ce["cache"].astype(str).to_numpy(object))
     has = dur > 0

@@ -1,7 +1,9 @@
 """Headless Debian Chromium for the browser tests (Playwright's own browser download cannot
-work offline). A missing Chromium fails the test; it never skips."""
+work offline), and what "a Bokeh figure is drawn" means in a page. A missing Chromium fails
+the test; it never skips."""
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -19,3 +21,108 @@ def launch(pw, chromium: str | None = None):
         pytest.fail(f"Chromium not found at {path}: install it (apt-get install chromium) "
                     "or point NBTOOLS_CHROMIUM at a Chromium binary. This test does not skip.")
     return pw.chromium.launch(executable_path=path, args=ARGS)
+
+
+# Every Bokeh plot on screen, tagged with a stable id; a timeline's rows are its boxes' y.
+PLOTS = """() => {
+  if (!window.Bokeh || !Bokeh.index) return [];
+  window.__nbtools_n = window.__nbtools_n || 0;
+  const out = [];
+  for (const v of Bokeh.index.all_views()) {
+    if (!v.frame || !v.model.y_range || !v.el.isConnected) continue;
+    if (v.__nbtools_id === undefined) v.__nbtools_id = window.__nbtools_n++;
+    const src = __nbtools_events(v);
+    const yr = v.model.y_range;
+    out.push({id: v.__nbtools_id, title: v.model.title ? v.model.title.text : "",
+              timeline: !!src, y_range: yr.factors ? null : [yr.start, yr.end],
+              ranks: src ? __nbtools_ranks(src) : [], ys: src ? [...src.data.y] : [],
+              width: v.el.getBoundingClientRect().width});
+  }
+  return out;
+}"""
+# A timeline's boxes: the source with a "hatch" column; each box's rank, from its "rank"
+# column or, where a version has none, from its lane label ("r1 cpu").
+HELPERS = """() => {
+  window.__nbtools_events = v => { const r = v.model.renderers.find(r => r.data_source
+      && r.data_source.data && r.data_source.data.hatch !== undefined);
+    return r ? r.data_source : null; };
+  window.__nbtools_ranks = s => s.data.rank !== undefined ? [...s.data.rank]
+      : [...s.data.lane].map(l => parseInt(l.slice(1)));
+}"""
+_VIEW = "[...Bokeh.index.all_views()].find(v => v.__nbtools_id === id)"
+SCROLL = f"(id) => {{ {_VIEW}.el.scrollIntoView({{block: 'center'}}); }}"
+# The frame on screen, and per rank the pixel rows its lanes span (canvas -> page).
+WHERE = f"""(id) => {{
+  const v = {_VIEW}, r = v.el.getBoundingClientRect(), f = v.frame.bbox;
+  const src = __nbtools_events(v);
+  const bands = {{}};
+  if (src) {{
+    const rank = __nbtools_ranks(src), y = src.data.y;
+    for (let i = 0; i < rank.length; i++) {{
+      const b = bands[rank[i]] || (bands[rank[i]] = [Infinity, -Infinity]);
+      b[0] = Math.min(b[0], y[i]); b[1] = Math.max(b[1], y[i]);
+    }}
+    for (const k in bands) {{
+      const [a, c] = bands[k].map(u => r.top + v.frame.y_scale.compute(u));
+      const half = Math.abs(r.top + v.frame.y_scale.compute(0.4) - r.top - v.frame.y_scale.compute(0));
+      bands[k] = [Math.min(a, c) - half, Math.max(a, c) + half];
+    }}
+  }}
+  return {{x: r.left + f.left, y: r.top + f.top, width: f.width, height: f.height, bands}};
+}}"""
+
+
+def _ink(img) -> int:
+    """Pixels drawn in a colour (boxes, bars), not background, grid, text or step shading:
+    those are white or grey (all channels within 60 of each other)."""
+    import numpy as np
+    rgb = np.asarray(img.convert("RGB"), np.int16)
+    return int(((rgb.max(axis=2) - rgb.min(axis=2)) > 60).sum())
+
+
+def check_plots_drawn(page, name: str, ranks: list, min_plots: int = 1) -> list:
+    """Every Bokeh plot in the page is drawn; every timeline shows each of ``ranks`` with
+    boxes inside its y-range, checked on BokehJS state and on the screenshot's pixels (each
+    rank's lane band holds coloured pixels). Saves one screenshot per plot. Returns the
+    plots' descriptions."""
+    from PIL import Image
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.evaluate(HELPERS)
+    plots = page.evaluate(PLOTS)
+    assert len(plots) >= min_plots, f"{name}: {len(plots)} Bokeh plots in the page: {plots}"
+    problems = []
+    for p in plots:
+        label = f"{name}: plot {p['id']} {p['title']!r}"
+        if p["timeline"]:
+            got = sorted(set(p["ranks"]))
+            if got != sorted(ranks):
+                problems.append(f"{label}: boxes for ranks {got}, expected {sorted(ranks)}")
+            lo, hi = min(p["ys"], default=0) - 0.4, max(p["ys"], default=0) + 0.4
+            y0, y1 = sorted(p["y_range"])
+            if not (y0 <= lo and hi <= y1):
+                problems.append(f"{label}: y-range {p['y_range']} does not cover its lanes "
+                                f"{lo + 0.4:g}..{hi - 0.4:g}")
+        page.evaluate(SCROLL, p["id"])
+        page.wait_for_timeout(400)                    # scrolled: let BokehJS repaint
+        where = page.evaluate(WHERE, p["id"])
+        clip = {k: where[k] for k in ("x", "y", "width", "height")}
+        if clip["width"] < 50 or clip["height"] < 20:
+            problems.append(f"{label}: frame is {clip['width']}x{clip['height']} px")
+            continue
+        shot = page.screenshot(clip=clip)
+        (ARTIFACTS / f"{name}-plot{p['id']}.png").write_bytes(shot)
+        img = Image.open(io.BytesIO(shot))
+        scale = img.height / clip["height"]
+        if not p["timeline"]:
+            if _ink(img) < 30:
+                problems.append(f"{label}: nothing coloured drawn in its frame")
+            continue
+        for rank, (top, bottom) in where["bands"].items():
+            a = max(0, int((top - clip["y"]) * scale))
+            b = min(img.height, int((bottom - clip["y"]) * scale) + 1)
+            n = _ink(img.crop((0, a, img.width, b))) if b > a else 0
+            if n < 30:
+                problems.append(f"{label}: rank {rank}'s lanes (rows {a}..{b} px) hold {n} "
+                                "coloured pixels: no boxes drawn")
+    assert not problems, "\n".join(problems)
+    return plots

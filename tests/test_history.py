@@ -20,7 +20,7 @@ from nbtools.config import StepConfig
 from nbtools.history import History
 from nbtools.run import Run, RunDamaged
 
-FIXTURE = Path(__file__).parent / "fixtures" / "h200" / "tp_off_rank0.json.gz"
+FIXTURE = Path(__file__).parents[1] / "nbtools" / "data" / "h200" / "tp_off_rank0.json.gz"
 ROOT = Path(__file__).resolve().parents[1]
 
 

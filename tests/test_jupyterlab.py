@@ -1,9 +1,12 @@
-"""The panel in real JupyterLab, driven by headless Chromium: open a notebook on the
-torch-nbtools kernel, run its cells, click Run, flip compile, click Run again, and check
-that the Bokeh timeline in the page was patched with the new run's data.
+"""The notebooks as a person sees them, in real JupyterLab driven by headless Chromium,
+each test from a fresh page: Run All of 00-quickstart and of 01 (at the tests' CPU sizes),
+and the panel (Run, flip compile, Run, pick the first run in the history, Compare). After
+each step every Bokeh figure must be drawn: no JavaScript error, every rank's lanes hold
+coloured boxes on the screenshot (tests/browser.py), and the y-range covers every lane in
+BokehJS's state. The saved notebook must stay small (BokehJS is not written into it).
 
-Needs /usr/bin/chromium (Debian's chromium package). Without it this test FAILS: a panel
-nobody has seen render is not tested. Takes about 1-2 minutes on 2 cores.
+Needs /usr/bin/chromium (Debian's chromium package). Without it these tests FAIL. Slow on
+2 cores: real engines run every notebook. Screenshots land in artifacts/.
 """
 from __future__ import annotations
 
@@ -22,39 +25,20 @@ from pathlib import Path
 import pytest
 
 PYTHON = os.environ.get("NBTOOLS_PYTHON", sys.executable)
-from browser import ARTIFACTS, launch as _launch  # noqa: E402
-CELLS = ["from nbtools import Lab, StepConfig",
-         "lab = Lab(n=2, history=None)",
-         "p = lab.panel(); p"]
+from browser import ARTIFACTS, check_plots_drawn, launch as _launch  # noqa: E402
+from test_notebooks import NOTEBOOKS, small  # noqa: E402  (the sizes every test uses)
 
-# The main timeline's view in BokehJS: its title names the run shown; its events source
-# is the one with a "hatch" column. The view is tagged so a later call can tell whether
-# the same view (patched) or a new one (re-rendered) shows the next run.
-TIMELINE = """(runId) => {
-  if (!window.Bokeh || !Bokeh.index) return null;
-  const events = v => v.model.renderers.find(r => r.data_source && r.data_source.data.hatch);
-  const pv = [...Bokeh.index.all_views()].find(v => v.frame && v.model.title
-      && v.model.title.text.includes(runId) && events(v));
-  if (!pv) return null;
-  const d = events(pv).data_source.data;
-  const marks = pv.model.renderers.find(r => r.data_source && r.data_source.data.marker);
-  const tagged = pv.__nbtools_tag === true;
-  pv.__nbtools_tag = true;
-  return {title: pv.model.title.text, boxes: d.left.length, tagged: tagged,
-          events: [...d.count].reduce((a, b) => a + b, 0),
-          lanes: [...new Set([...d.lane].map(l => l.split(" ")[0]))].sort(),
-          compile_marks: marks ? marks.data_source.data.x.length : -1};
-}"""
-
-
-# Every text the status widget shows, recorded in the page (a run can be over in a second).
-WATCH_STATUS = """() => {
-  window.__nbtools_status = [];
-  const el = document.querySelector(".nbtools-status");
-  new MutationObserver(() => window.__nbtools_status.push(el.textContent))
-      .observe(el, {childList: true, subtree: true, characterData: true});
-}"""
-
+RANKS = [0, 1]
+MAX_SAVED = 2_000_000
+PANEL_CELLS = [
+    "from nbtools import Lab, StepConfig\nlab = Lab(n=2, history=None)",
+    "p = lab.panel(); p",
+    # a second panel and three plots, for the size of the saved notebook
+    "h = lab.history\ndisplay(lab.panel(), h[0].plot(), h[1].plot(),"
+    " lab.compare(h[0], h[1]).plot())",
+    # as every tutorial ends (a kernel stopped on a loaded machine can be killed before
+    # ipyparallel's exit hook stops the engines; that path is not this test's)
+    "lab.close()"]
 
 
 def _free_port() -> int:
@@ -125,7 +109,7 @@ class _Server:
     def stop(self) -> list:
         """Shut kernels down through the REST API (the kernel's exit stops the lab's
         engines), stop the server, then end any process it started that is still alive.
-        Returns the pids that had to be killed."""
+        Returns the processes (pid, command) that had to be killed."""
         import psutil
         try:
             tree = psutil.Process(self.proc.pid).children(recursive=True)
@@ -142,32 +126,17 @@ class _Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
-        _, alive = psutil.wait_procs(tree, timeout=20)
+        _, alive = psutil.wait_procs(tree, timeout=30)
+        left = []
         for p in alive:            # only processes this server started, by pid
             try:
+                left.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
         self.log.close()
-        return [p.pid for p in alive]
+        return left
 
-
-def _wait_status(page, pattern, timeout_s, not_id=None):
-    """Wait until the panel's status matches ``pattern`` (a run id group) and returns a
-    run id other than ``not_id``; fail with the status and error box if it does not."""
-    deadline = time.monotonic() + timeout_s
-    status = page.locator(".nbtools-status")
-    text = ""
-    while time.monotonic() < deadline:
-        text = status.inner_text()
-        m = re.search(pattern, text)
-        if m and m.group(1) != not_id:
-            return m.group(1)
-        if "failed" in text or "not run" in text:
-            break
-        page.wait_for_timeout(500)
-    err = page.locator(".nbtools-error").inner_text()
-    raise AssertionError(f"no finished run in the panel: status {text!r}, error box {err!r}")
 
 
 def _check_kernelspec() -> None:
@@ -179,68 +148,212 @@ def _check_kernelspec() -> None:
                     "python -m nbtools kernel install --sys-prefix (dev.py test does this)")
 
 
-def test_panel_in_jupyterlab(tmp_path):
+
+
+def _write(path: Path, cells=None, source: Path | None = None, parameters=None) -> None:
+    import nbformat
+    from nbtools.notebook import inject_parameters
+    if source is not None:
+        nb = nbformat.read(str(source), as_version=4)
+    else:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+        nb.metadata["kernelspec"] = {"name": "torch-nbtools", "display_name": "torch-nbtools",
+                                     "language": "python"}
+    if parameters:
+        inject_parameters(nb, parameters)
+    nbformat.write(nb, str(path))
+
+
+class _Page:
+    """A fresh JupyterLab page on one notebook; records every page error and every error
+    a widget or output shows."""
+
+    def __init__(self, browser, server, name: str):
+        self.server, self.name = server, name
+        self.page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        self.errors = []
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.on("console", lambda m: self.errors.append(f"console: {m.text}")
+                     if m.type == "error" and re.search(r"bokeh|require|widget", m.text, re.I)
+                     else None)
+        self.page.goto(f"{server.base}/lab/tree/{name}?token={server.token}")
+        self.page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
+        # the kernel from the notebook's metadata, not a chooser dialog, started and idle
+        self.page.get_by_text("torch-nbtools", exact=True).first.wait_for(timeout=30_000)
+        self.page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first \
+            .wait_for(timeout=90_000)
+
+    def menu(self, top: str, item: str) -> None:
+        self.page.locator(".lm-MenuBar-item", has_text=re.compile(f"^{top}$")).click()
+        self.page.locator(".lm-Menu-item", has_text=item).first.click()
+
+    def run_all(self, timeout_s: float) -> None:
+        """Run All and wait until every code cell has run; fail on a stopped notebook."""
+        self.menu("Run", "Run All Cells")
+        prompts = self.page.locator(".jp-CodeCell .jp-InputPrompt")
+        deadline, started = time.monotonic() + timeout_s, False
+        texts = []
+        while time.monotonic() < deadline:
+            # textContent: cells scrolled out of view have no innerText (content-visibility)
+            texts = [t.strip() for t in prompts.evaluate_all("els => els.map(e => e.textContent)")]
+            started = started or any("*" in t for t in texts)
+            if texts and all(re.fullmatch(r"\[\d+\]:", t) for t in texts):
+                return
+            if started and not any("*" in t for t in texts):
+                break                                   # stopped before the end
+            self.page.wait_for_timeout(1000)
+        raise AssertionError(f"{self.name}: Run All did not finish: prompts {texts}\n"
+                             + "\n".join(self.outputs()[-5:]))
+
+    def run_cell(self, index: int) -> None:
+        cell = self.page.locator(".jp-CodeCell").nth(index)
+        cell.locator(".jp-InputPrompt").click()
+        self.page.keyboard.press("Shift+Enter")
+
+    def outputs(self) -> list:
+        return self.page.locator(".jp-OutputArea-output").evaluate_all(
+            "els => els.map(e => e.textContent)")
+
+    def assert_no_errors(self) -> None:
+        shown = [t[:300] for t in self.outputs()
+                 if re.search(r"javascript error|Error displaying widget|Traceback", t, re.I)]
+        assert not self.errors and not shown, (self.errors, shown)
+
+    def save(self) -> int:
+        """Save from the page (what autosave writes); returns the file's size."""
+        self.page.locator(".jp-Notebook").first.click(position={"x": 5, "y": 5})
+        self.page.keyboard.press("Control+s")
+        path = self.server.root / self.name
+        before = path.stat().st_mtime_ns
+        for _ in range(40):
+            self.page.wait_for_timeout(250)
+            if path.stat().st_mtime_ns != before:
+                break
+        else:
+            raise AssertionError(f"{self.name} was not saved from the page")
+        return path.stat().st_size
+
+    def shot(self, stage: str) -> None:
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"{self.name.split('.')[0]}-{stage}.png"))
+
+
+def _wait_status(page, pattern, timeout_s, not_id=None):
+    """Wait until the panel's status matches ``pattern`` (a run id group) and returns a
+    run id other than ``not_id``; fail with the status and error box if it does not."""
+    deadline = time.monotonic() + timeout_s
+    status = page.locator(".nbtools-status").first
+    text = ""
+    while time.monotonic() < deadline:
+        text = status.inner_text()
+        m = re.search(pattern, text)
+        if m and m.group(1) != not_id:
+            return m.group(1)
+        if "failed" in text or "not run" in text:
+            break
+        page.wait_for_timeout(500)
+    err = page.locator(".nbtools-error").first.inner_text()
+    raise AssertionError(f"no finished run in the panel: status {text!r}, error box {err!r}")
+
+
+def _titles(page, run_id, timeout_s=30):
+    """Wait until a drawn timeline names ``run_id`` in its title."""
+    page.wait_for_function(
+        "(id) => window.Bokeh && [...Bokeh.index.all_views()].some(v => v.frame && v.el.isConnected"
+        " && v.model.title && v.model.title.text.includes(id))", arg=run_id,
+        timeout=timeout_s * 1000)
+
+
+def _serve(tmp_path, test):
     from playwright.sync_api import sync_playwright
-
     _check_kernelspec()
-
     with sync_playwright() as pw:
         browser = _launch(pw)       # before the server: a missing Chromium fails at once
         server = _Server(tmp_path)
-        killed = None
         try:
-            _notebook(server.root / "panel.ipynb")
             server.wait()
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"{server.base}/lab/tree/panel.ipynb?token={server.token}")
-            page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
-            # the kernel from the notebook's metadata, not a chooser dialog
-            page.get_by_text("torch-nbtools", exact=True).first.wait_for(timeout=30_000)
-            page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
-            page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
-
-            run_button = page.locator("button.nbtools-run")
-            run_button.wait_for(timeout=150_000)          # kernel + Lab(n=2) start
-            page.evaluate(WATCH_STATUS)
-            run_button.click()
-            first = _wait_status(page, r"#([0-9a-f]{8}) done", 120)
-            page.wait_for_function(f"() => ({TIMELINE})('{first}') !== null", timeout=30_000)
-            shown = page.evaluate("() => window.__nbtools_status")
-            assert any("running… (compiling happens in warm-up)" in t for t in shown), shown
-            a = page.evaluate(TIMELINE, first)
-            assert a["lanes"] == ["r0", "r1"] and a["boxes"] > 0 and a["events"] > 0, a
-            assert a["compile_marks"] == 0, a                 # eager: nothing compiled
-            summary = page.locator(".nbtools-summary").inner_text()
-            assert first in summary and "step_ms" in summary
-
-            page.locator(".nbtools-compile select").select_option("default")
-            page.locator(".nbtools-backend select").select_option("eager")
-            page.wait_for_timeout(500)       # let the widget values reach the kernel
-            run_button.click()
-            second = _wait_status(page, r"#([0-9a-f]{8}) done", 150, not_id=first)
-            page.wait_for_function(f"() => ({TIMELINE})('{second}') !== null", timeout=30_000)
-            b = page.evaluate(TIMELINE, second)
-            assert b["tagged"], "the timeline was re-rendered instead of patched in place"
-            assert second in b["title"] and first not in b["title"], b
-            assert b["lanes"] == ["r0", "r1"] and b["events"] > 0, b
-            assert b["compile_marks"] > 0, b                  # the compiled run's compiles
-            assert (b["boxes"], b["events"]) != (a["boxes"], a["events"]) or \
-                b["compile_marks"] != a["compile_marks"]
-            summary = page.locator(".nbtools-summary").inner_text()
-            assert second in summary and "compile=default" in summary
-
-            page.locator(".nbtools-timeline").scroll_into_view_if_needed()
-            page.wait_for_timeout(500)
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "jupyterlab_panel.png"))
-            assert not [e for e in errors if "Bokeh" in e or "nbtools" in e], errors
+            test(browser, server)
         except BaseException:
             print(server.tail(), file=sys.stderr)
+            ARTIFACTS.mkdir(exist_ok=True)
+            for i, pg in enumerate(p for c in browser.contexts for p in c.pages):
+                pg.screenshot(path=str(ARTIFACTS / f"failure-{i}.png"))
             raise
         finally:
             browser.close()
             killed = server.stop()
     assert killed == [], f"processes left after the kernel shutdown had to be killed: {killed}"
 
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("stem", ["00-quickstart", "01-cuda-graphs-tp-inference"])
+def test_notebook_run_all_draws_every_figure(stem, tmp_path):
+    def test(browser, server):
+        name = f"{stem}.ipynb"
+        _write(server.root / name, source=NOTEBOOKS / name, parameters=small(tmp_path))
+        page = _Page(browser, server, name)
+        page.run_all(timeout_s=700)
+        page.page.wait_for_timeout(2000)
+        page.assert_no_errors()
+        plots = check_plots_drawn(page.page, stem, RANKS, min_plots=2)
+        assert any(p["timeline"] for p in plots), plots
+        page.shot("run-all")
+        size = page.save()
+        assert size < MAX_SAVED, f"saved {name} is {size / 1e6:.1f} MB"
+    _serve(tmp_path, test)
+
+
+@pytest.mark.timeout(900)
+def test_panel_draws_after_every_action(tmp_path):
+    def test(browser, server):
+        _write(server.root / "panel.ipynb", PANEL_CELLS)
+        page = _Page(browser, server, "panel.ipynb")
+        pg = page.page
+        page.run_cell(0)
+        page.run_cell(1)
+        run_button = pg.locator("button.nbtools-run").first
+        run_button.wait_for(timeout=150_000)          # kernel + Lab(n=2) start
+        assert pg.evaluate("() => window.Bokeh !== undefined"), "BokehJS is not in the page"
+
+        run_button.click()
+        first = _wait_status(pg, r"#([0-9a-f]{8}) done", 150)
+        _titles(pg, first)
+        check_plots_drawn(pg, "panel-run1", RANKS, min_plots=2)
+
+        pg.locator(".nbtools-compile select").first.select_option("default")
+        pg.locator(".nbtools-backend select").first.select_option("eager")
+        pg.wait_for_timeout(500)       # let the widget values reach the kernel
+        run_button.click()
+        second = _wait_status(pg, r"#([0-9a-f]{8}) done", 200, not_id=first)
+        _titles(pg, second)
+        check_plots_drawn(pg, "panel-run2", RANKS, min_plots=2)
+        summary = pg.locator(".nbtools-summary").first.inner_text()
+        assert second in summary and "compile=default" in summary, summary
+
+        pg.locator(".widget-select select").first.select_option(index=0)     # the history
+        _wait_status(pg, r"showing run #([0-9a-f]{8}) from the history", 30, not_id=second)
+        _titles(pg, first)
+        check_plots_drawn(pg, "panel-history", RANKS, min_plots=2)
+
+        pg.get_by_role("button", name="Compare A / B").first.click()
+        pg.wait_for_function("() => [...Bokeh.index.all_views()].filter(v => v.frame && "
+                             "v.el.isConnected && v.model.title && /^[AB] /.test("
+                             "v.model.title.text)).length >= 2", timeout=60_000)
+        plots = check_plots_drawn(pg, "panel-compare", RANKS, min_plots=5)
+        assert sum(p["timeline"] for p in plots) >= 3, plots     # panel's, A's and B's
+        pg.locator(".nbtools-timeline").first.scroll_into_view_if_needed()
+        page.shot("compare")
+        page.assert_no_errors()
+
+        page.run_cell(2)                  # a second panel and three more plots
+        pg.wait_for_function("() => [...Bokeh.index.all_views()].filter(v => v.frame && "
+                             "v.el.isConnected).length >= 18", timeout=60_000)
+        check_plots_drawn(pg, "panel-more", RANKS, min_plots=18)
+        page.assert_no_errors()
+        size = page.save()
+        assert size < MAX_SAVED, f"saved panel.ipynb is {size / 1e6:.1f} MB"
+        page.run_cell(3)
+        page.page.wait_for_function("() => /\\[\\d+\\]/.test([...document.querySelectorAll("
+                                    "'.jp-CodeCell .jp-InputPrompt')][3].textContent)",
+                                    timeout=120_000)
+    _serve(tmp_path, test)

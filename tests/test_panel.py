@@ -111,6 +111,9 @@ def test_run_button_updates_the_timeline_in_place(lab, panel, monkeypatch):
         tl.events_source.data["name"] != first.events["name"].tolist()
     # progress while running, result after
     assert any(RUNNING in s for s in statuses), statuses
+    # and where the run was: phase and step per rank (the compiled run takes seconds)
+    assert any("warm-up/compile" in s and "rank 0:" in s and "rank 1:" in s
+               for s in statuses), statuses
     assert run.run_id in panel.status.value and "done" in panel.status.value
     assert run.run_id in panel.summary.value and "step_ms" in panel.summary.value
     assert panel.error.value == "" and not panel.run_button.disabled
@@ -235,3 +238,35 @@ def test_timeout_is_shown_and_restart_recovers(lab):
     p.controls["seed"].value = 0
     p.run_button.click()
     assert p.error.value == "" and lab.history[-1].ok and p.shown is lab.history[-1]
+
+
+def test_a_panel_made_after_runs_shows_its_last_run_when_displayed(lab, panel, monkeypatch):
+    """Patches sent before a view exists reach no view: a panel that shows its last run at
+    construction must hand the page the current figure when it is displayed (in the page
+    it drew an empty 0..1 axis before)."""
+    last = next(r for r in reversed(list(lab.history)) if r.ok)
+    fresh = Panel(lab)
+    view = fresh.timeline_view
+    assert fresh.shown is last and view._patched     # updated after the widget was made
+    pushed = []
+    monkeypatch.setattr(view, "_send", lambda msg, buffers=None: pushed.append(msg))
+    bundle = fresh.widget._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    states = [m["state"]["render_bundle"] for m in pushed if "render_bundle" in m.get("state", {})]
+    assert states and last.run_id in states[-1] and not view._patched
+    fresh.widget.close()
+
+
+def test_closed_lab_says_so_and_restart_brings_it_back(lab):
+    """Last: it closes the module's lab (the fixture's close after it is harmless)."""
+    p = Panel(lab, StepConfig(scenario="tp-mlp-infer", **SMALL))
+    n = len(lab.history)
+    lab.close()
+    p.run_button.click()
+    assert "LabClosed" in p.error.value and "lab = Lab()" in p.error.value
+    assert "timeout" not in p.error.value and "stuck" not in p.error.value
+    assert len(lab.history) == n and p.restart_button.layout.display != "none"
+    p.restart_button.click()
+    assert "restarted" in p.status.value
+    p.run_button.click()
+    assert p.error.value == "" and len(lab.history) == n + 1 and lab.history[-1].ok

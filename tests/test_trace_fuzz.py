@@ -1,7 +1,7 @@
 """Damaged traces (issue 16): every mutant of a real trace loads (damage flagged) or is a
 TraceError that says what is wrong; never another exception, never a hang.
 
-Seeds: tests/fixtures/fuzz/ (see its README) and one 2 x H200 rank of our own. Mutants are
+Seeds: two HolisticTraceAnalysis traces in tests/fixtures/hta/ (see its README) and one 2 x H200 rank of our own. Mutants are
 made in memory: values put into events and metadata, and bytes cut, inserted or padded.
 The hypothesis deadline is a hang guard (a 7 KB trace loads in ~0.05 s), not a speed test;
 speed on padded input is benchmarks/bench_trace_scan.py."""
@@ -25,9 +25,10 @@ from nbtools.trace import TraceError, load_traces
 
 FIX = Path(__file__).parent / "fixtures"
 SEEDS = {  # name -> (document, rank= to pass: None where the trace says it)
-    "amd": (FIX / "fuzz" / "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz", 0),
-    "cpu": (FIX / "fuzz" / "cpu_only_rank-34.json.gz", None),
-    "h200": (FIX / "h200" / "tp_reduce-overhead_rank0.json.gz", None),
+    "amd": (FIX / "hta" / "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz", 0),
+    "cpu": (FIX / "hta" / "cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", None),
+    "h200": (Path(__file__).parents[1] / "nbtools" / "data" / "h200"
+             / "tp_reduce-overhead_rank0.json.gz", None),
 }
 DOCS = {k: json.loads(gzip.open(p).read()) for k, (p, _) in SEEDS.items()}
 FUZZ = settings(max_examples=200, deadline=timedelta(seconds=20),
