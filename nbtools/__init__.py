@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 
 from .config import ConfigError, StepConfig  # noqa: E402  (torch-free)
 
-__all__ = ["Lab", "StepConfig", "ConfigError", "Run", "load_traces", "export_html", "__version__"]
+__all__ = ["Lab", "StepConfig", "Workload", "ConfigError", "Run", "load_traces", "export_html", "__version__"]
 
 
 def __getattr__(name):
@@ -13,6 +13,9 @@ def __getattr__(name):
     if name == "Lab":
         from .cluster import Lab
         return Lab
+    if name == "Workload":
+        from .workload import Workload
+        return Workload
     if name == "Run":
         from .run import Run
         return Run

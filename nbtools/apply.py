@@ -1,5 +1,6 @@
-"""Engine side: the one readable place where a StepConfig is applied to a workload, in the
-order parallel -> compile -> autocast -> cudagraph, and the step function is made."""
+"""Engine side: the one readable place where a StepConfig is applied to a workload (a
+built-in scenario or a user's, both a ``Built``), in the order parallel -> compile ->
+autocast -> cudagraph, and the step function is made."""
 from __future__ import annotations
 
 import contextlib
@@ -9,7 +10,7 @@ from typing import Callable, Optional
 import torch
 
 from .config import ConfigError, StepConfig
-from .scenarios import Workload
+from .workload import Built, output_tensor, tp_parallelize
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _OPTIMIZE_DDP = {"ddp_optimizer": "ddp_optimizer", "python_reducer": "python_reducer", "off": False}
@@ -80,7 +81,7 @@ def autocast_ctxs(cfg: StepConfig, device: torch.device):
     return ac, (ac if scope in ("forward+loss", "step") else null), (ac if scope == "step" else null)
 
 
-def apply_parallel_and_compile(cfg: StepConfig, wl: Workload, device, group, cache: dict):
+def apply_parallel_and_compile(cfg: StepConfig, wl: Built, device, group, cache: dict):
     """Wrap for the strategy and compile. The order differs per strategy on purpose:
     DDP offers both wrapping orders (torch.compile(DDP(m)) compiles nothing on 2.11-2.13,
     and the run shows it); FSDP2 compiles each block before fully_shard, as torchtitan does,
@@ -106,7 +107,7 @@ def apply_parallel_and_compile(cfg: StepConfig, wl: Workload, device, group, cac
             notes.append("backward under compiled autograd (python_reducer)")
     elif par == "fsdp2":
         from torch.distributed.fsdp import fully_shard
-        blocks = list(getattr(model, "layers", []))
+        blocks = list(wl.blocks(model)) if wl.blocks is not None else []
         per_block = cfg.compiled and cfg.fsdp_compile == "per-block"
         if per_block:
             for b in blocks:             # in place (nn.Module.compile): no _orig_mod prefix
@@ -122,16 +123,21 @@ def apply_parallel_and_compile(cfg: StepConfig, wl: Workload, device, group, cac
         if cfg.compiled and not per_block:
             module = torch.compile(model, **kw)
             notes.append(f"fully_shard per block ({len(blocks)}), then the whole model compiled")
+        if not blocks:
+            notes.append("no blocks: fully_shard on the whole model only")
         if not cfg.reshard_after_forward:
             notes.append("reshard_after_forward=False: gathered parameters kept for backward")
     elif par in ("tp", "none"):
+        if par == "tp" and not cache.get("parallelized"):
+            wl.model = model = tp_parallelize(wl, cache["mesh"])
+            cache["parallelized"] = True
         module = torch.compile(model, **kw) if cfg.compiled else model
     else:  # pragma: no cover - validated in StepConfig
         raise ConfigError(f"parallel={par!r}")
     return module, tuple(notes)
 
 
-def make_step(cfg: StepConfig, wl: Workload, module, optimizer, device) -> tuple[Callable, Callable]:
+def make_step(cfg: StepConfig, wl: Built, module, optimizer, device) -> tuple[Callable, Callable]:
     """(step, eager_forward). step runs one full step; eager_forward recomputes the first
     step's result eagerly (compilation off) for check=True."""
     fwd_ac, loss_ac, bwd_ac = autocast_ctxs(cfg, device)
@@ -147,11 +153,11 @@ def make_step(cfg: StepConfig, wl: Workload, module, optimizer, device) -> tuple
     if not wl.train:
         def step(inputs, target):
             with torch.no_grad():
-                return forward(inputs)
+                return output_tensor(forward(inputs))
 
         def eager_forward(inputs, target):
             with torch.no_grad(), torch.compiler.set_stance("force_eager"), fwd_ac():
-                return module(*inputs)
+                return output_tensor(module(*inputs))
         return step, eager_forward
 
     backward_ctx = contextlib.nullcontext
@@ -208,7 +214,10 @@ def apply_cudagraph(cfg: StepConfig, step: Callable, example, device) -> Callabl
     return replay
 
 
-def make_optimizer(wl: Workload, module) -> Optional[torch.optim.Optimizer]:
+def make_optimizer(wl: Built, module) -> Optional[torch.optim.Optimizer]:
+    """The Workload's optimizer, else the built-in scenarios' one."""
     if not wl.train:
         return None
+    if wl.optimizer is not None:
+        return wl.optimizer(module.parameters())
     return torch.optim.SGD(module.parameters(), lr=1e-3, momentum=0.9)

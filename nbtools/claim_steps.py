@@ -94,6 +94,9 @@ class DDPAccumStep(_Step):
     rebuilt after the first iteration (parameter indices, in the order gradients arrived;
     0 is the first layer's weight)."""
 
+    # builds its own DDP from the config: the lab lets these fields through to it
+    applies = ("parallel=ddp", "ddp_wrap", "optimize_ddp")
+
     def __init__(self, micro=4, no_sync=True, bucket_cap_mb=1.0, d=512, layers=4, batch=8):
         super().__init__(micro=micro, no_sync=no_sync, bucket_cap_mb=bucket_cap_mb, d=d,
                          layers=layers, batch=batch)

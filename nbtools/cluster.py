@@ -257,11 +257,12 @@ class Lab:
     # -- runs ----------------------------------------------------------------------------
     def run(self, fn_or_cfg=None, cfg: Optional[StepConfig] = None, *, timeout=None,
             **changes) -> Run:
-        """lab.run(cfg), lab.run(my_step_fn, cfg) or lab.run(cfg, compile="default").
-        Raises ConfigError before dispatch, RunFailed / RunTimeout after (the run is kept
-        in lab.history either way)."""
+        """lab.run(cfg), lab.run(workload, cfg), lab.run(my_step_fn, cfg) or
+        lab.run(cfg, compile="default"). Raises ConfigError before dispatch, RunFailed /
+        RunTimeout after (the run is kept in lab.history either way)."""
+        from .workload import Workload, check_step, to_payload
         fn: Optional[Callable] = None
-        if callable(fn_or_cfg) and not isinstance(fn_or_cfg, StepConfig):
+        if isinstance(fn_or_cfg, Workload) or (callable(fn_or_cfg) and not isinstance(fn_or_cfg, StepConfig)):
             fn = fn_or_cfg
             cfg = cfg or StepConfig(scenario="custom")
             if cfg.scenario != "custom":
@@ -273,11 +274,15 @@ class Lab:
         if changes:
             cfg = cfg.replace(**changes)
         cfg.check_device(self.device_type)
+        if isinstance(fn, Workload):
+            fn.check(cfg)
+        elif fn is not None:
+            check_step(fn, cfg)
         self._check_usable()
         recovery.before_run(self)
         run_id = uuid.uuid4().hex[:8]
         t0 = time.time()
-        payload = _pickle_by_value(fn) if fn is not None else None
+        payload = to_payload(fn) if fn is not None else None
         ars = {r: self.client[e].apply_async(engine.run, cfg, run_id, payload)
                for r, e in sorted(self.rank_to_engine.items())}
         try:
@@ -450,15 +455,21 @@ class Lab:
             return r
         return self.history[r]
 
-    def panel(self, cfg: Optional[StepConfig] = None):
-        """The widgets, preset to ``cfg``. In an export (NBTOOLS_STATIC) nothing could
-        drive them: the panel is its static summary and timeline instead."""
+    def panel(self, cfg_or_workload=None, cfg: Optional[StepConfig] = None):
+        """The widgets, preset to ``cfg``: lab.panel(), lab.panel(cfg), or
+        lab.panel(workload[, cfg]) to toggle your own model (every run is
+        lab.run(workload, cfg)). In an export (NBTOOLS_STATIC) nothing could drive them:
+        the panel is its static summary and timeline instead."""
         from .display import static_mode
+        from .workload import Workload
+        workload = cfg_or_workload if isinstance(cfg_or_workload, Workload) else None
+        if workload is None:
+            cfg = cfg_or_workload or cfg
         if static_mode():
             from .panel_html import StaticPanel
             return StaticPanel(self, cfg)
         from .panel import Panel
-        return Panel(self, cfg).widget
+        return Panel(self, cfg, step_fn=workload).widget
 
     def __repr__(self):
         return (f"<Lab {getattr(self, 'world_size', '?')} ranks on {getattr(self, 'device_type', '?')}"
@@ -498,19 +509,6 @@ def _cache_folder(path) -> Optional[Path]:
         raise ConfigError(f"compile_cache={str(path)!r} cannot be created ({e}); give a "
                           "writable folder") from None
     return folder
-
-
-def _pickle_by_value(fn) -> bytes:
-    """A step function defined in a notebook, a test file or a script the engines cannot
-    import travels by value (its code, not its module's name)."""
-    import cloudpickle
-    mod = sys.modules.get(getattr(fn, "__module__", None) or "")
-    if mod is not None and mod.__name__ != "__main__" and not mod.__name__.startswith(("nbtools", "torch")):
-        try:
-            cloudpickle.register_pickle_by_value(mod)
-        except Exception:
-            pass
-    return cloudpickle.dumps(fn)
 
 
 def _visible_gpus() -> list:

@@ -1,6 +1,9 @@
 """A user's own step: ``lab.run(my_step, cfg)``. The function runs once per step on every
-rank as ``my_step(ctx)``; ``ctx`` applies the config's compile and autocast settings, so the
-lab's toggles act on user code too, and keeps state across steps and runs."""
+rank as ``my_step(ctx)``; ``ctx`` applies the config's compile and autocast settings, and
+keeps state across steps and runs while the step's code (and what it closes over) is
+unchanged. ``check=True`` compares what the step returns, eager against compiled. The lab
+applies nothing else to a step (it does not know the model): parallel, cudagraph and
+dynamic='mark' need a ``Workload`` (workload.check_step says so)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +13,7 @@ import torch
 
 from . import apply
 from .config import StepConfig
-from .scenarios import Workload
+from .workload import Built
 
 
 @dataclass
@@ -64,14 +67,14 @@ class StepContext:
         return torch.autocast(self.device.type, dtype=apply._DTYPES[self.cfg.autocast])
 
 
-def fn_key(fn) -> str:
-    """Stable across pickling (a new function object arrives with every run)."""
-    code = getattr(fn, "__code__", None)
-    return f"{getattr(fn, '__qualname__', repr(fn))}:{hash(code.co_code) if code else 0}"
-
-
-def prepare_custom(user_fn, cfg: StepConfig, engine_state):
-    state = engine_state.custom_state.setdefault(fn_key(user_fn), {})
+def prepare_custom(user_fn, cfg: StepConfig, engine_state, source_key: str):
+    """``source_key`` hashes the step's pickled bytes: its state is kept across runs while
+    they are the same; a redefined step (same name, other bytes) replaces its old state."""
+    name = getattr(user_fn, "__qualname__", type(user_fn).__qualname__)
+    states = engine_state.custom_state
+    for k in [k for k in states if k[0] == name and k[1] != source_key]:
+        del states[k]
+    state = states.setdefault((name, source_key), {})
     ctx = StepContext(engine_state.rank, engine_state.world, engine_state.device,
                       engine_state.group, cfg, state, rows=engine_state.reports)
 
@@ -81,10 +84,17 @@ def prepare_custom(user_fn, cfg: StepConfig, engine_state):
         return out.detach() if isinstance(out, torch.Tensor) else torch.zeros(())
 
     def eager(inputs, target):
+        # check=True: the step's result eagerly, then compiled (the first step)
         with torch.compiler.set_stance("force_eager"):
-            return step(inputs, target)
+            ctx.step = inputs[0]
+            out = user_fn(ctx)
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(f"check=True compares what the step returns, eager against "
+                             f"compiled, and it returned {type(out).__name__}: return the "
+                             "loss or output tensor, or wrap the model in nbtools.Workload")
+        return out.detach()
 
-    wl = Workload(model=torch.nn.Identity(), make_batch=lambda i: ((i,), None),
-                  shapes=lambda i: "custom")
+    wl = Built(model=torch.nn.Identity(), make_batch=lambda i: ((i,), None),
+               shapes=lambda i: "custom")
     return wl, apply.Prepared(step, wl.model, None, eager, ("custom step: " +
                               getattr(user_fn, "__name__", "fn"),))

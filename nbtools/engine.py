@@ -207,15 +207,12 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dic
         if _S.pg_broken:
             raise RuntimeError("process group is broken after an earlier failure; the lab "
                                "re-initialises it before the next run")
-        if isinstance(user_fn, bytes):
-            import cloudpickle
-            user_fn = cloudpickle.loads(user_fn)
         with warnings.catch_warnings(record=True) as caught:
             # Library warnings (DDP's "Grad strides do not match bucket view strides" on
             # every compiled ddp-train run) come back as data, shown folded by the client,
             # instead of a red stderr block per rank. Once per place, as Python's default.
             warnings.simplefilter("default")
-            out.update(_run(cfg, run_id, user_fn))
+            out.update(_run(cfg, run_id, user_fn))   # _run unpickles a user's step/Workload
     except BaseException as e:  # noqa: BLE001 - everything goes back to the client
         out.update(status="failed", error=_describe(e), error_type=type(e).__name__)
         failed = True
@@ -322,10 +319,12 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
     from . import capture
     from .compile_summary import outcome
     cfg.check_device(_S.device.type)
+    from .workload import from_payload
+    user_fn, source_key = from_payload(user_fn)   # keyed on the bytes: no stale code
     rec = _S.recorder
     rec.install()
     rec.start_run()
-    notes, reused = _prepare(cfg, user_fn)
+    notes, reused = _prepare(cfg, user_fn, source_key)
     wl, prep = _S.workload, _S.prepared
     dev = _S.device
     cuda = dev.type == "cuda"
@@ -361,12 +360,13 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
     return result
 
 
-def _prepare(cfg: StepConfig, user_fn) -> tuple[tuple, bool]:
+def _prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, bool]:
     """Build or reuse state. Returns (notes, reused)."""
     import torch
     from . import apply, scenarios
-    from .custom import fn_key, prepare_custom
-    model_key = tuple(getattr(cfg, k) for k in _MODEL) + (fn_key(user_fn) if user_fn else "",)
+    from .custom import prepare_custom
+    from .workload import Workload, materialize, param_count
+    model_key = tuple(getattr(cfg, k) for k in _MODEL) + (source_key,)
     build_key = tuple((k, v) for k, v in cfg.to_dict().items() if k not in _RUN_ONLY)
     if _S.prepared is not None and build_key == _S.build_key and model_key == _S.model_key:
         return _S.prepared.notes, True
@@ -376,25 +376,37 @@ def _prepare(cfg: StepConfig, user_fn) -> tuple[tuple, bool]:
         # compile callbacks, so the recorder hooks go back in.
         torch.compiler.reset()
         _S.recorder.install()
-    if user_fn is not None:
+    user_wl = user_fn if isinstance(user_fn, Workload) else None
+    if user_fn is not None and user_wl is None:
         _release_model()
-        _S.workload, _S.prepared = prepare_custom(user_fn, cfg, _S)
+        _S.workload, _S.prepared = prepare_custom(user_fn, cfg, _S, source_key)
         _S.build_key, _S.model_key = build_key, model_key
         return _S.prepared.notes, False
+
+    def build(model=None):
+        if user_wl is not None:
+            built = materialize(user_wl, cfg, _S.device, model)
+        else:
+            built = scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group, model=model)
+        if cfg.resolved_parallel == "tp":      # the ranks share one batch: a share each
+            built.flops_per_step /= _S.world
+        return built
     if (not fresh and _S.workload is not None and model_key != _S.model_key
             and _only_inputs_differ(model_key, _S.model_key)):
-        _S.workload = scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group,
-                                      model=_S.workload.model)
+        _S.workload = build(model=_S.workload.model)
     elif fresh or model_key != _S.model_key or _S.workload is None:
         _release_model()
-        if cfg.resolved_parallel == "fsdp2":
+        if cfg.resolved_parallel in ("fsdp2", "tp"):
             from torch.distributed.device_mesh import init_device_mesh
             _S.cache["mesh"] = init_device_mesh(_S.device.type, (_S.world,))
-        _S.workload = scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group)
+        _S.workload = build()
         _S.model_built_at = _S.run_count
         _S.cache["optimizer"] = None
     wl = _S.workload
     module, notes = apply.apply_parallel_and_compile(cfg, wl, _S.device, _S.group, _S.cache)
+    if user_wl is not None:
+        notes = (f"workload {user_wl.name}: {param_count(wl.model):,} parameters on this "
+                 "rank",) + notes
     if _S.cache.get("optimizer") is None:
         _S.cache["optimizer"] = apply.make_optimizer(wl, module)
     opt = _S.cache["optimizer"]

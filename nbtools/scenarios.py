@@ -1,5 +1,6 @@
-"""The built-in workloads, engine side. Each builder returns a Workload: the module to
-parallelise and compile, how to make step i's inputs, and the loss (None for inference).
+"""The built-in workloads, engine side. Each builder returns a public ``Workload`` (model
+factory, inputs of step i, loss or None for inference, blocks), which the engine builds and
+wraps exactly as it does a user's: one path for both (workload.materialize, apply.py).
 
 Sizes: ``small`` keeps a step to milliseconds on a 2-core CPU; ``large`` makes a step a few
 ms or more on an H200. Inputs depend only on (seed, step), so every rank and every config
@@ -8,8 +9,6 @@ sees the same data and runs compare fairly.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
@@ -17,29 +16,7 @@ import torch.nn.functional as F
 
 from .config import ConfigError, StepConfig
 from .scenarios_spec import scenario_spec
-
-
-@dataclass
-class Workload:
-    model: nn.Module
-    make_batch: Callable[[int], tuple]
-    """step index -> (inputs tuple, target or None), on the engine's device."""
-    loss_fn: Optional[Callable] = None
-    """(output, target) -> scalar loss; None for inference."""
-    dynamic_dims: tuple = ()
-    """(input index, dim) pairs that vary (mark_dynamic targets)."""
-    items_per_step: int = 0
-    """images or tokens per step on this rank (throughput)."""
-    flops_per_step: float = 0.0
-    """model FLOPs per step on this rank (forward x3 when training)."""
-    shapes: Callable[[int], str] = field(default=lambda i: "")
-    """human shape string for step i (hover, steps table)."""
-    items_at: Optional[Callable[[int], int]] = None
-    """real items (tokens, padding excluded) of step i when they vary; else items_per_step."""
-
-    @property
-    def train(self) -> bool:
-        return self.loss_fn is not None
+from .workload import Built, Workload, materialize
 
 
 def sizes(cfg: StepConfig, device: torch.device) -> tuple[str, int, int]:
@@ -50,25 +27,35 @@ def sizes(cfg: StepConfig, device: torch.device) -> tuple[str, int, int]:
     return size, cfg.batch or spec.batch[i], cfg.seq_len or spec.seq_len[i]
 
 
-def build(cfg: StepConfig, device: torch.device, rank: int, world: int, group=None,
-          model: nn.Module | None = None) -> Workload:
-    """The scenario's workload. With ``model`` (one this scenario built before), only the
-    inputs are new: the engine keeps a model when just the batch changes."""
+def workload(cfg: StepConfig, device: torch.device, rank: int, world: int,
+             group=None) -> Workload:
+    """The scenario as a Workload, for this rank."""
     size, batch, seq = sizes(cfg, device)
     par = cfg.resolved_parallel
-    torch.manual_seed(cfg.seed)
     if cfg.scenario == "tp-mlp-infer":
         # unsharded (parallel="none"): every rank holds the whole model, as shard 0 of 1
         tp = par == "tp"
-        return _tp_mlp(size, batch, device, rank if tp else 0, world if tp else 1, group,
-                       cfg.seed, model)
+        return _tp_mlp_workload(size, batch, rank if tp else 0, world if tp else 1, group,
+                                cfg.seed)
     if cfg.scenario == "ddp-train":
-        return _convnet(size, batch, device, cfg.seed, model)
+        width, stages, hw = (8, 2, 16) if size == "small" else (64, 4, 64)
+        return _image_workload(lambda: ConvNet(width, stages), batch, hw, 10, cfg.seed, "convnet")
     if cfg.scenario == "resnet50-ddp":
-        return _resnet50(size, batch, device, cfg.seed, model)
+        return _resnet50(size, batch, cfg.seed)
     if cfg.scenario in ("fsdp2-train", "varlen-train"):
-        return _lm(size, batch, seq, cfg.resolved_schedule, device, cfg.seed, model)
+        return _lm(size, batch, seq, cfg.resolved_schedule, cfg.seed)
     raise ConfigError(f"no builder for scenario {cfg.scenario!r}")
+
+
+def build(cfg: StepConfig, device: torch.device, rank: int, world: int, group=None,
+          model: nn.Module | None = None) -> Built:
+    """The scenario built on this rank. With ``model`` (one this scenario built before),
+    only the inputs are new: the engine keeps a model when just the batch changes."""
+    built = materialize(workload(cfg, device, rank, world, group), cfg, device, model)
+    if built.items_at is not None:     # the maximum (batch x seq_len); items_at: real tokens
+        size, batch, seq = sizes(cfg, device)
+        built.items_per_step = batch * seq
+    return built
 
 
 def _gen(seed: int, step: int) -> torch.Generator:
@@ -133,20 +120,30 @@ def _tp_weights(d, hidden, blocks, rank, world, group, device, seed) -> TPMLP:
     return model.eval().requires_grad_(False)
 
 
-def _tp_mlp(size, batch, device, rank, world, group, seed, model=None) -> Workload:
+def _tp_mlp_workload(size, batch, rank, world, group, seed) -> Workload:
     d, blocks = (256, 4) if size == "small" else (4096, 8)
     hidden = 4 * d
     if hidden % world:
         raise ConfigError(f"tp-mlp-infer: hidden size {hidden} does not split over {world} ranks")
-    if model is None:
-        model = _tp_weights(d, hidden, blocks, rank, world, group, device, seed)
 
-    def make_batch(step):
-        return (torch.randn(batch, d, generator=_gen(seed, step)).to(device),), None
+    def model():
+        return _tp_weights(d, hidden, blocks, rank, world, group, torch.get_default_device(), seed)
 
-    return Workload(model, make_batch, None, dynamic_dims=((0, 0),), items_per_step=batch,
-                    flops_per_step=2.0 * batch * blocks * 2 * d * hidden / world,
-                    shapes=lambda i: f"x[{batch},{d}]")
+    def batch_of(step, device):
+        return torch.randn(batch, d, generator=_gen(seed, step)), None
+
+    # The model is built sharded (each rank keeps its slice of seeded full weights, and the
+    # blocks all-reduce through functional collectives): the plan has nothing left to do.
+    return Workload(model, batch_of, None, blocks=lambda m: m.blocks,
+                    tp_plan=lambda m, mesh: m, dynamic_dims=((0, 0),), items=batch,
+                    flops=2.0 * batch * blocks * 2 * d * hidden,
+                    shapes=lambda i: f"x[{batch},{d}]", name="tp-mlp-infer")
+
+
+def _tp_mlp(size, batch, device, rank, world, group, seed, model=None) -> Built:
+    """The tp-mlp-infer model and inputs on their own (benchmarks/gpu use it)."""
+    cfg = StepConfig(scenario="tp-mlp-infer", seed=seed)
+    return materialize(_tp_mlp_workload(size, batch, rank, world, group, seed), cfg, device, model)
 
 
 # -- ddp-train: a small residual conv net -------------------------------------------------
@@ -178,36 +175,25 @@ class ConvNet(nn.Module):
         return self.head(self.body(x).mean((2, 3)))
 
 
-def _convnet(size, batch, device, seed, model=None) -> Workload:
-    width, stages, hw = (8, 2, 16) if size == "small" else (64, 4, 64)
-    model = ConvNet(width, stages).to(device) if model is None else model
-    return _image_workload(model, batch, hw, 10, device, seed)
-
-
-def _resnet50(size, batch, device, seed, model=None) -> Workload:
+def _resnet50(size, batch, seed) -> Workload:
     try:
         import torchvision
     except Exception as e:  # the CPU torch build here cannot import PyPI's torchvision
         raise ConfigError(f"resnet50-ddp needs torchvision, which does not import on this "
                           f"engine ({type(e).__name__}: {e}); use ddp-train instead") from None
     hw = 64 if size == "small" else 224
-    if model is None:
-        model = torchvision.models.resnet50(num_classes=1000).to(device)
-    wl = _image_workload(model, batch, hw, 1000, device, seed)
-    wl.flops_per_step = 3 * 4.1e9 * batch * (hw / 224) ** 2
-    return wl
+    return _image_workload(lambda: torchvision.models.resnet50(num_classes=1000), batch, hw,
+                           1000, seed, "resnet50", flops=3 * 4.1e9 * batch * (hw / 224) ** 2)
 
 
-def _image_workload(model, batch, hw, classes, device, seed) -> Workload:
-    def make_batch(step):
+def _image_workload(model, batch, hw, classes, seed, name, flops=0.0) -> Workload:
+    def batch_of(step, device):
         g = _gen(seed, step)
-        return (torch.randn(batch, 3, hw, hw, generator=g).to(device),), \
-            torch.randint(0, classes, (batch,), generator=g).to(device)
+        return torch.randn(batch, 3, hw, hw, generator=g), torch.randint(0, classes, (batch,),
+                                                                         generator=g)
 
-    params = sum(p.numel() for p in model.parameters())
-    return Workload(model, make_batch, F.cross_entropy, dynamic_dims=((0, 0),),
-                    items_per_step=batch, flops_per_step=0.0,
-                    shapes=lambda i: f"x[{batch},3,{hw},{hw}] params={params / 1e6:.1f}M")
+    return Workload(model, batch_of, F.cross_entropy, dynamic_dims=((0, 0),), items=batch,
+                    flops=flops, shapes=lambda i: f"x[{batch},3,{hw},{hw}]", name=name)
 
 
 # -- fsdp2-train / varlen-train: a small transformer LM ----------------------------------
@@ -262,22 +248,21 @@ def seq_len_at(step: int, seq: int, schedule: str, seed: int) -> tuple[int, int]
     return n, min(seq, int(math.ceil(n / bucket) * bucket))
 
 
-def _lm(size, batch, seq, schedule, device, seed, model=None) -> Workload:
+def _lm(size, batch, seq, schedule, seed) -> Workload:
     vocab, d, heads, layers = (256, 64, 4, 2) if size == "small" else (32000, 1024, 16, 8)
-    model = TinyLM(vocab, d, heads, layers).to(device) if model is None else model
 
-    def make_batch(step):
+    def batch_of(step, device):
         n, padded = seq_len_at(step, seq, schedule, seed)
         g = _gen(seed, step)
         tokens = torch.randint(0, vocab, (batch, padded + 1), generator=g)
         target = tokens[:, 1:].clone()
         if padded > n:                       # padding: masked out of the loss
             target[:, n:] = -100
-        return (tokens[:, :-1].contiguous().to(device),), target.to(device)
+        return tokens[:, :-1].contiguous(), target
 
-    params = sum(p.numel() for p in model.parameters())
-    return Workload(model, make_batch, lm_loss, dynamic_dims=((0, 1),),
-                    items_per_step=batch * seq,
-                    items_at=lambda i: batch * seq_len_at(i, seq, schedule, seed)[0],
-                    flops_per_step=6.0 * params * batch * seq,
-                    shapes=lambda i: f"tokens[{batch},{seq_len_at(i, seq, schedule, seed)[1]}]")
+    return Workload(lambda: TinyLM(vocab, d, heads, layers), batch_of, lm_loss,
+                    blocks=lambda m: m.layers, dynamic_dims=((0, 1),),
+                    items=lambda i: batch * seq_len_at(i, seq, schedule, seed)[0],
+                    flops=lambda m: 6.0 * sum(p.numel() for p in m.parameters()) * batch * seq,
+                    shapes=lambda i: f"tokens[{batch},{seq_len_at(i, seq, schedule, seed)[1]}]",
+                    name="tiny-lm")
