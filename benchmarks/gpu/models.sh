@@ -31,8 +31,9 @@ timeout $((secs + 60)) python3 -m nbtools export notebooks/06-your-own-model.ipy
     -o "$OUT/06.html" --deadline "$secs" -p "HISTORY='$OUT/runs/06'" \
     --save-ipynb "$OUT/runs/06.ipynb" "${params[@]}" 2>&1 | grep -v USDT | tail -5 | tee -a "$OUT/log.txt"
 echo "=== nb06 took $(( $(date +%s) - t0 )) s" | tee -a "$OUT/log.txt"
-# engines cut off at the deadline must not hold the GPUs
-pkill -f 'ipengine|ipyparallel.engine' >/dev/null 2>&1; pkill -f 'ipcontroller|ipyparallel.controller' >/dev/null 2>&1
+# a lab cut off at the deadline takes its engines with it (the lab's guard and the
+# engines' watchdogs, within 10 s of its kernel's end): nothing of it may hold the GPUs
+sleep 10; nvidia-smi --query-compute-apps=pid,used_memory --format=csv | tee "$OUT/gpu_apps_after.txt"
 python3 - "$OUT/runs/06" <<'PY' | tee "$OUT/06-numbers.txt"
 import sys
 import pandas as pd

@@ -18,8 +18,8 @@ mkdir -p "$OUT/runs" && OUT=$(cd "$OUT" && pwd)
 python3 -m nbtools kernel install --user >/dev/null
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), torch.cuda.get_device_name(0), 'x', torch.cuda.device_count())" | tee "$OUT/versions.txt"
 log() { grep --line-buffered -v -E "^(USDT|\[rank [0-9]+\] USDT)"; }
-cleanup() {   # a notebook cut off at its deadline must not leave engines holding the GPUs
-    pkill -f 'ipengine|ipyparallel.engine' >/dev/null 2>&1; pkill -f 'ipcontroller|ipyparallel.controller' >/dev/null 2>&1; sleep 1
+cleanup() {   # a lab cut off at its deadline takes its engines with it within 10 s: check
+    sleep 10; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tee -a "$OUT/log.txt"
 }
 for part in "$@"; do
     IFS=: read -r name secs extra <<<"$part"; secs=${secs:-300}
@@ -43,22 +43,20 @@ for part in "$@"; do
             cleanup ;;
         autotune)
             # It has not finished in 525 s twice: snapshots of CPU, GPU and the per-rank
-            # inductor caches every 45 s, then every engine's Python stacks (faulthandler on
-            # SIGABRT, written to its ipyparallel log) just before the budget ends.
+            # inductor caches every 45 s. (Session 4 also dumped the engines' stacks with a
+            # pkill -ABRT by name; the lab's processes are no longer signalled by name.)
             ( while sleep 45; do
                   { date +%T; nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader
                     for d in /tmp/nbtools-autotune-cache/rank* /tmp/nbtools-lab-*/inductor-cache/rank*; do echo "$d $(find "$d" -type f | wc -l) files"; done
                     top -b -n1 -w 200 | sed -n 7,22p; } >>"$OUT/autotune-progress.txt" 2>&1
               done ) & watch=$!
-            ( sleep $((secs - 12)); pkill -ABRT -f 'ipengine|ipyparallel.engine'; sleep 4
-              cp ~/.ipython/profile_default/log/*.log "$OUT/" 2>/dev/null ) & dump=$!
             # The cache survives between back-to-back calls while the machine stays warm: a
             # second call continues where the first stopped compiling.
             PYTHONFAULTHANDLER=1 timeout "$secs" python3 -m nbtools run --scenario ddp-train \
                 --compile max-autotune-no-cudagraphs --history "$OUT/runs/autotune" --quiet \
                 --compile-cache /tmp/nbtools-autotune-cache 2>&1 \
                 | log | tail -8 | tee -a "$OUT/log.txt"
-            kill $watch $dump 2>/dev/null
+            kill $watch 2>/dev/null
             cleanup ;;
         recount)
             # compile_s with the lazy backward compiles counted (rows recorded before
