@@ -220,4 +220,16 @@ def make_optimizer(wl: Built, module) -> Optional[torch.optim.Optimizer]:
         return None
     if wl.optimizer is not None:
         return wl.optimizer(module.parameters())
-    return torch.optim.SGD(module.parameters(), lr=1e-3, momentum=0.9)
+    return torch.optim.SGD(_param_groups(module), lr=1e-3, momentum=0.9)
+
+
+def _param_groups(module) -> list:
+    """DTensor and plain parameters in separate groups: a TP plan shards some layers and
+    leaves the rest (embeddings, norms) plain, and the foreach kernels a CUDA optimizer step
+    uses refuse a group that mixes them ("got mixed torch.Tensor and DTensor": Llama under
+    parallel='tp' on 2 x H200; CPU steps do not use foreach and never showed it)."""
+    from torch.distributed.tensor import DTensor
+    params = [p for p in module.parameters() if p.requires_grad]
+    groups = [[p for p in params if isinstance(p, DTensor)],
+              [p for p in params if not isinstance(p, DTensor)]]
+    return [{"params": g} for g in groups if g]

@@ -323,3 +323,36 @@ def test_run_all_keeps_a_failed_run_and_goes_on(lab, capsys):
     assert "planted batch failure" in capsys.readouterr().out
     t = model_runs.table(runs)
     assert t["status"].tolist() == ["failed", "ok"] and t["model"].tolist()[1] == "net"
+
+
+def test_default_optimizer_keeps_dtensor_and_plain_parameters_apart(tmp_path):
+    """A TP plan shards some layers and leaves others plain; a CUDA optimizer step uses
+    foreach kernels, which refuse a group that mixes DTensor and Tensor (Llama under
+    parallel='tp' failed so on 2 x H200). foreach=True forces that path on CPU."""
+    import subprocess
+    import sys
+    code = """
+import os, torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel
+from nbtools.apply import _param_groups
+m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+parallelize_module(m, init_device_mesh("cpu", (1,)), {"0": ColwiseParallel()})
+m(torch.randn(2, 4)).sum().backward()
+for params in (list(m.parameters()), _param_groups(m)):
+    try:
+        torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True).step(); print("ok")
+    except RuntimeError as e:
+        print("mixed" if "mixed torch.Tensor and DTensor" in str(e) else repr(e))
+dist.destroy_process_group()
+"""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    import os
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, PORT=str(port)))
+    assert out.stdout.split() == ["mixed", "ok"], out.stdout + out.stderr
