@@ -65,7 +65,8 @@ REGISTRY = (
          "applied).",
          "Drop the setting here, or run on the device it is for."),
     Flag("straggler", "straggler: {sentence}",
-         "In the captured collectives the others wait for one rank: weighted by how long, "
+         "In the captured collectives of two or more profiled steps the others wait for one "
+         "rank: weighted by how long, "
          "it causes most of the waiting, either arriving last at least 75 % of the time (a "
          "share luck gives less than 1 % of the time) with another rank waiting at least "
          "20 % of a step, or being the main cause in every profiled step (3 times the "

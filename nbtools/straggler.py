@@ -92,7 +92,11 @@ def attribute(events: pd.DataFrame) -> dict | None:
     # one rank last 5 times in 6 by luck), or the main cause of waiting in every step with
     # at least 3 times the others' worst step (a lateness that repeats step after step)
     consistent = step_share == 1.0 and len(mine) >= 2 and mine.min() > 3 * rest.max()
-    if not ((share >= MIN_SHARE and chance <= MAX_CHANCE) or consistent) or late_ms <= 0 or \
+    # One profiled step cannot tell a lateness that repeats from a one-off (notebook 06 on
+    # 2 x H200 with profiled=1: rank 1 entered its only profiled step 221 ms late, longer
+    # than the 192-ms unprofiled step): a verdict needs two steps or more.
+    if len(mine) < 2 or \
+            not ((share >= MIN_SHARE and chance <= MAX_CHANCE) or consistent) or late_ms <= 0 or \
             waited < max(MIN_LATE_MS, step_ms * (MIN_LATE_OF_STEP_CONSISTENT if consistent
                                                  else MIN_LATE_OF_STEP)):
         return out

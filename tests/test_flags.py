@@ -303,6 +303,8 @@ def test_attribution_on_known_events():
     assert comp["rank"] == 0 and comp["cause"] == "compute"
     assert comp["extra_compute_ms"] == pytest.approx(4)
     assert attribute(_events(0, host_ms=0, compute_ms=0))["straggler"] is None
+    # one profiled step cannot tell a repeated lateness from a one-off
+    assert attribute(_events(1, host_ms=3, compute_ms=0, n=1))["straggler"] is None
     assert attribute(_events(0, 0, 0).query("category != 'communication'")) is None
 
 
