@@ -221,8 +221,10 @@ def _step_hanging_on_rank0(ctx):
     return torch.zeros(())
 
 
-def test_timeout_is_shown_and_restart_recovers(lab):
-    """Last in this module: it restarts the engines."""
+def test_timeout_is_shown_and_the_next_run_heals_without_restart(lab):
+    """A rank stuck past the timeout is named; the lab replaces its engine by itself before
+    the next run, so the panel offers no Restart (it does for a closed lab, below) and the
+    next Run works as it is."""
     p = Panel(lab, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0, seed=2),
               step_fn=_step_hanging_on_rank0)
     timeout, lab.timeout = lab.timeout, 5
@@ -231,10 +233,8 @@ def test_timeout_is_shown_and_restart_recovers(lab):
     finally:
         lab.timeout = timeout
     assert "RunTimeout" in p.error.value and "rank(s) [0] did not finish" in p.error.value
-    assert p.restart_button.layout.display != "none" and not p.run_button.disabled
-    p.restart_button.click()
-    assert "restarted" in p.status.value and p.restart_button.layout.display == "none"
-    assert p.error.value == ""
+    assert "replaced before the next run" in p.error.value
+    assert p.restart_button.layout.display == "none" and not p.run_button.disabled
     p.controls["seed"].value = 0
     p.run_button.click()
     assert p.error.value == "" and lab.history[-1].ok and p.shown is lab.history[-1]

@@ -214,7 +214,8 @@ def test_redefined_workload_is_rebuilt(lab):
 # -- a real model from a real package: transformers' LlamaForCausalLM (2 decoder layers) ----
 @pytest.fixture(scope="module")
 def tiny_llama():
-    pytest.importorskip("transformers", reason="the models extra: pip install torch-nbtools[models]")
+    # transformers comes with the test extra (never skipped: a model from a real package is
+    # what these tests are for)
     from nbtools import models
     return models.llama(batch=2, seq=16)
 
