@@ -32,7 +32,7 @@ GLOSSARY: dict = {
     "compile_state": ("", "key", "what the compile did in this run, as the engine saw it: "
                       "compiled, reused (graphs compiled by an earlier run ran), eager "
                       "(compile on, nothing compiled or ran), off"),
-    "wait_ms": ("ms", "key", "time per profiled step this rank waited in collectives for the "
+    "wait_ms": ("ms", "more", "time per profiled step this rank waited in collectives for the "
                 "last-arriving rank (median over steps)"),
     "last_pct": ("%", "more", "share of the matched collectives this rank arrived at last"),
     "cudagraph_skips": ("", "gpu", "compiled graphs the CUDA-graph trees refused to capture"),

@@ -277,7 +277,8 @@ def compile_data(ce, lane_y, t0):
 
 
 def summary_data(summary: pd.DataFrame, ranks: list) -> dict:
-    """Read (never compute) the per-rank numbers; missing columns draw as 0 and say n/a."""
+    """Read (never compute) the per-rank numbers; missing columns draw as 0 and are left out
+    of the text (a CPU rank has no GPU busy: "busy n/a" on every CPU run said nothing)."""
     out = dict(y=np.arange(len(ranks), dtype=np.int32), text=[])
     by_rank = summary.drop_duplicates("rank").set_index("rank") if "rank" in summary.columns \
         else summary
@@ -291,6 +292,7 @@ def summary_data(summary: pd.DataFrame, ranks: list) -> dict:
         parts = []
         for f, fmt in SUMMARY_TEXT:
             v = by_rank[f].get(r, np.nan) if f in by_rank.columns else np.nan
-            parts.append(fmt.format(float(v)) if pd.notna(v) else fmt.split(" ")[0] + " n/a")
+            if pd.notna(v):
+                parts.append(fmt.format(float(v)))
         out["text"].append(" · ".join(parts))
     return out
