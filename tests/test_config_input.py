@@ -11,6 +11,7 @@ from hypothesis.extra import numpy as hnp
 
 from nbtools import config as C
 from nbtools.config import ConfigError, StepConfig
+from nbtools.trace_json import _hashable
 
 # the strategies below list every valid value of every field: their repr is long, not wrong
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
@@ -124,14 +125,6 @@ def test_from_dict_of_anything(d):
         assert "from_dict" in str(e) or _names_a_field(str(e)), str(e)
     else:
         _check_valid(cfg)
-
-
-def _hashable(v) -> bool:
-    try:
-        hash(v)
-        return True
-    except TypeError:
-        return False
 
 
 # The cases the fault-injection pass of issue 16 found, by name.
