@@ -62,8 +62,9 @@ def worker(args) -> None:
     # one GPU per rank, seen as cuda:0, exactly as the lab's engines see theirs
     os.environ["CUDA_VISIBLE_DEVICES"] = gpus[local] if gpus else ""
     sys.path.insert(0, str(ROOT))
-    from nbtools import engine, placement
-    from nbtools.config import StepConfig
+    from nbtools.engine import runner as engine
+    from nbtools.lab import placement
+    from nbtools.config.step_config import StepConfig
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     threads = 0 if gpus else placement.threads_per_rank(os.cpu_count(), world)
     engine.setup(rank, world, "127.0.0.1", args.port, threads,
@@ -139,7 +140,7 @@ class PatchSink:
 
 def toggle(lab, tl, sink, clock, values) -> dict:
     """One round trip, as the panel does it; returns its pieces in seconds."""
-    from nbtools.config import StepConfig
+    from nbtools.config.step_config import StepConfig
     clock.t.clear()
     sink.bytes, sink.s = 0, 0.0
     t0 = time.perf_counter()
@@ -188,9 +189,9 @@ def main():
         return worker(args)
 
     sys.path.insert(0, str(ROOT))
-    import nbtools.summary
+    import nbtools.analysis.summary
     from nbtools import Lab, StepConfig
-    from nbtools.timeline import Timeline
+    from nbtools.ui.timeline import Timeline
 
     lines = []
 
@@ -214,8 +215,8 @@ def main():
             return orig_wait(*a_, **kw)
         lab._wait = wait_marked
         clock.wrap(lab, "_assemble", "assemble")
-        clock.wrap(nbtools.summary, "build", "summary")
-        clock.wrap(nbtools.summary, "flags", "summary")
+        clock.wrap(nbtools.analysis.summary, "build", "summary")
+        clock.wrap(nbtools.analysis.summary, "flags", "summary")
         clock.wrap(lab.history, "add", "history")
         tl = Timeline(width=1100)
         sink = PatchSink(tl.layout)

@@ -23,8 +23,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from bokeh.core.json_encoder import serialize_json  # noqa: E402
 from bokeh.document import Document  # noqa: E402
 
-from nbtools.report import export_html  # noqa: E402
-from nbtools.timeline import Timeline, lod  # noqa: E402
+from nbtools.report.html import export_html  # noqa: E402
+from nbtools.ui.timeline import Timeline, lod  # noqa: E402
 from test_timeline import synthetic_run  # noqa: E402
 
 

@@ -28,7 +28,7 @@ TRACE = ROOT / "tests" / "fixtures" / "h200" / "tp_off_rank0.json.gz"
 
 CHILD = """
 import resource, sys, time
-from nbtools.trace import TraceError, load_traces
+from nbtools.results.load import TraceError, load_traces
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t = time.perf_counter()
 try:

@@ -32,7 +32,7 @@ DEFAULT = ROOT / "tests" / "fixtures" / "hta"
 
 
 def load_nbtools(path: Path):
-    from nbtools.trace import TraceError, load_traces
+    from nbtools.results.load import TraceError, load_traces
     try:
         return load_traces(path)
     except TraceError as e:

@@ -24,7 +24,7 @@ import threading
 import time
 
 from nbtools import Lab, StepConfig
-from nbtools.cluster import RunFailed
+from nbtools.lab.errors import RunFailed
 
 SMALL = StepConfig(warmup=0, steps=1, profiled=0)
 CUSTOM = StepConfig(scenario="custom", warmup=0, steps=1, profiled=0)

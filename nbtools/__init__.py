@@ -3,7 +3,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .config import ConfigError, StepConfig  # noqa: E402  (torch-free)
+from nbtools.config.step_config import ConfigError, StepConfig  # noqa: E402  (torch-free)
 
 __all__ = ["Lab", "StepConfig", "Workload", "ConfigError", "Run", "load_traces", "export_html", "__version__"]
 
@@ -11,18 +11,18 @@ __all__ = ["Lab", "StepConfig", "Workload", "ConfigError", "Run", "load_traces",
 def __getattr__(name):
     # Heavy modules (ipyparallel, pandas, bokeh) load on first use, not on import.
     if name == "Lab":
-        from .cluster import Lab
+        from nbtools.lab.lab import Lab
         return Lab
     if name == "Workload":
-        from .workload import Workload
+        from nbtools.config.workload import Workload
         return Workload
     if name == "Run":
-        from .run import Run
+        from nbtools.results.run import Run
         return Run
     if name == "load_traces":
-        from .trace import load_traces
+        from nbtools.results.load import load_traces
         return load_traces
     if name == "export_html":
-        from .report import export_html
+        from nbtools.report.html import export_html
         return export_html
     raise AttributeError(f"module 'nbtools' has no attribute {name!r}")

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from nbtools.report import export_html
+from nbtools.report.html import export_html
 from test_timeline import synthetic_run
 
 from browser import ARTIFACTS, launch as _launch  # noqa: E402

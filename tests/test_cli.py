@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 
 import nbtools
-from nbtools import config
-from nbtools.cli import TABLE_LEGEND, format_table, main, sweep
-from nbtools.tutorials import copy_tutorials
+from nbtools.config import step_config as config
+from nbtools.cli.main import TABLE_LEGEND, format_table, main, sweep
+from nbtools.cli.tutorials import copy_tutorials
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def nbtools_cli(*args, cwd=None, pre=""):
     """`python -m nbtools ARGS` in a child, as a person runs it."""
-    code = f"import sys; {pre}from nbtools.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = f"import sys; {pre}from nbtools.cli.main import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=120)
 
@@ -135,7 +135,7 @@ def test_notebooks_copies_them_and_keeps_edited_copies(tmp_path):
 
 
 def test_kernel_install_writes_the_shipped_spec(tmp_path):
-    from nbtools.kernelspec import install
+    from nbtools.cli.kernelspec import install
     path = Path(install(prefix=str(tmp_path)))
     got = json.loads((path / "kernel.json").read_text())
     want = json.loads((ROOT / "kernels" / "torch-nbtools" / "kernel.json").read_text())

@@ -12,8 +12,8 @@ import pytest
 
 import torch  # noqa: E402
 
-from nbtools import tables  # noqa: E402
-from nbtools.compile_events import CompileRecorder, divergence  # noqa: E402
+from nbtools.analysis import tables  # noqa: E402
+from nbtools.engine.compile_recorder import CompileRecorder, divergence  # noqa: E402
 
 
 @pytest.fixture
@@ -276,7 +276,7 @@ def test_divergence_names_the_first_difference():
 def test_divergence_is_importable_without_torch():
     import subprocess
     import sys
-    code = ("import sys; from nbtools.compile_events import divergence; "
+    code = ("import sys; from nbtools.engine.compile_recorder import divergence; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True,
                    env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
@@ -284,7 +284,7 @@ def test_divergence_is_importable_without_torch():
 
 # -- explain in a subprocess, TORCH_TRACE ------------------------------------------------
 def test_explain_runs_elsewhere_and_keeps_compiled_state(rec):
-    from nbtools.explain import explain
+    from nbtools.engine.explain import explain
     compiled = torch.compile(breaks, backend="eager")
     compiled(torch.ones(4))
     rec.start_run()
@@ -297,7 +297,7 @@ def test_explain_runs_elsewhere_and_keeps_compiled_state(rec):
 
 
 def test_torch_trace_dir_writes_a_trace_per_rank(rec, tmp_path):
-    from nbtools.explain import torch_trace_dir
+    from nbtools.engine.torch_trace import torch_trace_dir
     try:
         path = torch_trace_dir(2, str(tmp_path))
         torch.compile(lambda x: x.cos(), backend="eager")(torch.ones(2))

@@ -4,7 +4,7 @@ import pickle
 
 import pytest
 
-from nbtools.config import ConfigError, StepConfig
+from nbtools.config.step_config import ConfigError, StepConfig
 
 BAD = {  # name: (kwargs, words the message must contain)
     "mode with non-inductor backend": (dict(compile="reduce-overhead", backend="aot_eager"),

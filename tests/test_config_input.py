@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from nbtools import config as C
-from nbtools.config import ConfigError, StepConfig
-from nbtools.trace_json import _hashable
+from nbtools.config import step_config as C
+from nbtools.config.step_config import ConfigError, StepConfig
+from nbtools.trace.read_json import _hashable
 
 # the strategies below list every valid value of every field: their repr is long, not wrong
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")

@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from nbtools import Lab, StepConfig
-from nbtools.cluster import RunFailed, RunTimeout
-from nbtools.history import History
+from nbtools.lab.errors import RunFailed, RunTimeout
+from nbtools.results.history import History
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Every flag (nbtools/flags.py) on 2 CPU ranks through real engines and gloo: it fires for
+"""Every flag (nbtools/analysis/flags.py) on 2 CPU ranks through real engines and gloo: it fires for
 its reason, and stays silent where that reason is absent (a run-only change after a
 compiled run, cache='continue', a custom step). The pure straggler attribution is also
 checked on hand-built events, where the truth is known exactly."""
@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from nbtools import Lab, StepConfig, export_html, load_traces
-from nbtools import flags as F
-from nbtools.panel_html import summary_html
-from nbtools.straggler import attribute
+from nbtools.analysis import flags as F
+from nbtools.ui.html import summary_html
+from nbtools.analysis.straggler import attribute
 
 FAST = dict(warmup=1, steps=2, profiled=1)
 SLEEP_S = 0.02
@@ -317,7 +317,7 @@ def test_h200_tp_eager_names_rank_0_host_side_and_cuda_graphs_none():
     """Real 2 x H200 traces (tp-mlp-infer batch 1, nbtools/data/h200): eager, rank 0
     reaches each of the 8 all-reduce kernels ~0.3 ms after rank 1 with the same 0.09 ms of
     kernels before them; under reduce-overhead the replayed graphs arrive together."""
-    from nbtools.straggler import sentence
+    from nbtools.analysis.straggler import sentence
     att = attribute(_h200("off").events)
     v = att["straggler"]
     assert v["rank"] == 0 and v["cause"] == "host" and v["kind"] == "all-reduces", v
@@ -334,7 +334,7 @@ def test_h200_batch256_names_the_rank_late_once_per_step_not_the_one_last_most_o
     reaches each step's first all-reduce ~1 ms after rank 0; at the other seven rank 0 is
     last by 2-4 us. Counting "last" named nobody (rank 0 last at 79 %, rank 1 barely waits);
     the straggler is the rank the others wait for, weighted by how long."""
-    from nbtools.straggler import sentence
+    from nbtools.analysis.straggler import sentence
     ev = pd.read_parquet(Path(__file__).parent / "fixtures" / "h200" / "tp_b256_events.parquet")
     att = attribute(ev)
     v = att["straggler"]
@@ -347,7 +347,7 @@ def test_h200_batch256_names_the_rank_late_once_per_step_not_the_one_last_most_o
 # -- the registry and its page ------------------------------------------------------------
 def test_every_flag_is_documented_with_a_printed_example():
     page = (Path(__file__).parents[1] / "docs" / "flags.md").read_text(encoding="utf-8")
-    assert F.markdown_table() in page, "docs/flags.md: regenerate with python -m nbtools.flags"
+    assert F.markdown_table() in page, "docs/flags.md: regenerate with python -m nbtools.analysis.flags"
     examples = re.findall(r"^> (.+)$", page, re.M)
     for f in F.REGISTRY:
         assert f"`{f.id}`" in page, f.id
@@ -358,8 +358,8 @@ def test_every_flag_is_documented_with_a_printed_example():
 def test_outcome_tells_reused_graphs_from_frames_that_hold_none():
     import torch
 
-    from nbtools.compile_events import CompileRecorder
-    from nbtools.compile_summary import outcome
+    from nbtools.engine.compile_recorder import CompileRecorder
+    from nbtools.analysis.compile_counts import outcome
 
     def only_a_break(x):
         torch._dynamo.graph_break()   # Dynamo keeps a cache entry for this frame, no graph

@@ -5,8 +5,8 @@ parser (see the comments), not from nbtools."""
 import pytest
 
 from nbtools import load_traces
-from nbtools.analysis import per_rank
-from nbtools.package_data import h200_traces_dir
+from nbtools.analysis.step_metrics import per_rank
+from nbtools.common.package_data import h200_traces_dir
 
 H200 = h200_traces_dir()   # shipped in the package: notebooks 01 and 02 load them
 

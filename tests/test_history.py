@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 from nbtools import load_traces
-from nbtools.config import StepConfig
-from nbtools.history import History
-from nbtools.run import Run, RunDamaged
+from nbtools.config.step_config import StepConfig
+from nbtools.results.history import History
+from nbtools.results.run import Run, RunDamaged
 
 FIXTURE = Path(__file__).parents[1] / "nbtools" / "data" / "h200" / "tp_off_rank0.json.gz"
 ROOT = Path(__file__).resolve().parents[1]

@@ -140,7 +140,7 @@ def test_installed_lab_serves_a_copy_of_the_tutorials(installed, monkeypatch):
         assert specs["torch-nbtools"]["spec"]["argv"][0] == str(installed["py"])
         assert landing(base, token).endswith("/lab/tree/00-quickstart.ipynb")
         # the panel's link to a tlparse report under the served folder: the server's URL
-        from nbtools.torch_trace import served_href
+        from nbtools.results.torch_trace import served_href
         page = root / "nbtools-runs/0000-cafe/torch_trace/tlparse/index.html"
         page.parent.mkdir(parents=True)
         page.write_text("<h1>Multi-Rank TLParse Report</h1>")

@@ -152,7 +152,7 @@ def _check_kernelspec() -> None:
 
 def _write(path: Path, cells=None, source: Path | None = None, parameters=None) -> None:
     import nbformat
-    from nbtools.notebook import inject_parameters
+    from nbtools.report.notebook import inject_parameters
     if source is not None:
         nb = nbformat.read(str(source), as_version=4)
     else:

@@ -4,8 +4,8 @@ import time
 import pytest
 
 from nbtools import Lab, StepConfig
-from nbtools.cluster import RunFailed, RunTimeout
-from nbtools.history import History
+from nbtools.lab.errors import RunFailed, RunTimeout
+from nbtools.results.history import History
 
 SMALL = dict(warmup=1, steps=3, profiled=1)
 
@@ -167,7 +167,7 @@ def test_timeout_names_the_stuck_rank_then_the_lab_heals(lab):
 
 def test_sweep_repeats_in_rounds_and_spread_summarises_them(lab, capsys):
     from nbtools import ConfigError
-    from nbtools import experiments as X
+    from nbtools.claims import helpers as X
     base = StepConfig(scenario="tp-mlp-infer", size="small", warmup=0, steps=3, profiled=0)
     runs = X.sweep(lab, base, repeats=2, batch=[1, 2])
     # round after round, so a drifting machine spreads over every config

@@ -125,7 +125,7 @@ def test_export_carries_no_connection_key_of_this_lab(lab, tmp_path):
 
 def test_varlen_throughput_counts_real_tokens():
     import torch
-    from nbtools import scenarios
+    from nbtools.engine import scenarios
     cfg = StepConfig(scenario="varlen-train", seq_schedule="bucketed")
     wl = scenarios.build(cfg, torch.device("cpu"), 0, 1)
     real = [wl.items_at(i) for i in range(12)]
@@ -159,7 +159,7 @@ def test_fsdp2_whole_model_compile_and_kept_parameters(lab):
 # Run in the engines' namespace (code, not functions: the engines cannot import this file)
 _WATCH = """
 import weakref
-from nbtools import engine as _e
+from nbtools.engine import runner as _e
 _watched = [weakref.ref(_e._S.workload.model)] + [weakref.ref(p) for p in _e._S.workload.model.parameters()]
 """
 _ALIVE = "_alive = sum(r() is not None for r in _watched)"
@@ -205,7 +205,7 @@ def test_a_compile_cache_that_is_a_file_is_refused(tmp_path):
 
 
 def test_run_cli_keeps_the_compile_cache_and_repeats_in_rounds(tmp_path, capsys):
-    from nbtools.cli import main
+    from nbtools.cli.main import main
     argv = ["run", "--scenario", "tp-mlp-infer", "--size", "small", "--compile", "default",
             "--backend", "aot_eager", "--warmup", "1", "--steps", "2", "--profiled", "0",
             "--batch", "1,2", "--repeats", "2", "--history", str(tmp_path / "h"),

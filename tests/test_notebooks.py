@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nbtools.notebook import execute, export_notebook
+from nbtools.report.notebook import execute, export_notebook
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
@@ -104,7 +104,7 @@ def _tiny_notebook(path, cells):
 
 @pytest.mark.timeout(120)
 def test_export_past_its_deadline_keeps_what_ran(tmp_path):
-    from nbtools.notebook import NotebookStopped
+    from nbtools.report.notebook import NotebookStopped
     nb = _tiny_notebook(tmp_path / "slow.ipynb", [
         "N = 1", "print('measured', N * 21)", "import time; time.sleep(120)", "print('never')"])
     with pytest.raises(NotebookStopped) as info:
@@ -117,7 +117,7 @@ def test_export_past_its_deadline_keeps_what_ran(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_export_cli_params_and_a_failing_cell(tmp_path, capsys):
-    from nbtools.cli import main
+    from nbtools.cli.main import main
     nb = _tiny_notebook(tmp_path / "bad.ipynb", [
         "X = 0", "print('x is', X)", "1 / X"])
     assert main(["export", str(nb), "-o", str(tmp_path / "bad.html"), "-p", "X=0"]) == 1

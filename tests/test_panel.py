@@ -8,8 +8,8 @@ import pytest
 from jupyter_bokeh import BokehModel
 
 from nbtools import Lab, StepConfig
-from nbtools.config import ConfigError
-from nbtools.panel import DEFAULT, RUNNING, Panel, config_from_values, values_from_config
+from nbtools.config.step_config import ConfigError
+from nbtools.widgets.panel import DEFAULT, RUNNING, Panel, config_from_values, values_from_config
 
 SMALL = dict(warmup=1, steps=3, profiled=1)
 

@@ -2,7 +2,7 @@
 master address."""
 import pytest
 
-from nbtools import placement
+from nbtools.lab import placement
 
 
 def ident(host, pid, local=-1):

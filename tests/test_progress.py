@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from nbtools.engine_output import from_report, split, warnings_html
-from nbtools.progress_view import Tracker
+from nbtools.lab.engine_output import from_report, split, warnings_html
+from nbtools.lab.progress_view import Tracker
 
 # What engine.run records for DDP's reducer warning (every compiled ddp-train run, per rank)
 DDP_WARNING = dict(category="UserWarning", where="/venv/torch/autograd/graph.py:829", message=(
@@ -83,7 +83,7 @@ def _texts(cell, kind):
 @pytest.mark.timeout(420)
 def test_progress_warnings_and_closed_lab_in_a_kernel(tmp_path):
     from tests.test_notebooks import _tiny_notebook
-    from nbtools.notebook import execute
+    from nbtools.report.notebook import execute
     nb = execute(_tiny_notebook(tmp_path / "p.ipynb", _cells(tmp_path / "runs")),
                  timeout=300, cwd=tmp_path)
     errors = [o for c in nb.cells for o in c.outputs if o.output_type == "error"]
@@ -118,7 +118,7 @@ def test_progress_warnings_and_closed_lab_in_a_kernel(tmp_path):
 
 
 def test_terminal_lines_name_each_phase_once_then_the_outcome(capsys):
-    from nbtools.progress_view import View
+    from nbtools.lab.progress_view import View
     v = View([0, 1], "abcd1234")
     for st in ({"phase": "start"}, {"phase": "warm-up/compile", "step": 1, "of": 3},
                {"phase": "warm-up/compile", "step": 2, "of": 3},

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from nbtools.config import StepConfig
-from nbtools.report import export_html, scrub
+from nbtools.config.step_config import StepConfig
+from nbtools.report.html import export_html, scrub
 from test_timeline import million_run, synthetic_run
 
 NOTES = """# What autocast did
@@ -89,7 +89,7 @@ def test_scrub_and_inputs():
 
 
 def test_single_run_without_events_or_bokeh_roots(tmp_path):
-    from nbtools.run import Run
+    from nbtools.results.run import Run
     html = export_html(tmp_path / "empty.html", Run(config=None), notes="*n*").read_text()
     assert "<em>n</em>" in html and "No compile events" in html and "<script" not in html
 

@@ -4,9 +4,9 @@ with its spread."""
 import numpy as np
 import pandas as pd
 
-from nbtools import glossary
-from nbtools.summary import profiler_overhead
-from nbtools.summary_view import cell, columns, summary_table
+from nbtools.analysis import metrics as glossary
+from nbtools.analysis.summary import profiler_overhead
+from nbtools.ui.summary_view import cell, columns, summary_table
 
 
 def _steps(per_rank):
@@ -65,7 +65,7 @@ def test_cpu_table_leaves_out_gpu_columns_and_explains_the_rest():
 
 
 def test_every_summary_column_and_cli_abbreviation_is_in_the_glossary():
-    from nbtools.analysis import PER_RANK_COLUMNS
+    from nbtools.analysis.step_metrics import PER_RANK_COLUMNS
     for c in PER_RANK_COLUMNS + ["compile_s", "profiler_noise_pct", "items_per_s", "cpu_busy_pct"]:
         assert glossary.explain(c), c
     for abbr in ("cbusy%", "graph%", "overlap%", "recomp", "peak_MB"):
@@ -95,7 +95,7 @@ def test_report_summary_fits_the_page_and_opens_the_rest(tmp_path):
     from playwright.sync_api import sync_playwright
 
     from browser import ARTIFACTS, launch
-    from nbtools.report import export_html
+    from nbtools.report.html import export_html
     from test_timeline import synthetic_run
 
     a, b = synthetic_run(events_per_rank=300, seed=5), synthetic_run(events_per_rank=300, seed=6)

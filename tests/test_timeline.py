@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nbtools import tables
-from nbtools.config import StepConfig
-from nbtools.run import Run
+from nbtools.analysis import tables
+from nbtools.config.step_config import StepConfig
+from nbtools.results.run import Run
 
 T_BASE = 1_700_000_000_123_456_789          # epoch ns, as real traces have
 COMPUTE = np.array(["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "triton_poi_fused_add_mul_0",
@@ -131,7 +131,7 @@ def _events(rows):
 
 # -- lod ---------------------------------------------------------------------------------
 def test_lod_is_exact_when_nothing_is_sub_pixel():
-    from nbtools.timeline import lod
+    from nbtools.ui.timeline import lod
     run = synthetic_run(events_per_rank=500)
     ev = run.events
     t0, t1 = int(ev.ts_ns.min()), int((ev.ts_ns + ev.dur_ns).max())
@@ -146,7 +146,7 @@ def test_lod_is_exact_when_nothing_is_sub_pixel():
 
 
 def test_lod_merges_sub_pixel_events_and_keeps_busy_time():
-    from nbtools.timeline import lod
+    from nbtools.ui.timeline import lod
     run = synthetic_run(events_per_rank=20_000)
     ev = run.events
     t0, t1 = int(ev.ts_ns.min()), int((ev.ts_ns + ev.dur_ns).max())
@@ -169,7 +169,7 @@ def test_lod_merges_sub_pixel_events_and_keeps_busy_time():
 
 
 def test_lod_keeps_the_dominant_category_and_graph_share():
-    from nbtools.timeline import lod
+    from nbtools.ui.timeline import lod
     ev = _events([(0, "cuda:0:7", "compute", 0, 10, True), (0, "cuda:0:7", "compute", 12, 10, True),
                   (0, "cuda:0:7", "communication", 25, 30), (0, "cuda:0:7", "compute", 5000, 4000)])
     out = lod(ev, 10, 0, 10_000).sort_values("ts_ns")       # 1 px = 1000 ns
@@ -181,14 +181,14 @@ def test_lod_keeps_the_dominant_category_and_graph_share():
 
 
 def test_lod_window_and_empty():
-    from nbtools.timeline import lod
+    from nbtools.ui.timeline import lod
     ev = _events([(0, "cuda:0:7", "compute", 0, 10), (0, "cuda:0:7", "compute", 5000, 10)])
     assert len(lod(ev, 100, 1000, 2000)) == 0
     assert list(lod(ev, 100, 4000, 6000)["ts_ns"]) == [5000]
 
 
 def test_lod_on_a_million_events_takes_seconds():
-    from nbtools.timeline import lod
+    from nbtools.ui.timeline import lod
     ev = million_run().events
     t0, t1 = int(ev.ts_ns.min()), int((ev.ts_ns + ev.dur_ns).max())
     start = time.perf_counter()
@@ -199,7 +199,7 @@ def test_lod_on_a_million_events_takes_seconds():
 
 # -- Timeline ----------------------------------------------------------------------------
 def test_sources_hold_both_ranks_and_collapse_cpu_lanes():
-    from nbtools.timeline import Timeline
+    from nbtools.ui.timeline import Timeline
     run = synthetic_run()
     tl = Timeline(run)
     data = tl.events_source.data
@@ -234,8 +234,8 @@ def _overlaps(data) -> int:
 
 
 def test_nested_ranges_stack_by_depth_and_no_row_overlaps():
-    from nbtools.timeline import Timeline
-    from nbtools.timeline_data import stack_depth
+    from nbtools.ui.timeline import Timeline
+    from nbtools.ui.timeline_data import stack_depth
     lanes = ["cpu:1"] * 5 + ["cpu:2"] * 2 + ["cuda:0:7"] * 2
     ts = [0, 10, 12, 30, 200, 5, 50, 0, 100]
     dur = [100, 15, 3, 20, 10, 100, 10, 50, 50]
@@ -257,7 +257,7 @@ def test_nested_ranges_stack_by_depth_and_no_row_overlaps():
 
 def test_figures_follow_the_page_width_and_wheel_zoom_waits_to_be_switched_on():
     from bokeh.models import WheelZoomTool
-    from nbtools.timeline import Timeline
+    from nbtools.ui.timeline import Timeline
     run = synthetic_run(events_per_rank=200)
     tl = Timeline(run)
     for fig in (tl.figure, tl.summary_figure):
@@ -277,7 +277,7 @@ def test_figures_follow_the_page_width_and_wheel_zoom_waits_to_be_switched_on():
 
 
 def test_compile_lane_has_reasons_and_every_kind():
-    from nbtools.timeline import Timeline
+    from nbtools.ui.timeline import Timeline
     tl = Timeline(synthetic_run())
     d = tl.compile_source.data
     kinds = set(d["kind"])
@@ -293,7 +293,7 @@ def test_compile_lane_has_reasons_and_every_kind():
 
 def test_update_replaces_data_in_place_and_notifies_the_document():
     from bokeh.document import Document
-    from nbtools.timeline import Timeline
+    from nbtools.ui.timeline import Timeline
     tl = Timeline(synthetic_run(seed=1))
     doc = Document()
     doc.add_root(tl.layout)
@@ -314,7 +314,7 @@ def test_update_replaces_data_in_place_and_notifies_the_document():
 def test_zoom_refines_through_jupyter_bokeh():
     """A RangesUpdate from the browser, delivered the way BokehModel delivers it."""
     from jupyter_bokeh.widgets import BokehModel
-    from nbtools.timeline import Timeline
+    from nbtools.ui.timeline import Timeline
     tl = Timeline(synthetic_run(events_per_rank=20_000))
     widget = BokehModel(tl.layout)
     sent = []
@@ -341,7 +341,7 @@ def test_zoom_refines_through_jupyter_bokeh():
 
 
 def test_summary_strip_reads_summary_and_tolerates_missing_columns():
-    from nbtools.timeline import Timeline
+    from nbtools.ui.timeline import Timeline
     run = synthetic_run()
     tl = Timeline(run)
     d = tl.summary_source.data
@@ -357,7 +357,7 @@ def test_summary_strip_reads_summary_and_tolerates_missing_columns():
 
 
 def test_empty_run_builds():
-    from nbtools.timeline import Timeline, run_figure
+    from nbtools.ui.timeline import Timeline, run_figure
     run = Run(config=None)
     tl = Timeline(run)
     assert len(tl.events_source.data["left"]) == 0
@@ -365,7 +365,7 @@ def test_empty_run_builds():
 
 
 def test_compare_aligns_first_profiled_steps_and_shows_deltas():
-    from nbtools.timeline import compare_figure
+    from nbtools.ui.timeline import compare_figure
     a = synthetic_run(seed=3)
     b = synthetic_run(seed=4, step_ns=2_000_000, config=StepConfig(scenario="tp-mlp-infer"))
     lay = compare_figure(a, b)
@@ -401,7 +401,7 @@ def test_static_mode_gives_self_contained_html(monkeypatch):
 
 
 def test_exported_notebook_carries_bokehjs_once():
-    from nbtools.notebook import _once
+    from nbtools.report.notebook import _once
     js = "<script>/* BEGIN bokeh.min.js */" + "x" * 20_000 + "</script>"
     page = f"<html>{js}<div>fig 1</div><script>embed(1)</script>{js}<div>fig 2</div>" \
            "<script>embed(2)</script></html>"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from browser import launch
-from nbtools.history import History
-from nbtools.panel_html import summary_html
+from nbtools.results.history import History
+from nbtools.ui.html import summary_html
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,7 +99,7 @@ def test_panel_links_the_report(traced, monkeypatch):
 def test_logs_of_a_run_kept_in_memory_follow_it_when_saved(traced, tmp_path):
     """A lab without a history folder: run.torch_trace writes the logs to a temporary folder;
     saving the run later takes them along."""
-    from nbtools.run import Run
+    from nbtools.results.run import Run
     tmp, h, _ = traced
     src = h.runs[1]
     run = Run(config=src.config, run_id="cafe0001",

@@ -16,8 +16,11 @@ import numpy as np
 import orjson
 import pytest
 
-from nbtools import analysis, tables, trace_json
-from nbtools.trace import TraceError, classify, events_from_profiler, load_traces
+from nbtools.analysis import step_metrics as analysis
+from nbtools.analysis import tables
+from nbtools.trace import read_json as trace_json
+from nbtools.results.load import TraceError, load_traces
+from nbtools.trace.load import classify, events_from_profiler
 
 HTA = Path(__file__).resolve().parent / "fixtures" / "hta"
 FILES = sorted(HTA.glob("*.json*")) or [HTA / "MISSING"]

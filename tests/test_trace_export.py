@@ -10,8 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nbtools import tables, trace_export
-from nbtools.trace import load_traces
+from nbtools.analysis import tables
+from nbtools.trace import export as trace_export
+from nbtools.results.load import load_traces
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HTA = FIXTURES / "hta"

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from nbtools import trace_json
-from nbtools.trace import TraceError, load_traces
+from nbtools.trace import read_json as trace_json
+from nbtools.results.load import TraceError, load_traces
 
 FIX = Path(__file__).parent / "fixtures"
 SEEDS = {  # name -> (document, rank= to pass: None where the trace says it)

@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nbtools import ConfigError, Lab, StepConfig, Workload
-from nbtools.model_runs import check_rel, collectives_per_step
+from nbtools.claims.model_sweep import check_rel, collectives_per_step
 
 FAST = dict(warmup=1, steps=1, profiled=1, check=True)
 
@@ -137,7 +137,7 @@ def test_unhonourable_combinations_fail_before_dispatch(lab, what, fields, match
 
 
 def test_check_on_a_step_that_returns_nothing_says_so(lab):
-    from nbtools.cluster import RunFailed
+    from nbtools.lab.errors import RunFailed
     with pytest.raises(RunFailed, match="check=True compares what the step returns"):
         lab.run(_step, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0, check=True))
 
@@ -253,7 +253,7 @@ def test_panel_drives_a_workload(lab):
     """lab.panel(workload): the controls' config runs the workload; a choice it cannot
     honour shows its ConfigError and runs nothing."""
     pytest.importorskip("ipywidgets")
-    from nbtools.panel import Panel
+    from nbtools.widgets.panel import Panel
     p = Panel(lab, NET.config(warmup=0, steps=1, profiled=1), step_fn=NO_EXTRAS)
     assert lab.panel(NET) is not None
     p.controls["parallel"].value = "ddp"
@@ -315,7 +315,7 @@ def _broken_batch(step, device):
 
 
 def test_run_all_keeps_a_failed_run_and_goes_on(lab, capsys):
-    from nbtools import model_runs
+    from nbtools.claims import model_sweep as model_runs
     broken = Workload(model=Net, batch=_broken_batch, loss=F.mse_loss)
     cfg = NET.config(warmup=0, steps=1, profiled=0)
     runs = model_runs.run_all(lab, broken, [cfg])
@@ -338,7 +338,7 @@ os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK=
 dist.init_process_group("gloo")
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel
-from nbtools.apply import _param_groups
+from nbtools.engine.apply import _param_groups
 m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
 parallelize_module(m, init_device_mesh("cpu", (1,)), {"0": ColwiseParallel()})
 m(torch.randn(2, 4)).sum().backward()

@@ -89,7 +89,7 @@ def kineto_counts(prof):
 def _():
     from torch.profiler._utils import _init_for_cuda_graphs
     _init_for_cuda_graphs()
-    from nbtools.scenarios import _tp_mlp
+    from nbtools.engine.scenarios import _tp_mlp
     for mode in ("off", "reduce-overhead"):
         torch.compiler.reset()
         wl = _tp_mlp("large", 1, dev, rank, world, dist.group.WORLD, 0)
@@ -122,7 +122,7 @@ def _():
 
 @check("manual_cudagraph_tp")
 def _():
-    from nbtools.scenarios import _tp_mlp
+    from nbtools.engine.scenarios import _tp_mlp
     torch.compiler.reset()
     wl = _tp_mlp("large", 1, dev, rank, world, dist.group.WORLD, 0)
     x = wl.make_batch(0)[0][0]
@@ -151,7 +151,7 @@ def _():
     import torch._dynamo.utils as du
     from torch._dynamo.utils import counters
     torch.compiler.reset(); du.clear_compilation_metrics(); counters.clear()
-    from nbtools.scenarios import _tp_mlp
+    from nbtools.engine.scenarios import _tp_mlp
     wl = _tp_mlp("large", 1, dev, rank, world, dist.group.WORLD, 0)
     fn = torch.compile(wl.model, mode="reduce-overhead")
     mem = []

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from nbtools import Lab, StepConfig, export_html
-from nbtools.cli import format_table
-from nbtools.cluster import RunFailed
+from nbtools.cli.main import format_table
+from nbtools.lab.errors import RunFailed
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "compile-experiments")
 parts = (sys.argv[2] if len(sys.argv) > 2 else "varlen,batch").split(",")

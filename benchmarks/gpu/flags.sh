@@ -21,7 +21,7 @@ timeout ${BATCH_S:-150} python3 -m nbtools run --scenario tp-mlp-infer --batch $
 python3 - "$H" <<'PY' 2>&1 | tee "$OUT/flags.txt"
 import sys
 from pathlib import Path
-from nbtools.history import History
+from nbtools.results.history import History
 cols = ["rank", "step_ms", "compile_state", "graphs", "graph_coverage_pct", "wait_ms", "last_pct"]
 for name in ("sweep", "batch256"):
     for run in History.load(Path(sys.argv[1]) / name):

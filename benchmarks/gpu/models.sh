@@ -37,8 +37,8 @@ sleep 10; nvidia-smi --query-compute-apps=pid,used_memory --format=csv | tee "$O
 python3 - "$OUT/runs/06" <<'PY' | tee "$OUT/06-numbers.txt"
 import sys
 import pandas as pd
-from nbtools import model_runs
-from nbtools.history import History
+from nbtools.claims import model_sweep as model_runs
+from nbtools.results.history import History
 runs = [r for r in History.load(sys.argv[1])]
 pd.set_option("display.width", 250, "display.max_columns", 30)
 t = model_runs.table(runs, fields=("parallel", "compile", "autocast"))

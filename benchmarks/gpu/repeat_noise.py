@@ -12,7 +12,7 @@ import sys
 import pandas as pd
 
 from nbtools import Lab, StepConfig
-from nbtools.cli import format_table
+from nbtools.cli.main import format_table
 
 args = [a for a in sys.argv[1:] if a != "--small"]
 out, repeats = args[0], int(args[1]) if len(args) > 1 else 3

@@ -1,0 +1,87 @@
+"""Client side: what a sweep of a model through the strategies reads off its runs (notebook
+06, benchmarks/gpu/models.sh): MFU against the device's datasheet peak, the eager-check
+difference, one row per run. Pure functions of Runs."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from nbtools.analysis.counts import collectives
+from nbtools.lab.sweeps import table as _table
+
+# Dense (no sparsity) peak TFLOP/s from the vendors' datasheets. fp32 is without TF32:
+# PyTorch's default (torch.backends.cuda.matmul.allow_tf32 = False).
+PEAK_TFLOPS = {
+    "H200": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
+    "H100": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
+    "A100": {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
+}
+COLUMNS = ("step_ms", "items_per_s", "tflops", "compile_s", "graphs", "graph_breaks",
+           "peak_mem_mb", "rss_mb", "exposed_comm_ms")
+
+
+def run_all(lab, workload, configs) -> list:
+    """``lab.run(workload, cfg)`` for each config, in order. A failed run (RunFailed) is
+    kept, its first error line printed, and the next config runs: one strategy that fails
+    on this model does not hide the others' numbers. A ConfigError still stops the cell."""
+    from nbtools.lab.errors import RunFailed
+    runs = []
+    for cfg in configs:
+        try:
+            runs.append(lab.run(workload, cfg))
+        except RunFailed as e:
+            print(f"{cfg.label()}: failed - {str(e).splitlines()[0][:300]}")
+            runs.append(e.run)
+    return runs
+
+
+def peak_tflops(device_name: str, dtype: str) -> float:
+    """The table's peak for a device name as torch reports it ("NVIDIA H200"); NaN when
+    the device is not in the table (CPUs among them)."""
+    for key, peaks in PEAK_TFLOPS.items():
+        if key in (device_name or ""):
+            return peaks.get(dtype, float("nan"))
+    return float("nan")
+
+
+def mfu(run) -> pd.Series:
+    """Per-rank MFU (0..1): the summary's tflops (the workload's FLOPs per step over the
+    step time) over the peak of the ranks' GPU in the autocast dtype (fp32 when autocast
+    is off). NaN on CPU ranks."""
+    dtype = run.config.autocast if run.config.autocast != "off" else "fp32"
+    peak = peak_tflops(run.env.get("gpu", ""), dtype)
+    return run.summary.set_index("rank")["tflops"] / peak
+
+
+def check_rel(run) -> float:
+    """The largest relative difference from eager over the ranks (check=True), NaN without."""
+    vals = [c["max_rel"] for c in (v.get("check") for v in run.ranks.values()) if c]
+    return max(vals) if vals else float("nan")
+
+
+def table(runs, columns=COLUMNS, fields=("parallel", "compile", "autocast")) -> pd.DataFrame:
+    """One row per run: the config fields, the model (its Workload's name), ``columns`` as
+    sweeps.table aggregates them over ranks (tflops: the sum), ``mfu_pct`` (per GPU, the
+    mean over ranks) and
+    ``check_rel`` (largest relative difference from eager)."""
+    runs = list(runs)
+    t = _table(runs, columns, fields=list(fields))
+    t.insert(0, "model", [_model(r) for r in runs])
+    t["mfu_pct"] = [100 * mfu(r).mean() if r.ok else np.nan for r in runs]
+    t["check_rel"] = [check_rel(r) for r in runs]
+    return t
+
+
+def collectives_per_step(run, rank: int = 0) -> pd.Series:
+    """Collectives per profiled step on ``rank``, by kind (all_reduce, all_gather,
+    reduce_scatter, ...): what shows the strategy ran. Empty for a run with none."""
+    c = collectives(run)
+    if not len(c):
+        return pd.Series(dtype=float)
+    return c[c["rank"] == rank].drop(columns=["rank", "step"]).mean()
+
+
+def _model(run) -> str:
+    notes = (run.ranks.get(0) or {}).get("notes") or []
+    head = next((n for n in notes if n.startswith("workload ")), "")
+    return head[len("workload "):].split(":")[0] if head else run.config.scenario

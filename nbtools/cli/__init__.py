@@ -1,0 +1,1 @@
+"""python -m nbtools: the command line, the tutorials it copies, the kernel spec it installs."""

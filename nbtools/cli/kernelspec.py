@@ -1,0 +1,35 @@
+"""Install the shipped kernel spec (kernels/torch-nbtools/kernel.json, package data) as a
+Jupyter kernel that runs this interpreter, so the notebooks (and the engines they start,
+which use the same interpreter) see the project's environment."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from nbtools.common.package_data import KERNEL_NAME as NAME
+from nbtools.common.package_data import kernel_dir
+
+
+def spec_json(python: str = sys.executable) -> dict:
+    """The shipped spec, every field as written, with the interpreter resolved."""
+    spec = json.loads((kernel_dir() / "kernel.json").read_text())
+    spec["argv"][0] = python
+    return spec
+
+
+def install(user: bool = False, prefix: str | None = None) -> str:
+    from jupyter_client.kernelspec import KernelSpecManager
+    src = kernel_dir()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / NAME
+        d.mkdir()
+        (d / "kernel.json").write_text(json.dumps(spec_json(), indent=1) + "\n")
+        for extra in src.iterdir():   # logos and whatever else the spec folder ships
+            if extra.name != "kernel.json" and extra.is_file():
+                shutil.copy(extra, d)
+        if prefix is None and not user:
+            prefix = sys.prefix
+        return KernelSpecManager().install_kernel_spec(str(d), NAME, user=user, prefix=prefix)

@@ -1,0 +1,366 @@
+"""python -m nbtools run | demo | view | notebooks | lab | kernel | export
+(no Jupyter needed for run, demo, view, notebooks and kernel)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import sys
+import time
+
+from nbtools import __version__
+from nbtools.config.step_config import ConfigError, StepConfig
+from nbtools.config.field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, help_text
+
+_FIELDS = {f.name: f for f in dataclasses.fields(StepConfig)}
+
+# What the short column names of format_table mean (printed under the table).
+# Every short header of format_table, explained from the one glossary the panel and the
+# report read too.
+TABLE_COLUMNS = ("step_ms", "p10", "p90", "compile_s", "recomp", "graphs", "cbusy%",
+                 "overlap%", "graph%", "peak_MB")
+
+
+def _legend() -> str:
+    from nbtools.analysis.metrics import ABBREVIATIONS, explain
+    lines = [(f"{c} = " if c in ABBREVIATIONS else "") + explain(c) for c in TABLE_COLUMNS]
+    return "\n".join(["columns:"] + [f"  {line}" for line in lines]
+                     + ["  - = not measured in this run (e.g. profiled=0, or on CPU ranks)"])
+
+
+TABLE_LEGEND = _legend()
+
+
+def _parse_value(name: str, text: str):
+    allowed = allowed_values().get(name, ())
+    if name in OPTIONAL and text not in allowed and (
+            text.lower() in (DEFAULT_WORD, "default-for-scenario")
+            or (text.lower() == "none" and "none" not in allowed)):
+        return None      # the scenario's default; --parallel none is the `none` strategy
+    kind = _FIELDS[name].type
+    if "bool" in str(kind):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"--{name.replace('_', '-')} {text!r}: expected true/false")
+    if "int" in str(kind):
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"--{name.replace('_', '-')} {text!r}: expected an integer") from None
+    return text
+
+
+def sweep(values: dict) -> list[StepConfig]:
+    """Cross product of comma-separated values per field -> validated configs."""
+    names = list(values)
+    lists = [[_parse_value(n, v) for v in values[n].split(",")] for n in names]
+    return [StepConfig(**dict(zip(names, combo))) for combo in itertools.product(*lists)]
+
+
+class _Help(argparse.HelpFormatter):
+    """Wraps without splitting hyphenated values (tp-mlp-infer, reduce-overhead)."""
+
+    def _split_lines(self, text, width):
+        import textwrap
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+def _add_field_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "config fields (StepConfig); give several values comma-separated to sweep their "
+        "cross product, e.g. --compile off,default")
+    for name in _FIELDS:
+        g.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar="V[,V...]",
+                       help=help_text(name).replace("%", "%%"))
+
+
+def format_table(runs) -> str:
+    """One row per (config, rank): median and p10/p90 step ms, compile s, recompiles, memory."""
+    head = f"{'config':<58} {'rank':>4} {'step_ms':>9} {'p10':>8} {'p90':>8} {'compile_s':>9} " \
+           f"{'recomp':>6} {'graphs':>6} {'cbusy%':>6} {'overlap%':>8} {'graph%':>6} {'peak_MB':>8}  status"
+    lines = [head, "-" * len(head)]
+    for run in runs:
+        label = run.config.label() if run.config else run.run_id
+        s = run.summary
+        if not len(s):
+            lines.append(f"{label[:58]:<58} {'-':>4} {'':>9} {'':>8} {'':>8} {'':>9} {'':>6} {'':>6} "
+                         f"{'':>6} {'':>8} {'':>6} {'':>8}  failed: "
+                         + "; ".join(f"rank {r}: {e.splitlines()[0][:80]}" for r, e in sorted(run.errors.items())))
+            continue
+        for _, row in s.iterrows():
+            g = lambda c, fmt: (fmt.format(row[c]) if c in row and row[c] == row[c] else "-")  # noqa: E731
+            lines.append(f"{label[:58]:<58} {int(row['rank']):>4} {g('step_ms', '{:.3f}'):>9} "
+                         f"{g('p10_ms', '{:.3f}'):>8} {g('p90_ms', '{:.3f}'):>8} {g('compile_s', '{:.2f}'):>9} "
+                         f"{g('recompiles', '{:.0f}'):>6} {g('graphs', '{:.0f}'):>6} "
+                         f"{g('compute_busy_pct', '{:.1f}'):>6} {g('overlap_pct', '{:.1f}'):>8} "
+                         f"{g('graph_coverage_pct', '{:.1f}'):>6} {g('peak_mem_mb', '{:.0f}'):>8}  {run.status}")
+        for f in run.flags:
+            lines.append(f"    ! {f}")
+    return "\n".join(lines)
+
+
+def demo_configs(device_type: str) -> list[StepConfig]:
+    """The embedded default sweep: eager vs compiled (and CUDA-graph replay on GPU) for the
+    TP inference case, and the DDP wrapping-order trap for training."""
+    modes = ["off", "default", "reduce-overhead"] if device_type == "cuda" else ["off", "default"]
+    cfgs = [StepConfig(scenario="tp-mlp-infer", compile=m) for m in modes]
+    cfgs += [StepConfig(scenario="ddp-train", compile="off"),
+             StepConfig(scenario="ddp-train", compile="default"),
+             StepConfig(scenario="ddp-train", compile="default", ddp_wrap="compile-outside")]
+    return cfgs
+
+
+def _run_all(lab, cfgs, keep_going=True):
+    from nbtools.lab.errors import RunFailed
+    runs = []
+    for cfg in cfgs:
+        t = time.perf_counter()
+        print(f"-> {cfg.label()}", flush=True)
+        try:
+            runs.append(lab.run(cfg))
+        except RunFailed as e:
+            print(f"   failed: {e}", flush=True)
+            runs.append(e.run)
+            if getattr(lab, "needs_restart", False):
+                lab.restart()
+            if not keep_going:
+                break
+        print(f"   {time.perf_counter() - t:.1f} s", flush=True)
+        print("\n".join("   " + line for line in format_table(runs[-1:]).splitlines()[2:]), flush=True)
+    return runs
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(argv)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    except _USER_ERRORS as e:
+        # a path, a file or an extra the user can fix: one line, not a traceback
+        cmd = argv[0] if argv else ""
+        print(f"nbtools {cmd}: {_one_line(e)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _main(argv) -> int:
+    if argv[:1] == ["lab"]:
+        # every option after `lab` belongs to jupyter lab (argparse would claim --no-browser)
+        from nbtools.cli.tutorials import lab_main
+        return lab_main(argv[1:])
+    ap = argparse.ArgumentParser(prog="nbtools", description=__doc__)
+    ap.add_argument("--version", action="version",
+                    version=f"torch-nbtools {__version__} (python {sys.executable})")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("run", "demo"):
+        p = sub.add_parser(name, formatter_class=_Help,
+                           help="sweep configs on a lab" if name == "run" else
+                           "the embedded default sweep on whatever hardware is here")
+        p.add_argument("--n", type=int, default=None, help="ranks (default: one per GPU, else 2 CPU ranks)")
+        p.add_argument("--engines", default="local", help="ipyparallel launcher: local, mpi, slurm, ssh, ...")
+        p.add_argument("--history", default="nbtools-runs", help="folder the runs are saved to")
+        p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before the lab gives up")
+        p.add_argument("--html", default=None, help="write an offline HTML report of the sweep")
+        p.add_argument("--quiet", action="store_true", help="do not echo engine output")
+        p.add_argument("--compile-cache", default=None, metavar="DIR",
+                       help="keep the ranks' inductor caches in DIR across labs (default: a cold "
+                            "cache per lab)")
+        if name == "run":
+            p.add_argument("--repeats", type=int, default=1, metavar="N",
+                           help="run the whole sweep N times, round after round, and print how "
+                                "far identical runs are apart")
+            _add_field_args(p)
+    v = sub.add_parser("view", help="print the runs saved in a history folder")
+    v.add_argument("folder", nargs="?", default="nbtools-runs")
+    v.add_argument("--html", default=None)
+    nb = sub.add_parser("notebooks", help="copy the tutorial notebooks (and the docs they link "
+                        "to) into a folder of yours")
+    nb.add_argument("folder", nargs="?", default="nbtools-notebooks",
+                    help="where to copy them (default ./nbtools-notebooks)")
+    nb.add_argument("--force", action="store_true",
+                    help="overwrite copies you have edited (kept otherwise)")
+    sub.add_parser("lab", add_help=False,
+                   help="open JupyterLab on the tutorials (`nbtools lab --help`; other options "
+                        "go to jupyter lab)")
+    k = sub.add_parser("kernel", help="install the torch-nbtools Jupyter kernel for this interpreter")
+    k.add_argument("action", choices=["install"])
+    k.add_argument("--user", action="store_true", help="into the user's Jupyter folder")
+    k.add_argument("--sys-prefix", action="store_true", help="into this environment (default)")
+    ex = sub.add_parser("export", help="execute a notebook and convert it to offline HTML")
+    ex.add_argument("notebook")
+    ex.add_argument("--output", "-o", default=None)
+    ex.add_argument("--no-execute", action="store_true")
+    ex.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a name of the notebook's parameters cell (a Python literal: "
+                         "-p SMALL=True -p 'BATCHES=[1, 8]')")
+    ex.add_argument("--save-ipynb", default=None, metavar="PATH",
+                    help="also write the executed notebook (outputs included) here")
+    ex.add_argument("--cell-timeout", type=int, default=3600, help="seconds one cell may run")
+    ex.add_argument("--deadline", type=float, default=None,
+                    help="seconds the whole notebook may run; past it the running cell is "
+                         "interrupted and the HTML holds what ran")
+    args = ap.parse_args(argv)
+
+    if args.cmd in ("run", "demo"):
+        return _cmd_run(args)
+    if args.cmd == "view":
+        from nbtools.results.history import History
+        from nbtools.analysis.summary import refresh_analysis
+        _need_folder(args.folder, "history folder", must_exist=True)
+        _need_writable_parent(args.html)
+        h = History.load(args.folder)
+        for r in h:      # histories saved by older versions get today's columns
+            refresh_analysis(r)
+        for name, why in h.damaged:   # listed, never in the way of the other runs
+            print(f"damaged run folder {name}: {why}", file=sys.stderr)
+        if not len(h):
+            print(f"no runs in {args.folder}", file=sys.stderr)
+            return 1
+        print(format_table(h.runs))
+        print(TABLE_LEGEND)
+        if args.html:
+            _write_html(args.html, h.runs)
+        return 0
+    if args.cmd == "notebooks":
+        from nbtools.cli.tutorials import copy_tutorials, describe_copy
+        _need_folder(args.folder, "notebooks folder", must_exist=False)
+        print(describe_copy(args.folder, copy_tutorials(args.folder, force=args.force)))
+        return 0
+    if args.cmd == "kernel":
+        from nbtools.cli.kernelspec import install
+        print(f"installed kernel spec in {install(user=args.user)} (runs {sys.executable})")
+        return 0
+    if args.cmd == "export":
+        from nbtools.common.extras import require
+        require("nbclient", "nbconvert", "nbformat", why="`nbtools export`")
+        from nbtools.report.notebook import NotebookStopped, export_notebook
+        _check_notebook(args.notebook)
+        _need_writable_parent(args.output)
+        _need_writable_parent(args.save_ipynb)
+        try:
+            out = export_notebook(args.notebook, args.output, execute_first=not args.no_execute,
+                                  parameters=_parse_params(args.param),
+                                  timeout=args.cell_timeout, deadline_s=args.deadline,
+                                  save_ipynb=args.save_ipynb)
+        except NotebookStopped as e:
+            print(f"{e}\nwrote what ran to {e.output}", file=sys.stderr)
+            return 1
+        print(f"wrote {out}")
+        return 0
+    return 0
+
+
+class UserError(Exception):
+    """Bad input the user can fix from its one-line message."""
+
+
+def _user_errors() -> tuple:
+    from nbtools.common.extras import MissingExtra
+    return (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
+            PermissionError, FileExistsError, MissingExtra)
+
+
+def _need_folder(path, what: str, must_exist: bool) -> None:
+    from pathlib import Path
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise UserError(f"{path}: is a file, not a {what}")
+    if must_exist and not p.exists():
+        raise UserError(f"{path}: no such {what}")
+
+
+def _need_writable_parent(path) -> None:
+    """Checked before any work: a report path in a missing folder would otherwise fail only
+    after the whole sweep or notebook ran."""
+    if not path:
+        return
+    from pathlib import Path
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise UserError(f"{path}: is a folder; give a file name")
+    if not p.parent.is_dir():
+        raise UserError(f"{path}: folder {p.parent} does not exist")
+
+
+def _check_notebook(path) -> None:
+    import json
+    from pathlib import Path
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{path}: no such notebook")
+    if p.is_dir():
+        raise UserError(f"{path}: is a folder, not a notebook (.ipynb)")
+    import nbformat
+    try:
+        nbformat.validate(nbformat.read(str(p), as_version=4))
+    except (json.JSONDecodeError, UnicodeDecodeError, nbformat.reader.NotJSONError) as e:
+        raise UserError(f"{path}: not a notebook (not notebook JSON: {_one_line(e)[:120]})") from None
+    except (nbformat.ValidationError, KeyError, AttributeError, TypeError) as e:
+        raise UserError(f"{path}: not a valid notebook ({_one_line(e)[:160]})") from None
+
+
+def _parse_params(items) -> dict:
+    import ast
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise ConfigError(f"--param {item!r}: write NAME=VALUE, e.g. -p SMALL=True")
+        try:
+            out[name.strip()] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise ConfigError(f"--param {item!r}: {value!r} is not a Python literal; quote "
+                              f"strings: -p {name.strip()}='\"{value}\"'") from None
+    return out
+
+
+def _cmd_run(args) -> int:
+    from nbtools.lab.lab import Lab
+    _need_folder(args.history, "history folder", must_exist=False)
+    _need_writable_parent(args.html)
+    if args.cmd == "run":
+        values = {k: getattr(args, k) for k in _FIELDS if getattr(args, k) is not None}
+        cfgs = sweep(values)                       # validate everything before starting engines
+        if args.repeats < 1:
+            print(f"--repeats {args.repeats}: give a whole number >= 1", file=sys.stderr)
+            return 2
+        cfgs = cfgs * args.repeats                 # in rounds: drift spreads over every config
+    t = time.perf_counter()
+    with Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,
+             echo=not args.quiet, compile_cache=args.compile_cache) as lab:
+        print(f"lab: {lab.world_size} ranks on {lab.device_type} "
+              f"({lab.infos[0]['device_name']}), up in {time.perf_counter() - t:.1f} s", flush=True)
+        if args.cmd == "demo":
+            cfgs = demo_configs(lab.device_type)
+        runs = _run_all(lab, cfgs)
+    print()
+    print(format_table(runs))
+    print(TABLE_LEGEND)
+    if getattr(args, "repeats", 1) > 1:
+        from nbtools.lab.sweeps import spread
+        print("\nstep_ms of the slowest rank over identical runs:")
+        print(spread(runs).round(3).to_string(index=False))
+    if args.html:
+        _write_html(args.html, runs)
+    return 0 if all(r.ok for r in runs) else 1
+
+
+def _write_html(path, runs) -> None:
+    from nbtools.report.html import export_html
+    out = export_html(path, runs, notes="Written by `python -m nbtools`.")
+    print(f"report: {out}")
+
+
+_USER_ERRORS = _user_errors()
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The tutorials outside the repository: `python -m nbtools notebooks [DIR]` copies them
+(with the docs they link to) into a folder of the user's, and `python -m nbtools lab` opens
+them in JupyterLab, from a clone or from an installed package."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from nbtools.common import package_data as pd_
+from nbtools.common.extras import MissingExtra, require
+
+DEFAULT_DIR = "nbtools-notebooks"
+# What we last wrote into a folder (name -> sha256): a file still matching it is ours to
+# update; one that differs was edited by the user and is kept unless --force.
+MANIFEST = ".nbtools-tutorials.json"
+
+
+def _shipped() -> dict[str, bytes]:
+    """relative path -> bytes, as they should appear in the user's folder. In the package the
+    notebooks sit beside docs/, in the repository one level below it, so their `../docs/`
+    links become `docs/`."""
+    files = {}
+    for nb in pd_.notebooks():
+        files[nb.name] = nb.read_bytes().replace(b"](../docs/", b"](docs/")
+    for doc in pd_.docs():
+        files[f"docs/{doc.name}"] = doc.read_bytes()
+    return files
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def copy_tutorials(dest, force: bool = False) -> list[tuple[str, str]]:
+    """Copy the tutorials into ``dest``. Returns (relative path, what happened) per file:
+    copied | updated | unchanged | kept (edited) | overwritten (edited, force)."""
+    dest = Path(dest).expanduser()
+    if dest.exists() and not dest.is_dir():
+        raise NotADirectoryError(f"{dest} is a file, not a folder; give a folder for the notebooks")
+    dest.mkdir(parents=True, exist_ok=True)
+    man_path = dest / MANIFEST
+    try:
+        manifest = json.loads(man_path.read_text()) if man_path.exists() else {}
+    except ValueError:
+        manifest = {}
+    done = []
+    for rel, data in _shipped().items():
+        target = dest / rel
+        want = _sha(data)
+        if not target.exists():
+            action = "copied"
+        else:
+            have = _sha(target.read_bytes())
+            if have == want:
+                done.append((rel, "unchanged"))
+                manifest[rel] = want
+                continue
+            if manifest.get(rel) == have:
+                action = "updated"          # our earlier copy, untouched since
+            elif force:
+                action = "overwritten (edited, --force)"
+            else:
+                done.append((rel, "kept: edited since it was copied (--force overwrites it)"))
+                continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        manifest[rel] = want
+        done.append((rel, action))
+    man_path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    return done
+
+
+def describe_copy(dest, done) -> str:
+    n_nb = sum(1 for rel, _ in done if rel.endswith(".ipynb"))
+    counts = {}
+    for _, action in done:
+        key = action.split(":")[0].split(" (")[0]
+        counts[key] = counts.get(key, 0) + 1
+    lines = [f"{n_nb} tutorial notebooks in {Path(dest).expanduser().resolve()} ("
+             + ", ".join(f"{v} {k}" for k, v in counts.items()) + ")"]
+    lines += [f"  {rel}: {action}" for rel, action in done if action.startswith(("kept", "over"))]
+    return "\n".join(lines)
+
+
+LAB_HELP = f"""usage: python -m nbtools lab [--notebooks-dir DIR] [JUPYTER LAB OPTIONS...]
+
+Open JupyterLab on the tutorial notebooks, on the torch-nbtools kernel of this interpreter
+({sys.executable}).
+
+From a clone (or an editable install) it serves the repository, so the notebooks' links to
+docs/ work. From an installed package it first copies the tutorials into DIR (default
+./{DEFAULT_DIR}; copies you edited are kept) and serves that folder.
+
+Every other option goes to `jupyter lab` as written, e.g. --no-browser, --port 8899,
+--ServerApp.token=... (see `jupyter lab --help`). Needs the [lab] extra:
+pip install 'torch-nbtools[lab]'."""
+
+
+def lab_main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(LAB_HELP)
+        try:
+            require("jupyterlab", why="`nbtools lab`")
+        except MissingExtra as e:
+            print(f"\nnote: {e}")
+        return 0
+    argv, dest = _pop_option(argv, "--notebooks-dir")
+    require("jupyterlab", "ipywidgets", "jupyter_bokeh", why="`nbtools lab`")
+    root = pd_.source_checkout()
+    first = pd_.notebooks()[0].name          # 00-quickstart: the teaching order's start
+    if root is not None:
+        first = f"notebooks/{first}"
+        print(f"serving the clone at {root}")
+    else:
+        root = Path(dest or DEFAULT_DIR).expanduser().resolve()
+        print(describe_copy(root, copy_tutorials(root)))
+    _ensure_kernel()
+    # -m jupyterlab, not the `jupyter` launcher: that one looks for a jupyter-lab script on
+    # PATH, which may belong to another environment or be missing
+    cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root}",
+           f"--LabApp.default_url=/lab/tree/{first}", *argv]
+    print(f"starting JupyterLab ({sys.executable} -m jupyterlab) on {root}", flush=True)
+    if os.name == "posix":      # become jupyter: Ctrl-C and signals reach it directly
+        os.execv(sys.executable, cmd)
+    return subprocess.call(cmd)
+
+
+def _pop_option(argv, name):
+    out, value, it = [], None, iter(argv)
+    for a in it:
+        if a == name:
+            value = next(it, None)
+            if value is None:
+                raise ValueError(f"{name} needs a folder")
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+        else:
+            out.append(a)
+    return out, value
+
+
+def _ensure_kernel() -> None:
+    """The notebooks ask for the torch-nbtools kernel: install it for this interpreter when
+    Jupyter does not know it yet (never replacing one the user installed)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    try:
+        spec = KernelSpecManager().get_kernel_spec(pd_.KERNEL_NAME)
+        if spec.argv and os.path.realpath(spec.argv[0]) != os.path.realpath(sys.executable):
+            print(f"note: the {pd_.KERNEL_NAME} kernel runs {spec.argv[0]}, not this interpreter; "
+                  f"`{sys.executable} -m nbtools kernel install` points it here")
+    except NoSuchKernel:
+        from nbtools.cli.kernelspec import install
+        print(f"installed the {pd_.KERNEL_NAME} kernel in {install()}")

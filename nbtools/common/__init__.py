@@ -1,0 +1,1 @@
+"""Used by every room; imports none of them."""

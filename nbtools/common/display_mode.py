@@ -1,0 +1,10 @@
+"""Whether figures and progress show live (widgets in a kernel) or static (inline HTML, what
+an offline export needs: widget JS would otherwise come from a CDN). ``NBTOOLS_STATIC=1``
+selects static; the notebook exporter sets it."""
+from __future__ import annotations
+
+import os
+
+
+def static_mode() -> bool:
+    return os.environ.get("NBTOOLS_STATIC", "") not in ("", "0")

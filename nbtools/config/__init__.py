@@ -1,0 +1,1 @@
+"""What crosses from the notebook to the engines: StepConfig, Workload, the scenarios' specs. No torch at import."""

@@ -1,0 +1,398 @@
+"""StepConfig: the one thing that crosses from the notebook to the engines.
+
+Validation happens here, on the client, before anything is dispatched: a combination that
+cannot work raises ConfigError naming the fields and what to do instead. The few checks
+that depend on the hardware (CUDA graphs on CPU ranks) run in ``StepConfig.check_device``,
+which the Lab calls with the device its engines report.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import operator
+import reprlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Optional
+
+from nbtools.config.scenarios import SCENARIOS, scenario_spec
+
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# Modes under which inductor itself captures CUDA graphs (cudagraph trees).
+CAPTURING_MODES = ("reduce-overhead", "max-autotune")
+BACKENDS = ("inductor", "aot_eager", "eager", "cudagraphs")
+DYNAMIC = ("auto", "static", "dynamic", "mark")
+AUTOCAST = ("off", "bf16", "fp16")
+AUTOCAST_SCOPES = ("forward", "forward+loss", "step")
+CUDAGRAPH = ("off", "manual")
+PARALLEL = ("none", "ddp", "fsdp2", "tp")
+CACHE_POLICIES = ("fresh", "continue")
+DDP_WRAP = ("compile-inside", "compile-outside")
+OPTIMIZE_DDP = ("ddp_optimizer", "python_reducer", "off")
+FSDP_COMPILE = ("per-block", "whole")
+SEQ_SCHEDULES = ("fixed", "varying", "bucketed")
+CAPTURE = ("full", "light", "off")
+SIZES = ("auto", "small", "large")
+
+
+class ConfigError(ValueError):
+    """A StepConfig that cannot run; the message names the fields and the fix."""
+
+
+# Field -> allowed strings (None: any string). Every field has exactly one of the three
+# kinds below; _OPTIONAL ones may also be None (the scenario's default).
+_CHOICES = {"scenario": None, "compile": COMPILE_MODES, "backend": BACKENDS, "dynamic": DYNAMIC,
+            "autocast": AUTOCAST, "autocast_scope": AUTOCAST_SCOPES, "cudagraph": CUDAGRAPH,
+            "parallel": PARALLEL, "cache": CACHE_POLICIES, "ddp_wrap": DDP_WRAP,
+            "optimize_ddp": OPTIMIZE_DDP, "fsdp_compile": FSDP_COMPILE,
+            "seq_schedule": SEQ_SCHEDULES, "size": SIZES, "capture": CAPTURE}
+_BOOLS = ("fullgraph", "reshard_after_forward", "check", "torch_trace")
+# Bounds: generous for any real job, finite so a typo (an extra 000, a seed from the wrong
+# variable) is caught here and not as an overflow or an hour-long run on the engines.
+_INTS = {"warmup": (0, 100_000), "steps": (1, 1_000_000), "profiled": (0, 1_000),
+         "batch": (1, 1 << 20), "seq_len": (1, 1 << 20), "seed": (0, 2**32 - 1)}
+_OPTIONAL = frozenset({"parallel", "seq_schedule", "batch", "seq_len"})
+_WHY_BOUND = {
+    "steps": " (steps=0 would measure nothing)",
+    # scenarios.py seeds step i with seed * 1_000_003 + i, which must stay within the 64 bits
+    # torch.manual_seed takes; 2**32 - 1 is also numpy.random.seed's limit.
+    "seed": " (each step is seeded with seed * 1_000_003 + step, which torch.manual_seed "
+            "must accept)",
+    "profiled": " (every profiled step's events travel to the notebook and the timeline; "
+                "0 turns the timeline off)",
+}
+
+
+def _show(value) -> str:
+    """A bounded repr for messages: a user may pass a million-element array or an object
+    whose repr fails."""
+    try:
+        return reprlib.repr(value)
+    except Exception:   # noqa: BLE001 - a broken __repr__ must not hide the real error
+        return f"<{type(value).__name__}>"
+
+
+def _as_str(name: str, value, allowed, optional: bool):
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        none = " or None" if optional else ""
+        what = "a name (str)" if allowed is None else f"one of {', '.join(map(repr, allowed))}"
+        raise ConfigError(f"{name}={_show(value)} is a {type(value).__name__}; give {what}{none}")
+    if allowed is not None and value not in allowed:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
+    return str(value)   # numpy.str_ -> str, so the config pickles and compares as plain data
+
+
+def _as_bool(name: str, value) -> bool:
+    # Only a real boolean: "no", 0/1 or [1] would otherwise count by truthiness ("no" is True).
+    if isinstance(value, bool):
+        return value
+    if getattr(getattr(value, "dtype", None), "kind", None) == "b" \
+            and getattr(value, "shape", None) == ():
+        return bool(value)   # numpy.bool_ (e.g. read from a DataFrame of a sweep)
+    raise ConfigError(f"{name}={_show(value)} is a {type(value).__name__}; give True or False")
+
+
+def _as_int(name: str, value, low: int, high: int, optional: bool):
+    """A whole number in [low, high]. numpy integers (np.int64(8) out of a DataFrame or an
+    arange) are what a user means by an int and are accepted as int; floats (8.0), strings
+    and booleans are not: the config would silently differ from what was typed."""
+    if value is None and optional:
+        return None
+    dtype = getattr(value, "dtype", None)
+    v = None
+    if not isinstance(value, bool) and (dtype is None or (
+            getattr(dtype, "kind", "") in ("i", "u") and getattr(value, "shape", None) == ())):
+        try:
+            v = operator.index(value)
+        except Exception:  # noqa: BLE001 - a user type's __index__ may raise anything
+            pass
+    none = " or None" if optional else ""
+    if v is None:
+        raise ConfigError(f"{name}={_show(value)} is a {type(value).__name__}; give a whole "
+                          f"number from {low} to {high:,}{none}")
+    if not low <= v <= high:
+        why = _WHY_BOUND.get(name, "")
+        raise ConfigError(f"{name}={v} is out of range: give a whole number from {low} to "
+                          f"{high:,}{none}{why}")
+    return int(v)
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """What one distributed step looks like. Frozen and picklable; compare with ``diff``."""
+
+    scenario: str = "tp-mlp-infer"
+    """Workload: model, inputs and step. See ``nbtools.config.scenarios.SCENARIOS``."""
+
+    compile: str = "off"
+    """torch.compile mode; ``off`` runs eagerly. reduce-overhead and max-autotune also make
+    inductor capture CUDA graphs (cudagraph trees) on GPU."""
+
+    backend: str = "inductor"
+    """torch.compile backend. A ``compile`` mode other than default applies to inductor only."""
+
+    fullgraph: bool = False
+    """Make a graph break an error instead of a split."""
+
+    dynamic: str = "auto"
+    """Shape policy: auto (PyTorch's automatic dynamic), static (dynamic=False: recompile per
+    shape), dynamic (dynamic=True), mark (mark_dynamic on the batch/sequence dimension)."""
+
+    autocast: str = "off"
+    """Autocast dtype: off, bf16 or fp16."""
+
+    autocast_scope: str = "forward"
+    """What autocast wraps: forward, forward+loss, or step (backward inside too)."""
+
+    cudagraph: str = "off"
+    """``manual``: our own torch.cuda.CUDAGraph capture of the step (GPU only). The
+    compiler's own graphs come with ``compile``'s mode, not with this field."""
+
+    parallel: Optional[str] = None
+    """none | ddp | fsdp2 | tp. None takes the scenario's default strategy."""
+
+    cache: str = "fresh"
+    """Compile caches across runs: fresh (reset when the config changes, so each config is
+    measured on its own) or continue (keep them: recompiles and limits as a long job sees)."""
+
+    ddp_wrap: str = "compile-inside"
+    """For DDP: compile-inside is DDP(torch.compile(m)); compile-outside is
+    torch.compile(DDP(m)), which compiles nothing on torch 2.11-2.13 (the run shows 0 graphs)."""
+
+    optimize_ddp: str = "ddp_optimizer"
+    """torch._dynamo.config.optimize_ddp: ddp_optimizer (a graph per bucket), python_reducer
+    (compiled autograd traces the reducer), off (one graph; all-reduces after backward)."""
+
+    reshard_after_forward: bool = True
+    """For FSDP2: free each block's all-gathered parameters after its forward (True: less
+    memory, gathered again for backward) or keep them until backward (False)."""
+
+    fsdp_compile: str = "per-block"
+    """For FSDP2 with compile on: per-block compiles each block, then fully_shard per block
+    (torchtitan's order); whole shards first, then compiles the whole model in one call."""
+
+    batch: Optional[int] = None
+    """Batch size; None takes the scenario's default for the device."""
+
+    seq_len: Optional[int] = None
+    """Sequence length (the maximum for varying/bucketed); None: the scenario's default."""
+
+    seq_schedule: Optional[str] = None
+    """fixed, varying (a new length each step), or bucketed (varying, padded up to buckets).
+    None takes the scenario's default (varying for varlen-train, else fixed)."""
+
+    size: str = "auto"
+    """Model size: small (CPU tests), large (GPU), auto (small on CPU, large on GPU)."""
+
+    warmup: int = 3
+    """Warm-up steps before measuring (compiles happen here)."""
+
+    steps: int = 10
+    """Measured steps, timed without the profiler."""
+
+    profiled: int = 3
+    """Steps run under the profiler after the measured ones (0: no timeline)."""
+
+    capture: str = "full"
+    """full: torch.profiler + NVTX over the profiled steps; light: CUDA-event step times and
+    NVTX ranges only; off: no capture."""
+
+    check: bool = False
+    """Compare the first step's output with an eager run on the same inputs."""
+
+    torch_trace: bool = False
+    """Write a TORCH_TRACE folder per rank (open with tlparse)."""
+
+    seed: int = 0
+    """Seed for weights and inputs; identical on every rank unless the scenario shards."""
+
+    def __post_init__(self):
+        # The one place a StepConfig is checked (the constructor, replace and from_dict all
+        # come here): every field's type and range first, so the cross-field rules below
+        # only ever see well-typed values.
+        for name, allowed in _CHOICES.items():
+            v = _as_str(name, getattr(self, name), allowed, optional=name in _OPTIONAL)
+            object.__setattr__(self, name, v)
+        if self.scenario != "custom" and self.scenario not in SCENARIOS:
+            raise ConfigError(
+                f"scenario={self.scenario!r} is unknown; use one of {', '.join(SCENARIOS)} "
+                "or lab.run(my_step_fn, cfg) for your own step")
+        for name in _BOOLS:
+            object.__setattr__(self, name, _as_bool(name, getattr(self, name)))
+        for name, (low, high) in _INTS.items():
+            object.__setattr__(self, name, _as_int(name, getattr(self, name), low, high,
+                                                   optional=name in _OPTIONAL))
+        self._check_combination()
+
+    # -- cross-field rules -------------------------------------------------------------
+    def _check_combination(self) -> None:
+        spec = scenario_spec(self.scenario)
+        if self.compile == "off":
+            if self.backend != "inductor":
+                raise ConfigError(
+                    f"backend={self.backend!r} with compile='off': nothing is compiled, so the "
+                    "backend would be ignored. Set compile='default' to use that backend.")
+        elif self.backend != "inductor" and self.compile != "default":
+            raise ConfigError(
+                f"compile={self.compile!r} is an inductor mode but backend={self.backend!r}; "
+                "torch.compile would ignore the mode. Use compile='default' with this backend, "
+                "or backend='inductor'.")
+        if self.cudagraph == "manual":
+            if self.compile in CAPTURING_MODES:
+                raise ConfigError(
+                    f"cudagraph='manual' with compile={self.compile!r}: that mode already "
+                    "captures CUDA graphs (cudagraph trees). Use compile='default' or "
+                    "'max-autotune-no-cudagraphs' with manual capture, or cudagraph='off'.")
+            if self.backend == "cudagraphs" and self.compile != "off":
+                raise ConfigError("cudagraph='manual' with backend='cudagraphs' captures twice; "
+                                  "pick one.")
+            if self.resolved_schedule != "fixed":
+                raise ConfigError(
+                    f"cudagraph='manual' with seq_schedule={self.resolved_schedule!r}: a captured "
+                    "graph replays fixed shapes. Use seq_schedule='fixed'.")
+            if self.dynamic != "auto":
+                raise ConfigError("cudagraph='manual' replays one shape: leave dynamic='auto'.")
+        if self.autocast == "off" and self.autocast_scope != "forward":
+            raise ConfigError(
+                f"autocast_scope={self.autocast_scope!r} with autocast='off' would be ignored; "
+                "pick an autocast dtype or leave the scope at 'forward'.")
+        if not spec.train and self.autocast_scope != "forward":
+            raise ConfigError(
+                f"autocast_scope={self.autocast_scope!r}: {self.scenario} is inference (no "
+                "loss, no backward); use autocast_scope='forward'.")
+        par = self.resolved_parallel
+        if self.scenario != "custom" and par not in spec.parallel:
+            raise ConfigError(
+                f"parallel={par!r} is not supported by scenario {self.scenario!r}; it supports "
+                f"{', '.join(spec.parallel)}.")
+        if par != "ddp":
+            if self.ddp_wrap != "compile-inside":
+                raise ConfigError(f"ddp_wrap={self.ddp_wrap!r} applies to parallel='ddp' only.")
+            if self.optimize_ddp != "ddp_optimizer":
+                raise ConfigError(f"optimize_ddp={self.optimize_ddp!r} applies to parallel='ddp' only.")
+        elif self.compile == "off":
+            if self.ddp_wrap != "compile-inside" or self.optimize_ddp != "ddp_optimizer":
+                raise ConfigError("ddp_wrap / optimize_ddp choose how DDP is compiled; with "
+                                  "compile='off' they would be ignored. Turn compile on.")
+        if par != "fsdp2" and (not self.reshard_after_forward or self.fsdp_compile != "per-block"):
+            raise ConfigError("reshard_after_forward / fsdp_compile apply to parallel='fsdp2' "
+                              f"only (this config runs {par!r}).")
+        if par == "fsdp2" and self.compile == "off" and self.fsdp_compile != "per-block":
+            raise ConfigError(f"fsdp_compile={self.fsdp_compile!r} chooses what is compiled; "
+                              "with compile='off' it would be ignored. Turn compile on.")
+        if par in ("ddp", "fsdp2") and self.cudagraph == "manual":
+            raise ConfigError(
+                f"cudagraph='manual' with parallel={par!r}: capturing a {par} training step needs "
+                "static graphs, eager warm-up on a side stream and async NCCL error handling off, "
+                "which the lab cannot guarantee. Use compile='reduce-overhead' or parallel='none'/'tp'.")
+        if self.optimize_ddp == "python_reducer" and self.ddp_wrap != "compile-inside":
+            raise ConfigError("optimize_ddp='python_reducer' needs ddp_wrap='compile-inside'.")
+        if self.seq_schedule not in (None, "fixed") and not spec.sequence:
+            raise ConfigError(
+                f"seq_schedule={self.seq_schedule!r}: {self.scenario} has no sequence dimension; "
+                "use varlen-train or fsdp2-train.")
+        if self.seq_len is not None and not spec.sequence:
+            raise ConfigError(f"seq_len is set but {self.scenario} has no sequence dimension.")
+        if self.compile == "off":
+            if self.fullgraph:
+                raise ConfigError("fullgraph=True with compile='off' would be ignored; turn compile on.")
+            if self.dynamic != "auto":
+                raise ConfigError(f"dynamic={self.dynamic!r} with compile='off' would be ignored; "
+                                  "turn compile on (dynamic shapes are a compiler setting).")
+
+    # -- derived -----------------------------------------------------------------------
+    @property
+    def resolved_parallel(self) -> str:
+        if self.parallel is not None:
+            return self.parallel
+        if self.scenario == "custom":
+            return "none"
+        return scenario_spec(self.scenario).parallel[0]
+
+    @property
+    def resolved_schedule(self) -> str:
+        if self.seq_schedule is not None:
+            return self.seq_schedule
+        return scenario_spec(self.scenario).schedule
+
+    @property
+    def compiled(self) -> bool:
+        return self.compile != "off"
+
+    def check_device(self, device_type: str) -> None:
+        """Rules that need to know the ranks' device ('cuda' or 'cpu')."""
+        if device_type == "cuda":
+            return
+        if self.cudagraph == "manual":
+            raise ConfigError("cudagraph='manual' needs CUDA; these ranks run on CPU. "
+                              "Set cudagraph='off'.")
+        if self.compile != "off" and self.backend == "cudagraphs":
+            raise ConfigError("backend='cudagraphs' needs CUDA; these ranks run on CPU.")
+        if self.autocast == "fp16":
+            raise ConfigError("autocast='fp16' on CPU ranks: CPU autocast supports bf16; use "
+                              "autocast='bf16'.")
+
+    def unused_on(self, device_type: str) -> tuple[str, ...]:
+        """Fields whose effect does not exist on this device (reported with the run)."""
+        out = []
+        if device_type != "cuda" and self.compile in CAPTURING_MODES:
+            out.append(f"compile={self.compile}: inductor captures no CUDA graphs on CPU")
+        return tuple(out)
+
+    def replace(self, **changes) -> "StepConfig":
+        return dataclasses.replace(self, **_refuse_unknown("StepConfig.replace", changes))
+
+    def diff(self, other: "StepConfig") -> dict:
+        """{field: (self value, other value)} for fields that differ."""
+        return {f.name: (getattr(self, f.name), getattr(other, f.name))
+                for f in dataclasses.fields(self)
+                if getattr(self, f.name) != getattr(other, f.name)}
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d) -> "StepConfig":
+        """The inverse of ``to_dict`` (a run.json's ``config``)."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"StepConfig.from_dict expects a dict of field -> value (what "
+                              f"to_dict() gives), got a {type(d).__name__}: {_show(d)}")
+        return cls(**_refuse_unknown("StepConfig.from_dict", d))
+
+    def label(self) -> str:
+        """Short human label: only what differs from the defaults."""
+        base = StepConfig(scenario=self.scenario)
+        parts = [self.scenario] + [f"{k}={v[1]}" for k, v in base.diff(self).items()
+                                   if k not in ("scenario",)]
+        return " ".join(parts)
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(StepConfig))
+
+
+def _refuse_unknown(where: str, changes: Mapping) -> dict:
+    """ConfigError for names that are not fields (a typo would otherwise be a TypeError
+    from the generated __init__, naming no fix)."""
+    bad = [k for k in changes if not isinstance(k, str) or k not in _FIELDS]
+    if bad:
+        hints = []
+        for k in bad:
+            close = difflib.get_close_matches(k, _FIELDS, 1) if isinstance(k, str) else []
+            hints.append(f"{_show(k)}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ConfigError(f"{where}: unknown StepConfig field(s) {', '.join(hints)}; the "
+                          f"fields are {', '.join(_FIELDS)}")
+    return dict(changes)
+
+
+def _checked_init(init):
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **_refuse_unknown("StepConfig", kwargs))
+    return __init__
+
+
+# StepConfig(colour=...) and cfg.replace(colour=...) both arrive here (replace calls the class).
+StepConfig.__init__ = _checked_init(StepConfig.__init__)

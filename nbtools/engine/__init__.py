@@ -1,0 +1,1 @@
+"""Runs on a rank (an ipyparallel engine): builds the workload, applies every toggle, runs and profiles the steps."""

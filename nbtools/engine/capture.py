@@ -1,0 +1,111 @@
+"""Engine side: run the warm-up, measured and profiled steps, time each one, and capture
+the profiled ones with torch.profiler (parsed here, on the engine, into compact columns)."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from nbtools.engine import progress
+from nbtools.analysis import tables
+from nbtools.engine.apply import range_ctx
+from nbtools.config.step_config import StepConfig
+
+_graphs_initialised = False
+
+
+def init_for_cuda_graphs() -> None:
+    """The profiler must be told before the first capture, or graph-replayed kernels go
+    missing from later profiles (pytorch #75504; gpt-fast does the same)."""
+    global _graphs_initialised
+    if not _graphs_initialised and torch.cuda.is_available():
+        try:
+            from torch.profiler._utils import _init_for_cuda_graphs
+            _init_for_cuda_graphs()
+        except Exception:  # private API: profiling still works, graphs may show fewer kernels
+            pass
+        _graphs_initialised = True
+
+
+def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict:
+    """Returns the steps table (wire form), the events table (wire form, profiled steps)
+    and timing numbers. Step i's inputs are made before its clock starts."""
+    cuda = device.type == "cuda"
+    if cuda:
+        init_for_cuda_graphs()
+    rows = dict(rank=[], step=[], phase=[], ts_ns=[], dur_ns=[])
+    plan = [("warmup", cfg.warmup), ("measured", cfg.steps)]
+    profiled = cfg.profiled if cfg.capture == "full" else 0
+    plan.append(("profiled", profiled))
+    i = 0
+    prof = None
+    windows = []
+    last = None
+    for phase, n in plan:
+        if n == 0:
+            continue
+        if phase == "profiled":
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if cuda:
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            prof = torch.profiler.profile(activities=acts)
+            prof.__enter__()
+        try:
+            for k in range(n):
+                progress.publish(progress.STEP_PHASE[phase], k + 1, n)
+                inputs, target = batch(i)
+                recorder.set_step(i)
+                t0 = time.time_ns()
+                if cuda:
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    e0.record()
+                    p0 = 0
+                else:
+                    p0 = time.perf_counter_ns()
+                with _step_range(cfg, i, phase):
+                    last = step(inputs, target)
+                if cuda:
+                    e1.record()
+                    e1.synchronize()
+                    dur = int(e0.elapsed_time(e1) * 1e6)
+                else:
+                    dur = time.perf_counter_ns() - p0
+                t1 = time.time_ns()
+                rows["rank"].append(rank)
+                rows["step"].append(i)
+                rows["phase"].append(phase)
+                rows["ts_ns"].append(t0)
+                rows["dur_ns"].append(dur)
+                if phase == "profiled":
+                    windows.append((i, t0, t1))
+                i += 1
+        finally:
+            if prof is not None and phase == "profiled":
+                prof.__exit__(None, None, None)
+        recorder.set_step(-1)
+    out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=_scalar(last))
+    if prof is not None:
+        from nbtools.trace.load import events_from_profiler
+        progress.publish("parse")
+        t = time.perf_counter()
+        out["events"] = events_from_profiler(prof, rank, windows)
+        out["parse_s"] = time.perf_counter() - t
+    return out
+
+
+def _step_range(cfg: StepConfig, i: int, phase: str):
+    if cfg.capture == "off":
+        import contextlib
+        return contextlib.nullcontext()
+    return range_ctx(f"nbtools/step {i}")
+
+
+def _scalar(v) -> float:
+    try:
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            return float(v.float().item())
+        if isinstance(v, torch.Tensor):
+            return float(v.float().abs().mean().item())
+    except Exception:
+        pass
+    return float("nan")

@@ -1,0 +1,119 @@
+"""An engine started by a Lab: dies with its client, and is warm before it is asked.
+
+``start()`` runs as the engine's startup command (ipyparallel's IPEngine.startup_command),
+before the engine has any work:
+- a watchdog thread polls the client's pid (passed as NBTOOLS_CLIENT_PID: ipyparallel may
+  launch engines through another process, so the parent is not necessarily the client)
+  and takes the engine and its children down when the client is gone. The client's guard
+  process (reaper.py) does the same from outside; this covers a guard that was killed too.
+- ``import torch`` (and torch._dynamo, which the lab's setup needs) starts in the
+  background, so it overlaps the engine's registration and the lab's other start-up steps
+  instead of following them (8 s on an H200 host), and a spare is warm when swapped in.
+Nothing here imports torch at module level, bokeh or ipywidgets.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+POLL_S = 0.5
+
+
+def start() -> None:
+    client = int(os.environ.get("NBTOOLS_CLIENT_PID", "0") or 0)
+    if client > 0:
+        threading.Thread(target=_watch, args=(client,), name="nbtools-client-watch",
+                         daemon=True).start()
+    if os.environ.get("NBTOOLS_WARM", "1") == "1":
+        global _WARM
+        _WARM = threading.Thread(target=_warm, name="nbtools-warm", daemon=True)
+        _WARM.start()
+
+
+_WARM = None
+
+
+def wait_warm(timeout: float = 300.0) -> bool:
+    """On the engine: block until the background imports are done."""
+    if _WARM is not None:
+        _WARM.join(timeout)
+    return _WARM is None or not _WARM.is_alive()
+
+
+def _warm() -> None:
+    try:
+        import torch  # noqa: F401
+        import torch.distributed  # noqa: F401
+        import torch._dynamo  # noqa: F401  (the compile recorder's setup needs it: seconds)
+        import torch.profiler  # noqa: F401
+        # the engine side of a run: a spare's first run then pays only for its model
+        from nbtools.engine import apply  # noqa: F401
+        from nbtools.engine import capture
+        from nbtools.engine import custom_step as custom
+        from nbtools.engine import runner as engine
+        from nbtools.engine import scenarios
+        from nbtools.trace import load as trace
+    except Exception:
+        pass    # the lab's own calls import it again and report the error there
+
+
+def client_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:    # a killed client whose parent has not reaped it yet is a zombie: gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _watch(pid: int) -> None:
+    while client_alive(pid):
+        time.sleep(POLL_S)
+    _die()
+
+
+def _die() -> None:
+    try:
+        import psutil
+        for child in psutil.Process().children(recursive=True):
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+    except Exception:
+        pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def describe_exit(returncode) -> str:
+    """Popen's return code as a person reads it: 'killed by SIGKILL', 'exit code 3'."""
+    if returncode is None:
+        return "exited (status unknown)"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}"
+    return f"exit code {returncode}"
+
+
+def controller_main() -> None:
+    """``python -m nbtools.engine.liveness ARGS``: ipyparallel's controller with the same watchdog
+    (it has no startup hook), killing its schedulers with it when the client is gone."""
+    import sys
+    start()
+    from ipyparallel.controller.app import main
+    sys.argv[0] = "ipcontroller"
+    main()
+
+
+if __name__ == "__main__":
+    controller_main()

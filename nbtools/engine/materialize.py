@@ -1,0 +1,107 @@
+"""A Workload made real on one rank: seeded, on the rank's device, as the ``Built`` state
+apply.py wraps, compiles and steps; and the pieces every workload's step shares (the tensor
+a model's output reports, the TP plan applied)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from nbtools.config.step_config import ConfigError, StepConfig
+from nbtools.config.workload import Workload
+
+
+def param_count(model) -> int:
+    """Parameters this rank holds (its shards under FSDP2 / TP)."""
+    return sum(getattr(p, "_local_tensor", p).numel() for p in model.parameters())
+
+
+@dataclass
+class Built:
+    """A Workload materialised on one rank: the module to wrap and compile, step i's inputs."""
+    model: Any
+    make_batch: Callable[[int], tuple]
+    """step index -> (inputs tuple, target or None), on the engine's device."""
+    loss_fn: Optional[Callable] = None
+    dynamic_dims: tuple = ()
+    items_per_step: float = 0
+    flops_per_step: float = 0.0
+    shapes: Callable[[int], str] = field(default=lambda i: "")
+    items_at: Optional[Callable[[int], float]] = None
+    blocks: Optional[Callable] = None
+    tp_plan: Any = None
+    optimizer: Optional[Callable] = None
+    name: str = ""
+
+    @property
+    def train(self) -> bool:
+        return self.loss_fn is not None
+
+
+def materialize(wl: Workload, cfg: StepConfig, device, model=None) -> Built:
+    """Build ``wl`` on this rank: seeded, on ``device``. With ``model`` (one this workload
+    built before), only the inputs are new: the engine keeps a model when just they change."""
+    import torch
+    if model is None:
+        torch.manual_seed(cfg.seed)
+        with torch.device(device):
+            model = wl.model()
+        if not isinstance(model, torch.nn.Module):
+            raise ConfigError(f"Workload.model() returned {type(model).__name__}; it must "
+                              "return a torch.nn.Module")
+        model = model.to(device)
+        if not wl.train:
+            model = model.eval().requires_grad_(False)
+
+    def make_batch(step):
+        got = wl.batch(step, device)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise ConfigError(f"Workload.batch({step}, device) returned {type(got).__name__}; "
+                              "it must return (inputs, target)")
+        inputs, target = got
+        inputs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
+        return tuple(_to(x, device) for x in inputs), _to(target, device)
+
+    items = wl.items
+    flops = wl.flops(model) if callable(wl.flops) else float(wl.flops)
+    return Built(model, make_batch, wl.loss, wl.dynamic_dims,
+                 items_per_step=0 if callable(items) else items, flops_per_step=flops,
+                 shapes=wl.shapes or (lambda i: _shape_text(make_batch(i)[0])),
+                 items_at=items if callable(items) else None, blocks=wl.blocks,
+                 tp_plan=wl.tp_plan, optimizer=wl.optimizer, name=wl.name)
+
+
+def _to(x, device):
+    return x.to(device) if hasattr(x, "to") and hasattr(x, "device") else x
+
+
+def _shape_text(inputs) -> str:
+    return " ".join(f"x{i}[{','.join(map(str, t.shape))}]" for i, t in enumerate(inputs)
+                    if hasattr(t, "shape"))
+
+
+def tp_parallelize(built: Built, mesh):
+    """Apply the tp_plan over ``mesh``: the same parallelize_module call for every model."""
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    plan = built.tp_plan
+    if callable(plan):
+        plan = plan(built.model, mesh)
+        if not isinstance(plan, dict):          # the callable parallelised the model itself
+            return plan if plan is not None else built.model
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    plan = {k: styles[v]() if isinstance(v, str) else v for k, v in plan.items()}
+    return parallelize_module(built.model, mesh, plan)
+
+
+def output_tensor(out):
+    """The tensor a step reports (and check compares) from a model's output: itself, or the
+    first tensor of a tuple / dict / transformers ModelOutput (its logits)."""
+    import torch
+    if isinstance(out, torch.Tensor):
+        return out
+    values = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            return v
+    raise TypeError(f"the model returned {type(out).__name__}, with no tensor to report; "
+                    "return a tensor, a tuple or a dict of tensors")

@@ -1,0 +1,1 @@
+"""Runs in the notebook (the client): Lab drives the engines, sweeps, progress while waiting."""

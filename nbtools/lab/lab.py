@@ -1,0 +1,516 @@
+"""Lab: ipyparallel engines, one per GPU (or n CPU ranks on gloo), joined in one
+torch.distributed job that stays up while the notebook toggles configs."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Optional
+
+from nbtools.engine import runner as engine
+from nbtools.lab import engine_output
+from nbtools.lab import placement
+from nbtools.lab import progress_view
+from nbtools.lab import reaper
+from nbtools.lab import recovery
+from nbtools.analysis import tables
+from nbtools.config.step_config import ConfigError, StepConfig
+from nbtools.results.history import History
+from nbtools.lab.pool import Pool
+from nbtools.results.run import Run
+from nbtools.lab.errors import LabClosed, RunFailed, RunTimeout  # noqa: F401  (users catch them here)
+
+
+# Kineto prints a USDT line at every profiler start/stop: not the user's output.
+_NOISE = ("USDT:",)
+_PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Connection reset",
+               "process group is broken", "NCCL communicator was aborted")
+
+
+class Lab:
+    """One engine per visible GPU; without GPUs, ``n`` CPU ranks (default 2) on gloo.
+
+    ``timeout`` bounds a run; ``pg_timeout`` is torch.distributed's collective timeout;
+    ``peer_grace`` is how long other ranks may still run after one rank failed before the
+    lab treats them as stuck in a collective and restarts the engines.
+    ``engines`` is any ipyparallel launcher name ("local", "mpi", "slurm", "ssh", ...);
+    ``cluster`` an existing ipyparallel Cluster or Client to use instead of starting one.
+    ``history`` is the folder runs are saved to as they complete.
+    ``spares`` keeps one warm engine per rank (started in the background, torch imported)
+    that replaces a dead, hung or interrupted rank's engine in about a second; without it
+    a replacement is started when needed (as slow as a start). Local engines only.
+    ``compile_cache`` is a folder for the ranks' inductor caches (``DIR/rank0``, ...) that
+    outlives the lab: a later lab given the same folder starts warm (FX graphs, Triton
+    kernels, autotuning results), which is what a max-autotune experiment needs between
+    sessions. Default: a new folder per lab, so a cold compile is measured cold. The
+    compile events' ``cache`` column says which compiles hit it.
+    ``progress``: while a run runs, show each rank's phase (start, warm-up/compile,
+    measured, profiled, parse) and step — a widget in Jupyter, lines on stderr elsewhere;
+    False for none, or a callable that gets the text (the panel's status line).
+    """
+    progress = True
+    closed = False
+
+    def __init__(self, n: Optional[int] = None, engines: str = "local", cluster=None,
+                 history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
+                 echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0,
+                 compile_cache=None, spares: bool = True):
+        self.engines, self.timeout, self.pg_timeout, self.echo = engines, timeout, pg_timeout, echo
+        self.peer_grace = peer_grace
+        self.start_timeout = start_timeout
+        self._external = cluster
+        self.history = History.load(history) if history else History(None)
+        self.compile_cache = _cache_folder(compile_cache)
+        self.workdir = Path(tempfile.mkdtemp(prefix="nbtools-lab-"))
+        self._guard = reaper.Guard()        # nothing the lab starts outlives this process
+        self._guard.folder(self.workdir)
+        self.spares, self.pool = spares, None
+        self._replace: set = set()          # ranks whose engines are swapped before the next run
+        self._n_requested = n
+        self.cluster = self.client = None
+        self.placements: list = []
+        self._pg_broken = False
+        try:
+            self._start()
+        except BaseException:
+            self._guard.close()     # a failed start takes its folders with it, at once
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def _start(self) -> None:
+        import ipyparallel as ipp
+        t0 = time.perf_counter()
+        try:
+            if self._external is not None:
+                self.client = self._external if isinstance(self._external, ipp.Client) \
+                    else self._external.connect_client_sync()
+                self.cluster = None if isinstance(self._external, ipp.Client) else self._external
+                ids = sorted(self.client.ids)
+            else:
+                ids = self._launch(ipp)
+            self._join(ids)
+            if self.pool is not None:
+                self.pool.fill_spares(max(p.local_world for p in self.placements))
+        except BaseException:
+            if self._external is None:      # a failed start leaves no process behind
+                self._stop(graceful=False)  # (an external cluster's engines are the user's)
+            raise
+        self.startup_s = time.perf_counter() - t0
+
+    def _launch(self, ipp) -> list:
+        """Controller and engines on this lab's own profile folder (inside workdir, so the
+        connection files and logs go with the lab); every process is told to the guard."""
+        n, gpus = self._count()
+        from nbtools.lab.launchers import EngineSetLauncher
+        local = self.engines == "local"
+        self.cluster = ipp.Cluster(n=0, engines=EngineSetLauncher if local else self.engines,
+                                   log_level=40,
+                                   cluster_id=f"nbtools-{uuid.uuid4().hex[:6]}",
+                                   profile_dir=str(self.workdir / "ipython"))
+        self.cluster.start_controller_sync(
+            controller_cmd=[sys.executable, "-m", "nbtools.engine.liveness"],
+            environment={"NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_WARM": "0"})
+        self._guard.watch(self.cluster.controller.pid)
+        if local:
+            threads = placement.threads_per_rank(os.cpu_count(), n) if not gpus else 0
+            self.pool = Pool(self.cluster, self._guard, gpus, threads, self.spares)
+            slots = [self.pool.launch(i) for i in range(n)]
+        else:
+            self.cluster.start_engines_sync(n=n)
+            for es in self.cluster.engines.values():   # the launcher's local process (mpiexec, ...)
+                if getattr(es, "pid", None):
+                    self._guard.watch(es.pid)
+        self.client = self.cluster.connect_client_sync()
+        self.client.wait_for_engines(n, timeout=self.start_timeout, interactive=False)
+        if self.pool is None:
+            return sorted(self.client.ids)
+        ids = [self.pool.await_engine(self.client, s, self.start_timeout) for s in slots]
+        if None in ids:
+            raise RuntimeError(f"{ids.count(None)} engine(s) did not register within "
+                               f"start_timeout={self.start_timeout:.0f} s")
+        return ids
+
+    def _count(self) -> tuple[int, list]:
+        """(ranks, GPU ids for local engines). GPUs are counted without initialising CUDA
+        in this process (the client needs no GPU)."""
+        gpus = _visible_gpus() if self.engines == "local" else []
+        n = self._n_requested or len(gpus) or 2
+        if gpus and n > len(gpus):
+            raise ConfigError(f"Lab(n={n}) but only {len(gpus)} GPUs are visible; one engine "
+                              "per GPU. Use n <= the GPU count.")
+        return n, gpus[:n]
+
+    def _join(self, ids) -> None:
+        """Ranks from what the engines report, then one process group over them. Also how
+        a healed lab rejoins: survivors leave their old group inside engine.setup."""
+        idents = self._on(ids, placement.identity)
+        self.placements = placement.assign(dict(zip(ids, idents)))
+        by_eid = {p.engine_id: p for p in self.placements}
+        self._on(ids, placement.pin, args_for=lambda e: (by_eid[e].local_rank,))
+        infos = self._on(ids, engine.info)
+        types = {i["device_type"] for i in infos}
+        if len(types) != 1:
+            raise RuntimeError(f"engines disagree on the device type: {types}; give every "
+                               "engine a GPU or none")
+        self.device_type = types.pop()
+        self.infos = {by_eid[e].rank: i for e, i in zip(ids, infos)}
+        self.rank_to_engine = {p.rank: p.engine_id for p in self.placements}
+        r0 = self.rank_to_engine[0]
+        addr = placement.master_addr(self.placements)
+        # rank 0 opens the store's socket on exactly that address (loopback on one host)
+        port = self.client[r0].apply_sync(engine.listen, addr)
+        world = len(self.placements)
+        cpus = {p.rank: self.infos[p.rank]["cpus"] for p in self.placements}
+        args = {p.engine_id: (p.rank, world, addr, port,
+                              placement.threads_per_rank(cpus[p.rank], p.local_world)
+                              if self.device_type == "cpu" else 0,
+                              str((self.compile_cache or self.workdir / "inductor-cache")
+                                  / f"rank{p.rank}"),
+                              self.pg_timeout) for p in self.placements}
+        self.setup_times = self._on(ids, engine.setup, args_for=lambda e: args[e],
+                                    timeout=self.start_timeout)
+        self.world_size = world
+
+    def _on(self, ids, fn, args_for=None, timeout=120.0) -> list:
+        """Call fn on every engine at once (collectives need all ranks inside together)."""
+        ars = [self.client[e].apply_async(fn, *(args_for(e) if args_for else ())) for e in ids]
+        return [ar.get(timeout=timeout) for ar in ars]
+
+    def restart(self) -> "Lab":
+        """Fresh engines, all of them (after a fault the lab swaps in spares by itself; this
+        is the full reset). History stays: it lives here and on disk."""
+        self._stop(graceful=False)
+        if self.closed:      # close() took the folder and the guard with it
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self._guard = reaper.Guard()
+            self._guard.folder(self.workdir)
+            self.closed = False
+        self._pg_broken = False
+        self._replace = set()
+        self._start()
+        return self
+
+    @property
+    def needs_restart(self) -> bool:
+        """True when the next run will restart every engine: a rank failed beyond repair
+        on engines this lab did not start (its own engines are swapped for spares)."""
+        return bool(self._replace) and self.pool is None
+
+    def close(self) -> None:
+        self.closed = True
+        self._stop(graceful=True)
+        # the guard removes the lab's folders: per-lab inductor caches (1.3 GB after one
+        # max-autotune run on H200) and ipyparallel's profile; a compile_cache folder is
+        # the user's and stays
+        self._guard.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _stop(self, graceful: bool) -> None:
+        """Every process this lab started goes at once (SIGKILL: there is nothing on an
+        engine to save, and its exit frees sockets and GPU memory), so close() does not grow
+        with the ranks as a graceful destroy of each rank's group did (20 s at 16 ranks).
+        Engines of an external cluster are not ours: they leave the group and stay."""
+        ext = self._external is not None
+        if self.client is not None and ext and graceful and not self.needs_restart:
+            try:
+                ars = [self.client[e].apply_async(engine.shutdown, 10.0)
+                       for e in self.rank_to_engine.values()]
+                for ar in ars:
+                    ar.get(timeout=15)
+            except Exception:
+                pass
+        elif self.client is not None and ext and not graceful:
+            self.client.shutdown(hub=False, block=False)  # external engines: ask them to go
+        if not ext:
+            reaper.kill(self._guard.pids)
+            self._guard.pids.clear()
+            if self.cluster is not None:
+                try:
+                    self.cluster.stop_cluster_sync()    # its processes are gone; its files
+                except Exception:
+                    pass
+        if self.client is not None and not ext:
+            self.client.close()
+        self.client = self.pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # -- runs ----------------------------------------------------------------------------
+    def run(self, fn_or_cfg=None, cfg: Optional[StepConfig] = None, *, timeout=None,
+            **changes) -> Run:
+        """lab.run(cfg), lab.run(workload, cfg), lab.run(my_step_fn, cfg) or
+        lab.run(cfg, compile="default"). Raises ConfigError before dispatch, RunFailed /
+        RunTimeout after (the run is kept in lab.history either way)."""
+        from nbtools.config.workload import Workload, check_step, to_payload
+        fn: Optional[Callable] = None
+        if isinstance(fn_or_cfg, Workload) or (callable(fn_or_cfg) and not isinstance(fn_or_cfg, StepConfig)):
+            fn = fn_or_cfg
+            cfg = cfg or StepConfig(scenario="custom")
+            if cfg.scenario != "custom":
+                cfg = cfg.replace(scenario="custom")
+        else:
+            cfg = fn_or_cfg if fn_or_cfg is not None else (cfg or StepConfig())
+        if not isinstance(cfg, StepConfig):
+            raise ConfigError(f"lab.run expects a StepConfig, got {type(cfg).__name__}")
+        if changes:
+            cfg = cfg.replace(**changes)
+        cfg.check_device(self.device_type)
+        if isinstance(fn, Workload):
+            fn.check(cfg)
+        elif fn is not None:
+            check_step(fn, cfg)
+        self._check_usable()
+        recovery.before_run(self)
+        run_id = uuid.uuid4().hex[:8]
+        t0 = time.time()
+        payload = to_payload(fn) if fn is not None else None
+        ars = {r: self.client[e].apply_async(engine.run, cfg, run_id, payload)
+               for r, e in sorted(self.rank_to_engine.items())}
+        try:
+            reports, unfinished = self._wait(ars, timeout or self.timeout, run_id)
+        except KeyboardInterrupt:
+            recovery.interrupted(self, cfg, run_id, t0, ars)
+            raise
+        run = self._assemble(cfg, run_id, t0, reports, unfinished)
+        self.history.add(run)
+        if unfinished:
+            self._replace |= set(unfinished)
+            raise RunTimeout(f"run {run_id}: rank(s) {sorted(unfinished)} did not finish within "
+                             f"{timeout or self.timeout:.0f} s (stuck in a collective?). "
+                             + _first_error(run) + "Their engines are replaced before the "
+                             "next run; the history is kept.", run)
+        if not run.ok:
+            self._pg_broken = True
+            raise RunFailed(f"run {run_id} failed: " + _first_error(run), run)
+        return run
+
+    def _check_usable(self) -> None:
+        """Say why the lab cannot run, truthfully: closed by the user, or stopped. (Engines
+        left stuck or dead by a run are healed by recovery.before_run, not refused.)"""
+        where = (f" (the history is kept in {self.history.folder}: Lab(history=...) loads it)"
+                 if self.history.folder is not None else "")
+        if self.closed:
+            raise LabClosed("this lab is closed (lab.close() stopped its engines); start a "
+                            "new one with lab = Lab()" + where + ", or lab.restart() for "
+                            "fresh engines in this one")
+        if self.client is None:
+            raise RuntimeError("the lab's engines are stopped; call lab.restart() for fresh "
+                               "ones (history is kept)")
+
+    def _wait(self, ars: dict, timeout: float, run_id: str = ""):
+        """Wait for every rank, up to the timeout. Once a rank has failed, the others get
+        ``peer_grace`` seconds (one second when its engine died): a rank still running then
+        is waiting in a collective for the failed one, and is reported as such (its engine
+        is replaced before the next run). A dead engine is seen from its exit status within
+        a poll, not when ipyparallel's heartbeats give up on it."""
+        deadline = time.monotonic() + timeout
+        shown = {r: [0, 0] for r in ars}
+        warned = {r: [] for r in ars}
+        failed_at, dead = None, {}
+        view = self._progress_view(ars, run_id)
+        while True:
+            dead.update(recovery.dead_ranks(self, ars, dead))
+            pending = [ar for r, ar in ars.items() if not ar.ready() and r not in dead]
+            self._echo(ars, shown, warned)
+            if view is not None:
+                view.update(progress_view.read(ars))
+            if not pending or time.monotonic() > deadline:
+                break
+            if failed_at is None and (dead or any(_failed(ar) for ar in ars.values() if ar.ready())):
+                failed_at = time.monotonic()
+            grace = min(self.peer_grace, recovery.DEAD_GRACE_S) if dead else self.peer_grace
+            if failed_at is not None and time.monotonic() - failed_at > grace:
+                break
+            self.client.wait(pending, timeout=0.2)
+        for ar in ars.values():   # output can trail the result on the iopub channel
+            if ar.ready():
+                try:
+                    ar.wait_for_output(1.0)
+                except Exception:
+                    pass
+        self._echo(ars, shown, warned)
+        dead.update(recovery.dead_ranks(self, ars, dead, finished_too=True))
+        if view is not None:
+            view.update(progress_view.read(ars))
+            done = all(ar.ready() or r in dead for r, ar in ars.items())
+            view.close("done" if done and not dead and not any(_failed(ar) for ar in ars.values())
+                       else "failed" if done or failed_at is not None else "timed out")
+        reports, waiting = {}, []
+        for r, ar in ars.items():
+            if r in dead:
+                reports[r] = dict(rank=r, status="failed", error_type="EngineDied",
+                                  error=f"rank {r}'s engine died: {dead[r]}")
+                continue
+            if not ar.ready():
+                waiting.append(r)
+                continue
+            try:
+                reports[r] = ar.get()
+            except Exception as e:  # the engine itself died (e.g. killed by a NCCL watchdog)
+                reports[r] = dict(rank=r, status="failed", error=f"engine error: {e}")
+                if "EngineError" in (getattr(e, "ename", None) or type(e).__name__):
+                    dead[r] = "reported by ipyparallel"
+        self._replace |= set(dead)
+        if failed_at is not None:
+            for r in waiting:
+                reports[r] = dict(rank=r, status="failed", error=(
+                    "stopped because a peer failed: still waiting (in a collective) "
+                    f"{grace:.0f} s after it; its engine is replaced"))
+            self._replace |= set(waiting)
+            waiting = []
+        if self.echo:
+            engine_output.show({r: warned[r] + engine_output.from_report(
+                reports.get(r, {}).get("warnings")) for r in ars})
+        return reports, waiting
+
+    def _progress_view(self, ars, run_id):
+        if not self.progress:
+            return None
+        sink = self.progress if callable(self.progress) else None
+        return progress_view.View(list(ars), run_id, sink=sink)
+
+    def _echo(self, ars, shown, warned=None) -> None:
+        """Engine output (prints, warnings, NCCL_DEBUG lines written to the fds) reaches the
+        notebook tagged by rank, as it arrives. c10's warning lines on stderr are set aside
+        in ``warned`` (rank -> lines) and shown folded after the run."""
+        if not self.echo:
+            return
+        for r, ar in ars.items():
+            for k, (stream, target) in enumerate(((ar.stdout, sys.stdout), (ar.stderr, sys.stderr))):
+                text = stream if isinstance(stream, str) else "".join(stream or [])
+                new = text[shown[r][k]:]
+                if "\n" in new:
+                    new = new[:new.rindex("\n") + 1]
+                    lines = [ln for ln in new.splitlines() if not ln.startswith(_NOISE)]
+                    if k == 1 and warned is not None:
+                        lines, w = engine_output.split(lines)
+                        warned[r].extend(w)
+                    target.write("".join(f"[rank {r}] {line}\n" for line in lines))
+                    shown[r][k] += len(new)
+
+    def _assemble(self, cfg, run_id, t0, reports, unfinished) -> Run:
+        from nbtools.analysis import summary as summ
+        from nbtools.analysis.compile_counts import divergence
+        ok = {r: rep for r, rep in reports.items() if rep.get("status") == "ok"}
+        steps = tables.concat([tables.from_wire(tables.STEP_COLUMNS, rep["steps"])
+                               for rep in ok.values() if "steps" in rep], tables.STEP_COLUMNS)
+        events = tables.concat([tables.from_wire(tables.EVENT_COLUMNS, rep["events"])
+                                for rep in ok.values() if "events" in rep], tables.EVENT_COLUMNS)
+        comp = tables.concat([tables.from_wire(tables.COMPILE_COLUMNS, rep["compile"]["columns"])
+                              for rep in ok.values() if rep.get("compile")], tables.COMPILE_COLUMNS)
+        errors = {r: rep.get("error", "") for r, rep in reports.items() if rep.get("status") != "ok"}
+        for r in unfinished:
+            errors[r] = f"did not finish within the run timeout (engine {self.rank_to_engine[r]})"
+        sm = summ.build(steps, events, comp, ok, cfg) if ok else None
+        div = divergence({r: rep["compile"].get("counts", {}) for r, rep in ok.items()
+                          if rep.get("compile")}) if len(ok) > 1 else None
+        env = dict(next(iter(ok.values()))["env"]) if ok else {}
+        env.update(world_size=self.world_size, hosts=sorted({p.host for p in self.placements}))
+        ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "compile_outcome",
+                                             "model_built_at",
+                                             "peak_mem_mb", "shapes", "engine_s", "parse_s",
+                                             "last_value", "unused", "warnings")}
+                 for r, rep in reports.items()}
+        import pandas as pd
+        rows = pd.DataFrame([row for r in sorted(ok) for row in ok[r].get("reports") or []])
+        run = Run(config=cfg, steps=steps, events=events, compile_events=comp, env=env,
+                  status="ok" if not errors else "failed", errors=errors, ranks=ranks,
+                  run_id=run_id, started=t0, reports=rows,
+                  torch_trace_logs={r: rep["torch_trace"] for r, rep in reports.items()
+                                    if rep.get("torch_trace")})
+        if sm is not None:
+            run.summary = sm
+            run.flags = summ.flags(sm, ok, cfg, div, events, comp)
+        if cfg.torch_trace:
+            from nbtools.results.torch_trace import missing_logs_flags
+            run.flags += missing_logs_flags(ok, run.torch_trace_logs)
+        return run
+
+    # -- conveniences ----------------------------------------------------------------------
+    def compare(self, a, b):
+        from nbtools.results.comparison import Comparison
+        return Comparison(self._resolve(a), self._resolve(b))
+
+    def _resolve(self, r) -> Run:
+        if isinstance(r, Run):
+            return r
+        return self.history[r]
+
+    def panel(self, cfg_or_workload=None, cfg: Optional[StepConfig] = None):
+        """The widgets, preset to ``cfg``: lab.panel(), lab.panel(cfg), or
+        lab.panel(workload[, cfg]) to toggle your own model (every run is
+        lab.run(workload, cfg)). In an export (NBTOOLS_STATIC) nothing could drive them:
+        the panel is its static summary and timeline instead."""
+        from nbtools.config.workload import Workload
+        from nbtools.results.views import view
+        workload = cfg_or_workload if isinstance(cfg_or_workload, Workload) else None
+        if workload is None:
+            cfg = cfg_or_workload or cfg
+        return view("lab.panel")(self, cfg, workload)
+
+    def __repr__(self):
+        return (f"<Lab {getattr(self, 'world_size', '?')} ranks on {getattr(self, 'device_type', '?')}"
+                f", {len(self.history)} runs"
+                + (f", compile cache {self.compile_cache}" if self.compile_cache else "") + ">")
+
+
+def _failed(ar) -> bool:
+    try:
+        return ar.get(0).get("status") != "ok"
+    except Exception:
+        return True
+
+
+def _first_error(run: Run) -> str:
+    """The root cause first: a rank whose error is its own, not a peer's abort."""
+    own = {r: e for r, e in run.errors.items() if not any(s in e for s in _PEER_SIGNS)}
+    pick = own or run.errors
+    if not pick:
+        return ""
+    r = min(pick)
+    others = sorted(set(run.errors) - {r})
+    tail = f" (rank(s) {others} stopped with it)" if others else ""
+    return f"rank {r}: {pick[r].splitlines()[0]}{tail}. "
+
+
+def _cache_folder(path) -> Optional[Path]:
+    if path is None:
+        return None
+    folder = Path(path).expanduser().resolve()
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"compile_cache={str(path)!r} is a file; give a folder (it gets one "
+                          "subfolder per rank)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"compile_cache={str(path)!r} cannot be created ({e}); give a "
+                          "writable folder") from None
+    return folder
+
+
+def _visible_gpus() -> list:
+    """GPU ids this client may hand out, honouring CUDA_VISIBLE_DEVICES, via nvidia-smi so
+    the client never initialises CUDA."""
+    import shutil
+    import subprocess
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout
+    except Exception:
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip().isdigit()]

@@ -1,0 +1,139 @@
+"""The engines a Lab starts on this host: launched with the client watchdog, watched
+for exit (code or signal, read from the launcher's own process handle), and kept one warm
+spare per rank so a fault costs a swap, not a restart.
+
+Engines started by other launchers (MPI, Slurm, SSH, an existing cluster) are not
+ours to replace: the lab restarts them the old way.
+"""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Optional
+
+from nbtools.engine import liveness
+from nbtools.lab import placement
+
+STARTUP = "import nbtools.engine.liveness as _nbl; _nbl.start()"
+
+
+class Slot:
+    """One launched engine process: which local rank (and GPU) it is for."""
+
+    def __init__(self, launcher, local_rank: int, gpu: Optional[str]):
+        self.launcher, self.local_rank, self.gpu = launcher, local_rank, gpu
+        self.pid = launcher.pid
+        self.created = launcher.process.create_time()
+        self.engine_id: Optional[int] = None
+
+    def exit_status(self) -> Optional[str]:
+        """None while the process runs; else 'killed by SIGKILL' / 'exit code 3'."""
+        proc = self.launcher.process
+        if getattr(proc, "exited", False):
+            return liveness.describe_exit(proc.exit_code)
+        try:
+            if proc.status() != "zombie":
+                return None
+        except Exception:
+            pass        # already reaped
+        # exited: the launcher's waiter thread reaps it and records the code now
+        deadline = time.monotonic() + 1.0
+        while not getattr(proc, "exited", False) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return liveness.describe_exit(getattr(proc, "exit_code", None))
+
+
+class Pool:
+    def __init__(self, cluster, guard, gpus: list, threads: int, spares: bool):
+        self.cluster, self.guard = cluster, guard
+        self.gpus, self.threads, self.want_spares = gpus, threads, spares
+        self.slots: dict[int, Slot] = {}      # pid -> slot
+        self.spares: dict[int, Slot] = {}     # local rank -> a started, unused engine
+        self.retired: set = set()             # engine ids killed by us (the hub may still list them)
+
+    def launch(self, local_rank: int) -> Slot:
+        env = {"NBTOOLS_LOCAL_RANK": str(local_rank), "PYTHONUNBUFFERED": "1",
+               "NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_SLOT": uuid.uuid4().hex}
+        if self.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpus[local_rank]
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+            env["OMP_NUM_THREADS"] = str(self.threads)
+        set_id = self.cluster.start_engines_sync(
+            n=1, environment=env, engine_args=[f"--IPEngine.startup_command={STARTUP}"])
+        launcher = self.cluster.engines[set_id].launchers["0"]
+        self.guard.watch(launcher.pid)
+        slot = self.slots[launcher.pid] = Slot(launcher, local_rank, env.get("CUDA_VISIBLE_DEVICES"))
+        return slot
+
+    def fill_spares(self, local_world: int) -> None:
+        """Start a spare for every local rank that has none (returns at once: the engines
+        register and import torch in the background)."""
+        if not self.want_spares:
+            return
+        for lr in range(local_world):
+            if lr not in self.spares or self.spares[lr].exit_status() is not None:
+                self.spares[lr] = self.launch(lr)
+
+    def take_spare(self, client, local_rank: int, timeout: float) -> Optional[int]:
+        """The engine id of a registered spare for this local rank (started now if there is
+        none), or None when it did not register in time."""
+        slot = self.spares.pop(local_rank, None)
+        if slot is None or slot.exit_status() is not None:
+            slot = self.launch(local_rank)
+        eid = self.await_engine(client, slot, timeout)
+        return eid
+
+    def warm_spares(self, client, timeout: float) -> bool:
+        """Block until every spare has registered and imported torch (a fault right after a
+        start or a swap otherwise waits for its spare to come up)."""
+        ok = True
+        for slot in list(self.spares.values()):
+            eid = self.await_engine(client, slot, timeout)
+            try:
+                ok = ok and eid is not None and client[eid].apply_sync(liveness.wait_warm, timeout)
+            except Exception:
+                ok = False
+        return ok
+
+    def await_engine(self, client, slot: Slot, timeout: float) -> Optional[int]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.identify(client)
+            if slot.engine_id is not None:
+                return slot.engine_id
+            if slot.exit_status() is not None:
+                return None
+            time.sleep(0.1)
+        return None
+
+    def identify(self, client) -> None:
+        """Match newly registered engine ids to the processes we launched, by pid."""
+        known = {s.engine_id for s in self.slots.values()} | self.retired
+        new = [e for e in client.ids if e not in known]
+        if not new:
+            return
+        ars = {e: client[e].apply_async(placement.identity) for e in new}
+        for e, ar in ars.items():
+            try:
+                pid = ar.get(timeout=10)["pid"]
+            except Exception:
+                continue
+            if pid in self.slots:
+                self.slots[pid].engine_id = e
+
+    def by_engine(self, eid: int) -> Optional[Slot]:
+        return next((s for s in self.slots.values() if s.engine_id == eid), None)
+
+    def retire(self, eids) -> None:
+        """Kill these engines (stuck or dead ranks) with their children, now."""
+        from nbtools.lab import reaper
+        slots = [s for s in (self.by_engine(e) for e in eids) if s is not None]
+        reaper.kill([(s.pid, s.created) for s in slots])
+        for s in slots:
+            self.slots.pop(s.pid, None)
+            self.retired.add(s.engine_id)
+
+    def all_pids(self) -> list:
+        return [s.pid for s in self.slots.values()]

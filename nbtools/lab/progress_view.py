@@ -1,0 +1,208 @@
+"""Client side: show where a run is while Lab.run waits — a progress widget in a live
+kernel, text lines on a terminal, in a notebook export, or a callback (the panel's status).
+
+The state per rank comes from progress.publish on the engines (``ar.data``). Elapsed times
+are measured here, when a rank is first seen in a phase, so engine clocks do not matter.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, Optional
+
+from nbtools.engine.progress import KEY, PHASES
+
+_HEARTBEAT_S = 10.0        # text mode: a line at least this often while nothing changes
+
+
+def read(ars: dict) -> dict:
+    """rank -> the latest published state (or None before the first) from AsyncResults."""
+    out = {}
+    for r, ar in ars.items():
+        try:
+            out[r] = (ar.data or {}).get(KEY)
+        except Exception:
+            out[r] = None
+    return out
+
+
+class Tracker:
+    """Phases seen per rank, with when each began here; text for a person. Pure: no I/O."""
+
+    def __init__(self, ranks, now: Optional[float] = None):
+        self.t0 = time.monotonic() if now is None else now
+        self.ranks = sorted(ranks)
+        self.state = {r: None for r in self.ranks}
+        self.since = {r: self.t0 for r in self.ranks}
+        self.phase_s: dict = {}      # phase -> seconds the slowest rank spent in it
+        self.engine_phase_s: dict = {}
+
+    def update(self, states: dict, now: Optional[float] = None) -> bool:
+        """Take the newest states; True when a phase or step changed."""
+        now = time.monotonic() if now is None else now
+        changed = False
+        for r, st in states.items():
+            old = self.state.get(r)
+            if not st or st == old:
+                continue
+            if old is None or old.get("phase") != st.get("phase"):
+                self._close_phase(r, now)
+                self.since[r] = now
+            self.state[r], changed = st, True
+        return changed
+
+    def _close_phase(self, r, now) -> None:
+        old = self.state.get(r)
+        if old is not None and old.get("phase") != "done":
+            p = old["phase"]
+            self.phase_s[p] = max(self.phase_s.get(p, 0.0), now - self.since[r])
+
+    def finish(self, now: Optional[float] = None) -> None:
+        now = time.monotonic() if now is None else now
+        for r in self.ranks:
+            self._close_phase(r, now)
+            self.since[r] = now
+
+    def phase(self) -> str:
+        """The phase of the rank furthest behind: what the run as a whole is waiting on."""
+        seen = [st["phase"] for st in self.state.values() if st and st.get("phase") in PHASES]
+        if len(seen) < len(self.ranks):
+            return "start"
+        return min(seen, key=PHASES.index)
+
+    def rank_text(self, r, now: Optional[float] = None) -> str:
+        now = time.monotonic() if now is None else now
+        st = self.state.get(r)
+        if st is None:
+            return f"rank {r}: waiting for the engine"
+        step = f" step {st['step']}/{st['of']}" if st.get("step") else ""
+        return f"rank {r}: {st['phase']}{step} ({now - self.since[r]:.0f} s)"
+
+    def text(self, now: Optional[float] = None) -> str:
+        now = time.monotonic() if now is None else now
+        return (f"{self.phase()} · {now - self.t0:.0f} s · "
+                + " · ".join(self.rank_text(r, now) for r in self.ranks))
+
+    def summary(self, outcome: str, now: Optional[float] = None) -> str:
+        """One line that stays: how long the run took and where the time went (the
+        engines' own phase times, slowest rank; else what was seen here)."""
+        now = time.monotonic() if now is None else now
+        for st in self.state.values():
+            for p, sec in ((st or {}).get("phases") or {}).items():
+                if p != "done":
+                    self.engine_phase_s[p] = max(self.engine_phase_s.get(p, 0.0), sec)
+        if self.engine_phase_s:
+            self.phase_s = dict(self.engine_phase_s)
+        parts = ", ".join(f"{p} {_secs(self.phase_s[p])}" for p in PHASES if p in self.phase_s)
+        return f"{outcome} in {now - self.t0:.1f} s" + (f" ({parts})" if parts else "")
+
+
+class View:
+    """Where the progress goes. ``sink``: a callable taking text (the panel's status).
+    Else, in a kernel, one output updated in place: a bar per rank in a live front end,
+    a text line in an export (NBTOOLS_STATIC); either way it ends as the one summary
+    line, so a saved notebook keeps no stale bar. On a terminal: lines on stderr."""
+
+    def __init__(self, ranks, run_id: str = "", sink: Optional[Callable[[str], None]] = None):
+        self.tracker, self.run_id, self.sink = Tracker(ranks), run_id, sink
+        self.widget = self.handle = None
+        self._last_line, self._last_phase = 0.0, None
+        if sink is None and _kernel():
+            if _widgets():
+                self._make_widget()
+            else:
+                from IPython.display import display
+                self.handle = display(_Text(f"run {run_id}: start"), display_id=True)
+
+    def _make_widget(self) -> None:
+        import ipywidgets as W
+        from IPython.display import display
+        self.head = W.HTML(f"<b>run {self.run_id}</b>: start")
+        self.bars = {r: W.IntProgress(value=0, min=0, max=100 * (len(PHASES) - 1),
+                                      layout=W.Layout(width="220px"))
+                     for r in self.tracker.ranks}
+        self.labels = {r: W.Label(self.tracker.rank_text(r)) for r in self.tracker.ranks}
+        self.widget = W.VBox([self.head] + [W.HBox([self.bars[r], self.labels[r]])
+                                            for r in self.tracker.ranks])
+        self.widget.add_class("nbtools-progress")
+        self.handle = display(self.widget, display_id=True)
+
+    def update(self, states: dict) -> None:
+        now = time.monotonic()
+        changed = self.tracker.update(states, now)
+        text = f"run {self.run_id}: {self.tracker.text(now)}"
+        if self.sink is not None:
+            self.sink(text)
+        elif self.widget is not None:
+            self.head.value = (f"<b>run {self.run_id}</b>: {self.tracker.phase()} · "
+                               f"{now - self.tracker.t0:.0f} s")
+            for r in self.tracker.ranks:
+                # phases, and steps inside a phase as a fraction of one
+                self.bars[r].value = int(100 * _position(self.tracker.state[r]))
+                self.labels[r].value = self.tracker.rank_text(r, now)
+        elif self.handle is not None:
+            if changed or now - self._last_line >= 1.0:      # in place: every change
+                self.handle.update(_Text(text))
+                self._last_line = now
+        elif self.tracker.phase() != self._last_phase or now - self._last_line >= _HEARTBEAT_S:
+            # a terminal keeps every line: one per phase of the run, and a heartbeat
+            print(text, file=sys.stderr, flush=True)
+            self._last_line, self._last_phase = now, self.tracker.phase()
+
+    def close(self, outcome: str) -> str:
+        """Leave one line saying how the run went (in place of the bars). Returns it."""
+        self.tracker.finish()
+        line = f"run {self.run_id}: {self.tracker.summary(outcome)}"
+        if self.sink is not None:
+            self.sink(line)
+        elif self.handle is not None:
+            self.handle.update(_Text(line))
+            if self.widget is not None:
+                self.widget.close()
+                self.widget = None
+        else:
+            print(line, file=sys.stderr, flush=True)
+        return line
+
+
+class _Text:
+    """Plain text as a display object (print() cannot be updated in place)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/plain": self.text}
+
+
+def _secs(s: float) -> str:
+    return f"{s:.1f} s" if s >= 1 else f"{s * 1e3:.0f} ms"
+
+
+def _position(st) -> float:
+    if not st or st.get("phase") not in PHASES:
+        return 0.0
+    i = PHASES.index(st["phase"])
+    if st.get("step") and st.get("of"):
+        return i + (st["step"] - 1) / st["of"]
+    return float(i)
+
+
+def _kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
+def _widgets() -> bool:
+    """A live front end draws widgets; an export (NBTOOLS_STATIC) keeps text only."""
+    from nbtools.common.display_mode import static_mode
+    if static_mode():
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,149 @@
+"""What a Lab does after a fault so the next run just works: see a dead engine from its
+exit status, swap warm spares in for dead, hung or interrupted ranks and rejoin the
+process group, re-create the group in place after an ordinary failure (gloo), and keep
+a Ctrl-C'd run in the history as ``interrupted``.
+
+Functions over a Lab (cluster.py keeps the lifecycle; this is its fault path).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from nbtools.engine import runner as engine
+
+# After a rank's engine died, how long its peers may still run: a peer blocked in a
+# collective with a dead process does not come back (NCCL) or errors at once (gloo).
+DEAD_GRACE_S = 1.0
+# After Ctrl-C: how long the engines get to return from the interrupted step.
+INTERRUPT_GRACE_S = 2.0
+
+
+def dead_ranks(lab, ars: dict, known: dict, finished_too: bool = False) -> dict:
+    """rank -> 'killed by SIGKILL' / 'exit code 3' for ranks whose engine process is gone
+    (only engines this lab launched: their exit status is ours to read)."""
+    if lab.pool is None:
+        return {}
+    out = {}
+    for r, ar in ars.items():
+        if r in known or (ar.ready() and not finished_too):
+            continue
+        if ar.ready():
+            try:
+                ar.get(0)
+                continue        # it answered: whatever happened after is not this run's
+            except Exception:
+                pass
+        slot = lab.pool.by_engine(lab.rank_to_engine[r])
+        status = slot.exit_status() if slot is not None else None
+        if status is not None:
+            out[r] = status
+    return out
+
+
+def gone(lab) -> set:
+    """Ranks whose engine process has exited or that the controller no longer lists."""
+    listed = set(lab.client.ids)
+    out = set()
+    for r, e in lab.rank_to_engine.items():
+        slot = lab.pool.by_engine(e) if lab.pool is not None else None
+        if e not in listed or (slot is not None and slot.exit_status() is not None):
+            out.add(r)
+    return out
+
+
+def before_run(lab) -> None:
+    """Bring the lab back after the previous run's fault, or fail saying why not."""
+    if lab.client is None:
+        raise RuntimeError("the lab is closed; start a new Lab() (history is on disk)")
+    lab._replace |= gone(lab)     # an engine can also die between runs
+    if lab.needs_restart:
+        print("restarting the engines after the last run's fault", file=sys.stderr)
+        lab.restart()
+        return
+    if lab._replace or (lab._pg_broken and lab.device_type == "cuda"):
+        # NCCL communicators were aborted: re-initialising them in place was not reliable
+        # (H200, torch 2.11), so every rank gets a fresh (warm) engine
+        ranks = set(lab.rank_to_engine) if lab.device_type == "cuda" else set(lab._replace)
+        try:
+            heal(lab, ranks)
+        except Exception as e:
+            print(f"swapping in spare engines failed ({e}); restarting all engines",
+                  file=sys.stderr)
+            lab.restart()
+            return
+    elif lab._pg_broken:
+        lab._on(list(lab.rank_to_engine.values()), engine.reinit_pg)
+    lab._pg_broken, lab._replace = False, set()
+
+
+def heal(lab, ranks: set) -> float:
+    """Replace these ranks' engines by spares and rejoin every rank in a new group."""
+    t0 = time.perf_counter()
+    if lab.pool is None:
+        raise RuntimeError("engines not started by this lab cannot be replaced")
+    ids = dict(lab.rank_to_engine)
+    local = {p.rank: p.local_rank for p in lab.placements}
+    lab.pool.retire([ids[r] for r in ranks])
+    for r in sorted(ranks):
+        eid = lab.pool.take_spare(lab.client, local[r], lab.start_timeout)
+        if eid is None:
+            raise RuntimeError(f"no engine for rank {r} registered within "
+                               f"{lab.start_timeout:.0f} s")
+        ids[r] = eid
+    lab._join([ids[r] for r in sorted(ids)])
+    lab.pool.fill_spares(max(p.local_world for p in lab.placements))
+    lab.heal_s = time.perf_counter() - t0
+    return lab.heal_s
+
+
+def interrupted(lab, cfg, run_id: str, t0: float, ars: dict) -> None:
+    """Ctrl-C during a run: SIGINT reaches each engine's step as KeyboardInterrupt (ipykernel
+    arms it while a request runs), the engines abort their group and return; a rank that
+    does not return in time is replaced before the next run. Nothing is left queued."""
+    pending = [r for r, ar in ars.items() if not ar.ready()]
+    _signal(lab, pending, signal.SIGINT)
+    deadline = time.monotonic() + INTERRUPT_GRACE_S
+    while time.monotonic() < deadline and not all(ar.ready() for ar in ars.values()):
+        lab.client.wait([ar for ar in ars.values() if not ar.ready()], timeout=0.1)
+    dead = dead_ranks(lab, ars, {}, finished_too=True)
+    reports, stuck = {}, []
+    for r, ar in ars.items():
+        if r in dead:
+            reports[r] = dict(rank=r, status="failed", error=f"rank {r}'s engine died: {dead[r]}")
+        elif not ar.ready():
+            stuck.append(r)
+            reports[r] = dict(rank=r, status="failed", error="interrupted (Ctrl-C); its engine "
+                              "did not stop in time and is replaced")
+        else:
+            try:
+                reports[r] = ar.get()
+            except Exception as e:
+                reports[r] = dict(rank=r, status="failed", error=f"engine error: {e}")
+        if reports[r].get("error_type") == "KeyboardInterrupt":
+            reports[r]["error"] = "interrupted (Ctrl-C)\n" + reports[r]["error"]
+    run = lab._assemble(cfg, run_id, t0, reports, [])
+    run.status = "interrupted"
+    lab.history.add(run)
+    lab._replace |= set(stuck) | set(dead)
+    if any(rep.get("status") != "ok" for rep in reports.values()):
+        lab._pg_broken = True
+
+
+def _signal(lab, ranks, sig) -> None:
+    eids = [lab.rank_to_engine[r] for r in ranks]
+    if lab.pool is not None:
+        for e in eids:
+            slot = lab.pool.by_engine(e)
+            if slot is not None:
+                try:
+                    os.kill(slot.pid, sig)
+                except ProcessLookupError:
+                    pass
+    elif eids:
+        try:    # through each engine's nanny
+            lab.client.send_signal(sig, targets=eids, block=False)
+        except Exception:
+            pass

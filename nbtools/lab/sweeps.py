@@ -1,0 +1,251 @@
+"""Sweeps over configs and their one-row-per-run tables: what a claim notebook prints.
+
+``sweep`` drives the lab (one run per combination of field values, optionally repeated);
+``table``, ``spread``, ``compile_counts`` and ``speedup`` are pure functions of Runs. Columns ``table`` computes
+rather than reads come from ``run_counts``.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pandas as pd
+
+from nbtools.config.step_config import ConfigError, StepConfig
+from nbtools.analysis.counts import collectives, tokens_per_s
+
+# How a column is reduced over ranks in ``table``: a step waits for the slowest rank, and
+# data-parallel throughput is the sum of what each rank processes.
+_MAX = ("step_ms", "p10_ms", "p90_ms", "compile_s", "compiles", "recompiles", "graph_breaks",
+        "graphs", "cudagraph_skips", "peak_mem_mb", "rss_mb", "exposed_comm_ms", "syncs")
+_SUM = ("items_per_s", "tflops")
+COLUMNS = ("step_ms", "p90_ms", "items_per_s", "compile_s", "compiles", "recompiles",
+           "graph_breaks", "graphs", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
+           "compute_busy_pct", "gpu_busy_pct", "cpu_busy_pct", "graph_coverage_pct", "peak_mem_mb")
+
+
+def sweep(lab, base: StepConfig, repeats: int = 1, **field_values) -> list:
+    """One run per combination of the given fields' values (cross product, in the order
+    given), e.g. ``sweep(lab, cfg, compile=["off", "default"], batch=[1, 8])``.
+
+    ``repeats`` runs the whole cross product that many times, round after round, so drift
+    of the machine spreads over every config instead of landing on one; ``spread(runs)``
+    then says how far identical runs are apart (on 2 × H200, 8-30 % between runs minutes
+    apart: docs/findings.md §4). A combination the config rejects is skipped with the
+    reason printed; a run that fails is kept (its Run has the errors) and the lab is
+    restarted if it has to be."""
+    names = list(field_values)
+    todo = []
+    for combo in itertools.product(*(field_values[n] for n in names)):
+        change = dict(zip(names, combo))
+        try:
+            cfg = base.replace(**change)
+            cfg.check_device(lab.device_type)
+        except ConfigError as e:
+            print(f"skipped {change}: {e}")
+            continue
+        todo.append((_describe(change), cfg))
+    return _in_rounds(lab, todo, repeats)
+
+
+def rounds(lab, configs, repeats: int = 1) -> list:
+    """Run ``configs`` in order, the whole list ``repeats`` times (round after round), with
+    ``sweep``'s handling of failures; ``table(runs, ..., combine=True)`` or ``spread(runs)``
+    then reduce identical configs to their median."""
+    for cfg in configs:
+        cfg.check_device(lab.device_type)
+    return _in_rounds(lab, [(cfg.label(), cfg) for cfg in configs], repeats)
+
+
+def _in_rounds(lab, todo, repeats: int) -> list:
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats={repeats!r}: give a whole number >= 1")
+    return [_run_one(lab, what, cfg, f" #{k}" if repeats > 1 else "")
+            for k in range(repeats) for what, cfg in todo]
+
+
+def _run_one(lab, what: str, cfg: StepConfig, tag: str):
+    from nbtools.lab.errors import RunFailed
+    t = time.perf_counter()
+    try:
+        run = lab.run(cfg)
+    except RunFailed as e:
+        run = e.run
+        if lab.needs_restart:
+            lab.restart()
+    s = run.summary
+    ms = f"{s['step_ms'].max():.3g} ms/step" if len(s) and "step_ms" in s else "no summary"
+    print(f"{what}{tag}: {run.status}, {ms} ({time.perf_counter() - t:.1f} s)")
+    return run
+
+
+def _describe(change: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in change.items()) or "base"
+
+
+def varying_fields(runs) -> list:
+    """The config fields whose value differs between the runs."""
+    cfgs = [r.config for r in runs if r.config is not None]
+    if len(cfgs) < 2:
+        return []
+    d = cfgs[0].to_dict()
+    return [k for k in d if any(c.to_dict()[k] != d[k] for c in cfgs[1:])]
+
+
+def _field(cfg, name):
+    """A config field's value for a table; the backend of an eager run is "-"."""
+    if cfg is None:
+        return None
+    if name == "backend" and not cfg.compiled:
+        return "-"
+    return getattr(cfg, name)
+
+
+def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None,
+          combine: bool = False) -> pd.DataFrame:
+    """One row per run (or per run and rank): the config fields that vary between the runs
+    (or ``fields``), then ``columns`` from each summary. Over ranks: times and counts take
+    the slowest/largest rank, items_per_s and tflops the sum (for tensor parallelism, whose
+    ranks share one batch, items_per_s the slowest rank), the rest the mean. Computed
+    columns (not per rank): ``tokens_per_s`` and ``padding_pct`` (real tokens, see
+    tokens_per_s), ``n_<kind>`` (compile events of that kind, e.g. n_limit_hit) and
+    ``<kind>_per_step`` (collectives, e.g. all_reduce_per_step). Missing columns are NaN.
+
+    ``combine=True`` (runs repeated with ``rounds``/``sweep(repeats=)``): one row per
+    distinct config, each column the median over its successful runs, with ``n`` (runs
+    combined) and ``step_ms_range_pct`` (how far its runs' step_ms lay apart)."""
+    runs = [runs] if not isinstance(runs, (list, tuple)) else list(runs)
+    if combine:
+        return _combined(runs, list(columns), fields)
+    fields = varying_fields(runs) if fields is None else list(fields)
+    rows = []
+    for run in runs:
+        head = {f: _field(run.config, f) for f in fields}
+        head["run"] = run.run_id
+        s = run.summary
+        if per_rank and len(s):
+            for _, r in s.iterrows():
+                rows.append({**head, "rank": int(r["rank"]),
+                             **{c: r[c] if c in s else np.nan for c in columns}})
+            continue
+        row = dict(head)
+        tp = run.config is not None and run.config.resolved_parallel == "tp"
+        for c in columns:
+            if c in _DERIVED or c.startswith("n_") or c.endswith("_per_step"):
+                row[c] = _derived(run, c) if run.ok else np.nan
+                continue
+            if not len(s) or c not in s:
+                row[c] = np.nan
+                continue
+            v = pd.to_numeric(s[c], errors="coerce")
+            if c in _MAX:
+                row[c] = v.max()
+            elif c in _SUM:
+                row[c] = v.min() if (tp and c == "items_per_s") else v.sum()
+            else:
+                row[c] = v.mean()
+        row["status"] = run.status
+        row["flags"] = "; ".join(run.flags)
+        rows.append(row)
+    return counts_as_ints(pd.DataFrame(rows))
+
+
+def counts_as_ints(df: pd.DataFrame) -> pd.DataFrame:
+    """Counts (compiles, recompiles, graphs, n_<kind>, ...) print as 3, not 3.0: a count
+    column whose values are all whole numbers becomes int (one with a NaN stays float)."""
+    from nbtools.analysis.metrics import GLOSSARY, unit
+    for c in df.columns:
+        count = (c in GLOSSARY and unit(c) == "" and c != "check_max_rel") or c.startswith("n_")
+        if count and pd.api.types.is_float_dtype(df[c]):
+            v = df[c]
+            if len(v) and v.notna().all() and (v == v.round()).all():
+                df[c] = v.astype(np.int64)
+    return df
+
+
+def _by_config(runs) -> list:
+    """Runs grouped by identical config, in first-seen order."""
+    groups: dict = {}
+    for run in runs:
+        key = tuple(sorted(run.config.to_dict().items())) if run.config else run.run_id
+        groups.setdefault(key, []).append(run)
+    return list(groups.values())
+
+
+def _range_pct(v: pd.Series) -> float:
+    return 100 * (v.max() - v.min()) / v.median()
+
+
+def _combined(runs, columns, fields) -> pd.DataFrame:
+    fields = varying_fields(runs) if fields is None else list(fields)
+    rows = []
+    for same in _by_config(runs):
+        ok = [r for r in same if r.ok] or same
+        t = table(ok, columns, fields=fields)
+        row = {f: t[f].iloc[0] for f in fields}
+        row.update({c: pd.to_numeric(t[c], errors="coerce").median() for c in columns})
+        row["n"] = len(ok) if ok[0].ok else 0
+        if "step_ms" in t:
+            row["step_ms_range_pct"] = _range_pct(pd.to_numeric(t["step_ms"], errors="coerce"))
+        row["status"] = "ok" if all(r.ok for r in same) else \
+            f"{sum(r.ok for r in same)}/{len(same)} ok"
+        row["flags"] = "; ".join(dict.fromkeys(f for r in same for f in r.flags))
+        rows.append(row)
+    return counts_as_ints(pd.DataFrame(rows))
+
+
+# Columns ``table`` computes rather than reads from the summary (any ``n_<kind>`` of compile
+# event and ``<collective>_per_step`` too).
+_DERIVED = ("tokens_per_s", "steady_tokens_per_s", "padding_pct")
+
+
+def _derived(run, c: str) -> float:
+    if c in ("tokens_per_s", "steady_tokens_per_s"):   # data parallel: ranks' throughputs add up
+        return float(tokens_per_s(run)[c].sum())
+    if c == "padding_pct":
+        return float(tokens_per_s(run)["padding_pct"].mean())
+    if c.startswith("n_"):        # compile events of one kind, largest count over ranks
+        ce = run.compile_events
+        n = ce[ce["kind"] == c[2:]].groupby("rank").size() if len(ce) else pd.Series(dtype=int)
+        return float(n.max()) if len(n) else 0.0
+    col = collectives(run)        # <kind>_per_step: mean over ranks and profiled steps
+    kind = c[:-len("_per_step")]
+    return float(col[kind].mean()) if kind in col else 0.0
+
+
+def spread(runs, column: str = "step_ms", fields=None) -> pd.DataFrame:
+    """Identical configs run more than once (``sweep(..., repeats=N)``): per config, the
+    median over its runs of ``column`` (each run reduced over ranks as in ``table``), the
+    lowest and highest, ``range_pct`` = (max - min) / median and ``n`` runs. A difference
+    between configs smaller than their range_pct is not resolved by these runs."""
+    ok = [r for r in runs if r.ok]
+    fields = varying_fields(ok) if fields is None else list(fields)
+    rows = []
+    for same in _by_config(ok):
+        t = table(same, [column], fields=fields)
+        v = pd.to_numeric(t[column], errors="coerce")
+        head = {f: t[f].iloc[0] for f in fields} or {"config": "all"}  # one config only
+        rows.append({**head, "median": v.median(), "min": v.min(), "max": v.max(),
+                     "n": len(same), "range_pct": _range_pct(v)})
+    return pd.DataFrame(rows)
+
+
+def compile_counts(runs, kinds=None) -> pd.DataFrame:
+    """One row per run: the varying config fields, then ``n_<kind>``: how many compile
+    events of each kind the run had (compile, recompile, graph_break, limit_hit,
+    cudagraph_record, cudagraph_rerecord, cudagraph_skip, ...; the largest count over
+    ranks). ``kinds`` picks the kinds (default: every kind any of the runs had)."""
+    runs = [runs] if not isinstance(runs, (list, tuple)) else list(runs)
+    kinds = kinds or sorted({k for r in runs for k in r.compile_events["kind"].astype(str)})
+    return table(runs, [f"n_{k}" for k in kinds]).drop(columns=["status", "flags"])
+
+
+def speedup(base_runs, new_runs, on: str = "batch", names=("eager", "graphs")) -> pd.DataFrame:
+    """Pair runs that share ``on`` (e.g. batch): step_ms of each (slowest rank) and
+    base / new (> 1: the new one is faster)."""
+    a = table(base_runs, ["step_ms"], fields=[on]).set_index(on)["step_ms"]
+    b = table(new_runs, ["step_ms"], fields=[on]).set_index(on)["step_ms"]
+    out = pd.DataFrame({f"{names[0]}_ms": a, f"{names[1]}_ms": b})
+    out["speedup"] = out[f"{names[0]}_ms"] / out[f"{names[1]}_ms"]
+    return out.reset_index()

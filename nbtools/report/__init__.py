@@ -1,0 +1,1 @@
+"""Offline HTML: the findings report and headless notebook export."""

@@ -1,0 +1,1 @@
+"""What a run leaves: Run, Comparison, History, load_traces. Data classes; views come from nbtools.ui."""

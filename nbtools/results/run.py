@@ -1,0 +1,247 @@
+"""Run: one result across ranks. Plain tables plus the config and environment that made
+them; saved to and loaded from a folder so history outlives the kernel."""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from nbtools.analysis import tables
+from nbtools.config.step_config import ConfigError, StepConfig
+from nbtools.results.views import view
+
+
+@dataclass
+class Run:
+    config: Optional[StepConfig]
+    steps: pd.DataFrame = field(default_factory=lambda: tables.empty(tables.STEP_COLUMNS))
+    events: pd.DataFrame = field(default_factory=lambda: tables.empty(tables.EVENT_COLUMNS))
+    compile_events: pd.DataFrame = field(default_factory=lambda: tables.empty(tables.COMPILE_COLUMNS))
+    summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    reports: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """What a custom step recorded with ctx.report(): rank, step, then its own columns."""
+    env: dict = field(default_factory=dict)
+    """Versions, devices, hosts, world size: what a colleague needs to reproduce it."""
+    status: str = "ok"
+    """ok | failed"""
+    errors: dict = field(default_factory=dict)
+    """rank -> error text, for failed ranks (and ranks that did not finish)."""
+    flags: list = field(default_factory=list)
+    """Things the reader must not miss: divergent ranks, unused fields, 0 graphs compiled."""
+    ranks: dict = field(default_factory=dict)
+    """rank -> what that engine reported beside the tables (peak memory, check, ...)."""
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    started: float = field(default_factory=time.time)
+    source: str = "lab"
+    """lab | traces (made by load_traces)"""
+    torch_trace_logs: dict = field(default_factory=dict, repr=False)
+    """rank -> {file name: bytes}: TORCH_TRACE logs brought back, until saved to a folder."""
+    folder: Optional[Path] = field(default=None, repr=False)
+    """Where the run was saved (or loaded from); None while it lives only in memory."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def label(self) -> str:
+        head = self.config.label() if self.config is not None else self.source
+        return f"#{self.run_id} {head}" + ("" if self.ok else " [failed]")
+
+    @property
+    def torch_trace(self) -> list:
+        """The TORCH_TRACE log files of a run with torch_trace=True (RUN/torch_trace/rankN/);
+        tlparse's report of them, when tlparse is installed: RUN/torch_trace/tlparse/."""
+        from nbtools.results.torch_trace import logs
+        return logs(self)
+
+    @property
+    def world_size(self) -> int:
+        return int(self.env.get("world_size", len(self.ranks) or self.events["rank"].nunique()))
+
+    def __repr__(self) -> str:
+        return f"<Run {self.label}: {len(self.events)} events, {len(self.compile_events)} compile events>"
+
+    def _repr_html_(self) -> str:
+        return view("run.html")(self)
+
+    def plot(self, **kw):
+        """The per-rank timeline: a live widget in Jupyter, ``.layout`` for Bokeh."""
+        return view("run.plot")(self, **kw)
+
+    # -- persistence ---------------------------------------------------------------------
+    def save(self, folder) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("steps", "events", "compile_events", "summary"):
+            df = getattr(self, name)
+            df.to_parquet(folder / f"{name}.parquet", index=False)
+        if len(self.reports):
+            _parquet_safe(self.reports).to_parquet(folder / "reports.parquet", index=False)
+        meta = dict(config=self.config.to_dict() if self.config else None, env=self.env,
+                    status=self.status, errors={str(k): v for k, v in self.errors.items()},
+                    flags=list(self.flags), ranks={str(k): v for k, v in self.ranks.items()},
+                    run_id=self.run_id, started=self.started, source=self.source)
+        from nbtools.results import torch_trace
+        torch_trace.save(self, folder)       # before run.json: it may add a flag
+        meta["flags"] = list(self.flags)
+        self.folder = folder
+        tmp = folder / "run.json.tmp"
+        tmp.write_text(strict_json(meta))
+        tmp.replace(folder / "run.json")     # run.json last: its presence means complete
+        return folder
+
+    @classmethod
+    def load(cls, folder) -> "Run":
+        """A saved run. A run.json that cannot be read is a RunDamaged naming the problem;
+        a table that is missing or unreadable leaves that table empty and says so in
+        ``flags`` (a partial run, never silently 0 events)."""
+        folder = Path(folder)
+        meta = _read_meta(folder / "run.json")
+        flags = [str(f) for f in meta.get("flags", [])] if isinstance(meta.get("flags"), list) \
+            else []
+        cfg = None
+        if meta.get("config"):
+            try:
+                cfg = StepConfig.from_dict(meta["config"])
+            except ConfigError as e:   # saved by a version with other rules: keep the tables
+                flags.append(f"damaged: run.json's config cannot be used today ({e}); the "
+                             "run is shown without it")
+        frames = {}
+        for name, cols in (("steps", tables.STEP_COLUMNS), ("events", tables.EVENT_COLUMNS),
+                           ("compile_events", tables.COMPILE_COLUMNS), ("summary", None)):
+            frames[name], problem = _read_table(folder / f"{name}.parquet", cols, required=True)
+            if problem:
+                flags.append(f"damaged: {problem}")
+        frames["reports"], problem = _read_table(folder / "reports.parquet", None, required=False)
+        if problem:
+            flags.append(f"damaged: {problem}")
+        try:
+            return cls(config=cfg, env=_dict(meta, "env"), status=str(meta.get("status", "ok")),
+                       errors={int(k): v for k, v in _dict(meta, "errors").items()},
+                       flags=flags, ranks={int(k): v for k, v in _dict(meta, "ranks").items()},
+                       run_id=str(meta["run_id"]), started=float(meta.get("started") or 0.0),
+                       source=str(meta.get("source", "lab")), folder=folder, **frames)
+        except (KeyError, TypeError, ValueError) as e:
+            raise RunDamaged(f"{folder / 'run.json'}: {type(e).__name__} {e} (a field has the "
+                             "wrong type, or run_id is missing)") from None
+
+    @property
+    def damage(self) -> list:
+        """What could not be loaded from disk (empty for a whole run)."""
+        return [f for f in self.flags if str(f).startswith("damaged: ")]
+
+
+class RunDamaged(ValueError):
+    """A saved run folder that cannot be loaded; the message names the file and why."""
+
+
+def strict_json(meta: dict) -> str:
+    """run.json text that any JSON reader accepts: NaN and ±inf are written as null and
+    their places listed under "nonfinite", so loading puts them back."""
+    places = []
+    clean = _finite(meta, [], places)
+    if places:
+        clean["nonfinite"] = places
+    return json.dumps(clean, indent=1, allow_nan=False)
+
+
+def _finite(o, path: list, places: list):
+    import math
+    import numpy as np
+    if isinstance(o, np.generic):
+        o = o.item()
+    elif isinstance(o, np.ndarray):
+        o = o.tolist()
+    if isinstance(o, float) and not math.isfinite(o):
+        places.append([*path, repr(o)])   # 'nan', 'inf', '-inf': float() reads them back
+        return None
+    if isinstance(o, dict):
+        return {str(k): _finite(v, [*path, str(k)], places) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v, [*path, i], places) for i, v in enumerate(o)]
+    if o is None or isinstance(o, (str, int, float, bool)):
+        return o
+    return _jsonable(o)
+
+
+def _read_meta(p: Path) -> dict:
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunDamaged(f"{p}: cannot be read ({type(e).__name__}: {e})") from None
+    if not text.strip():
+        raise RunDamaged(f"{p}: is empty (the run was cut off while saving)")
+    try:
+        meta = json.loads(text)
+    except ValueError as e:
+        raise RunDamaged(f"{p}: is not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise RunDamaged(f"{p}: holds a {type(meta).__name__}, not a run's description")
+    for place in meta.pop("nonfinite", None) or []:
+        try:   # a place is [key, key/index..., 'nan'|'inf'|'-inf']
+            *keys, value = place
+            target = meta
+            for k in keys[:-1]:
+                target = target[k]
+            target[keys[-1]] = float(value)
+        except (ValueError, TypeError, KeyError, IndexError):
+            pass   # a damaged place list loses one NaN, not the run
+    return meta
+
+
+def _dict(meta: dict, key: str) -> dict:
+    v = meta.get(key)
+    return v if isinstance(v, dict) else {}
+
+
+def _read_table(p: Path, cols, required: bool):
+    """(table, None) or (empty table, what is wrong with it)."""
+    empty = tables.empty(cols) if cols is not None else pd.DataFrame()
+    if not p.exists():
+        return empty, (f"{p.name} is missing: this run's {p.stem} are lost" if required else None)
+    if not p.is_file():
+        return empty, f"{p.name} is not a file: this run's {p.stem} are lost"
+    try:
+        df = pd.read_parquet(p)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises many kinds for a damaged file
+        return empty, f"{p.name} cannot be read ({type(e).__name__}: {str(e)[:120]})"
+    if cols is None:
+        if p.stem == "summary" and len(df) and "rank" not in df:
+            return empty, f"{p.name} has no rank column: not a run summary"
+        return df, None
+    missing = [c for c in cols if c not in df]
+    if missing:
+        return empty, f"{p.name} lacks the column(s) {', '.join(missing)}"
+    try:
+        return (tables.concat([df], cols) if len(df) else empty), None
+    except (TypeError, ValueError) as e:
+        return empty, f"{p.name} has a column of the wrong type ({e})"
+
+
+def _jsonable(o):
+    try:
+        import numpy as np
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(o)
+
+
+def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """A user's report column may mix types (a number on one step, None or text on
+    another); Parquet needs one type per column, so such columns are kept as text."""
+    out = df.copy()
+    for c in out.columns[out.dtypes == object]:
+        kinds = {type(v) for v in out[c] if v is not None}
+        if len(kinds) > 1:
+            out[c] = [None if v is None else str(v) for v in out[c]]
+    return out

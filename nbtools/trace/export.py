@@ -1,0 +1,181 @@
+"""A Run's events out again: one Perfetto/Chrome trace for the whole run, or per-rank Kineto
+traces that HolisticTraceAnalysis (and nbtools.load_traces) can open.
+
+Times: every file uses one base time for all ranks (the run's first event, floored to the
+second) and writes ``ts``/``dur`` in µs relative to it, so float64 keeps every ns.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+try:
+    import orjson
+
+    def _dumps(doc) -> bytes:
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+except ImportError:  # pragma: no cover
+    def _dumps(doc) -> bytes:
+        return json.dumps(doc, default=lambda o: o.item()).encode()
+
+# our category -> Kineto's, for events on GPU lanes and on CPU lanes
+_KINETO_GPU = {"compute": "kernel", "communication": "kernel", "memcpy": "gpu_memcpy",
+               "memset": "gpu_memset", "sync": "cuda_sync", "annotation": "gpu_user_annotation"}
+_KINETO_CPU = {"runtime": "cuda_runtime", "sync": "cuda_runtime", "annotation": "user_annotation",
+               "communication": "cpu_op", "cpu_op": "cpu_op"}
+
+
+def _parts(run):
+    """(events, compile_events, steps, world_size) of a Run or of a bare events table."""
+    if isinstance(run, pd.DataFrame):
+        return run, None, None, int(run["rank"].nunique())
+    return run.events, run.compile_events, run.steps, run.world_size
+
+
+def _base_ns(*frames) -> int:
+    starts = [int(f["ts_ns"].min()) for f in frames if f is not None and len(f)]
+    return (min(starts) // 10**9) * 10**9 if starts else 0
+
+
+def _lanes(lanes: pd.Series):
+    """lane string -> (is_gpu, pid-ish, tid) for each unique lane."""
+    out = {}
+    for lane in pd.unique(lanes.astype(str)):
+        parts = lane.split(":")
+        try:
+            if parts[0] == "cuda":
+                out[lane] = (True, int(parts[1]), int(parts[2]))
+            else:
+                out[lane] = (False, 0, int(parts[-1]))
+        except (IndexError, ValueError):   # a lane we did not make: give it a number
+            out[lane] = (lane.startswith("cuda"), 0, 10**6 + len(out))
+    return out
+
+
+def _us(ns: np.ndarray) -> list:
+    return (ns / 1e3).tolist()
+
+
+def kineto_trace(events: pd.DataFrame, rank: int, world_size: int, base_ns: int) -> dict:
+    """The Kineto JSON document of one rank (``events`` may hold other ranks: filtered)."""
+    ev = events[events["rank"] == rank]
+    lanes = _lanes(ev["lane"])
+    lane, cat, name = ev["lane"].astype(str), ev["category"].astype(str), ev["name"].astype(str)
+    corr = ev["correlation"].to_numpy(np.int64)
+    out = []
+    for ln, c, n, ts, dur, k in zip(lane, cat, name, _us(ev["ts_ns"].to_numpy() - base_ns),
+                                    _us(ev["dur_ns"].to_numpy()), corr.tolist()):
+        gpu, dev, tid = lanes[ln]
+        e = {"ph": "X", "cat": (_KINETO_GPU if gpu else _KINETO_CPU).get(c, "cpu_op"),
+             "name": n, "pid": dev if gpu else 1000 + rank, "tid": tid, "ts": ts, "dur": dur}
+        if gpu and c != "annotation":   # Kineto gives GPU ranges no stream: HTA relies on it
+            e["args"] = {"device": dev, "stream": tid, "correlation": k}
+        elif k >= 0:
+            e["args"] = {"correlation": k}
+        out.append(e)
+    out += _profiler_steps(ev, rank, base_ns)
+    return {"schemaVersion": 1, "distributedInfo": {"rank": int(rank), "world_size": world_size},
+            "baseTimeNanoseconds": int(base_ns), "traceName": f"rank-{rank}.pt.trace.json",
+            "traceEvents": out}
+
+
+def _kineto_bytes(doc: dict) -> bytes:
+    """Kineto's own layout: metadata first, '"key": value' with a space (HTA finds a file's
+    rank with a regex that needs it), then the events."""
+    head = ", ".join(f"{json.dumps(k)}: {json.dumps(v, separators=(', ', ': '))}"
+                     for k, v in doc.items() if k != "traceEvents")
+    return b"{" + head.encode() + b', "traceEvents": ' + _dumps(doc["traceEvents"]) + b"}"
+
+
+def _profiler_steps(ev: pd.DataFrame, rank: int, base_ns: int) -> list:
+    """HTA finds iterations only through ProfilerStep#N ranges. Traces that carry our
+    ``nbtools/step N`` instead get copies under a category load_traces drops, so a round
+    trip still gives the same events."""
+    from nbtools.analysis.step_metrics import step_times
+    st = step_times(ev, spans=False)
+    names = ev["name"].astype(str)
+    if not len(st) or names.str.startswith("ProfilerStep").any():
+        return []
+    tid = min(t for gpu, _, t in _lanes(ev["lane"]).values() if not gpu)
+    return [{"ph": "X", "cat": "nbtools_step", "name": f"ProfilerStep#{s}", "pid": 1000 + rank,
+             "tid": tid, "ts": t, "dur": d}
+            for s, t, d in zip(st["step"].tolist(), _us(st["ts_ns"].to_numpy() - base_ns),
+                               _us(st["dur_ns"].to_numpy()))]
+
+
+def write_kineto(run, folder, compress: bool = True) -> list:
+    """One ``rank-<r>.pt.trace.json[.gz]`` per rank in ``folder``; returns the paths."""
+    events, _, _, world = _parts(run)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    base = _base_ns(events)
+    paths = []
+    for r in sorted(events["rank"].unique().tolist()):
+        data = _kineto_bytes(kineto_trace(events, r, world, base))
+        path = folder / f"rank-{r}.pt.trace.json{'.gz' if compress else ''}"
+        path.write_bytes(gzip.compress(data, 6) if compress else data)
+        paths.append(path)
+    return paths
+
+
+def to_perfetto(run) -> dict:
+    """One Chrome/Perfetto trace: a process per rank, a thread per lane (CPU lanes first),
+    and per rank a "steps" and a "compile" track for the steps and compile events."""
+    events, compile_events, steps, _ = _parts(run)
+    base = _base_ns(events, compile_events, steps)
+    out = []
+    for r in sorted(events["rank"].unique().tolist()):
+        ev = events[events["rank"] == r]
+        lanes = sorted(pd.unique(ev["lane"].astype(str)), key=lambda s: (s.startswith("cuda"), s))
+        tid = {ln: i + 1 for i, ln in enumerate(lanes)}
+        out.append({"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}})
+        for ln, t in list(tid.items()) + [("steps", 0), ("compile", len(tid) + 1)]:
+            out.append({"ph": "M", "name": "thread_name", "pid": r, "tid": t, "args": {"name": ln}})
+            out.append({"ph": "M", "name": "thread_sort_index", "pid": r, "tid": t,
+                        "args": {"sort_index": t}})
+        for ln, c, n, ts, dur, st, k, g in zip(
+                ev["lane"].astype(str), ev["category"].astype(str), ev["name"].astype(str),
+                _us(ev["ts_ns"].to_numpy() - base), _us(ev["dur_ns"].to_numpy()),
+                ev["step"].tolist(), ev["correlation"].tolist(), ev["graph"].tolist()):
+            args = {"step": st}
+            if k >= 0:
+                args["correlation"] = k
+            if g:
+                args["graph"] = True
+            out.append({"ph": "X", "cat": c, "name": n, "pid": r, "tid": tid[ln], "ts": ts,
+                        "dur": dur, "args": args})
+        out += _track(steps, r, 0, base, lambda row: f"step {row.step} ({row.phase})")
+        out += _track(compile_events, r, len(tid) + 1, base,
+                      lambda row: f"{row.kind}: {row.name}" if row.name else row.kind)
+    return {"traceEvents": out, "displayTimeUnit": "ns",
+            "otherData": {"nbtools_base_time_ns": base}}
+
+
+def _track(table, rank: int, tid: int, base: int, label) -> list:
+    if table is None or not len(table):
+        return []
+    out = []
+    for row in table[table["rank"] == rank].itertuples(index=False):
+        e = {"name": label(row), "pid": rank, "tid": tid, "ts": (row.ts_ns - base) / 1e3,
+             "args": {k: (v.item() if hasattr(v, "item") else v)
+                      for k, v in row._asdict().items() if k not in ("ts_ns", "dur_ns")}}
+        if row.dur_ns > 0:
+            e.update(ph="X", dur=row.dur_ns / 1e3)
+        else:
+            e.update(ph="i", s="t")
+        out.append(e)
+    return out
+
+
+def write_perfetto(run, path) -> Path:
+    """to_perfetto written to ``path`` (gzip when it ends with .gz); open in ui.perfetto.dev
+    or chrome://tracing."""
+    path = Path(path)
+    data = _dumps(to_perfetto(run))
+    path.write_bytes(gzip.compress(data, 6) if path.name.endswith(".gz") else data)
+    return path

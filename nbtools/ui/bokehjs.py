@@ -1,0 +1,93 @@
+"""BokehJS in the page, never in the notebook file.
+
+jupyter_bokeh's widget (BokehModel) draws with the page's ``window.Bokeh``; its
+labextension does not bring BokehJS (4.1: its view calls ``window.Bokeh.require`` in its
+constructor, so a figure shown before anything loaded BokehJS fails with "Cannot read
+properties of undefined (reading 'require')"). Bokeh's own ``output_notebook`` loads it by
+leaving every BokehJS bundle (8 MB inline) in the cell's output, where autosave writes it
+into the .ipynb.
+
+``ensure_loaded()`` sends the core bundles once per display, as an output that runs them
+(when BokehJS of this version is not there yet) and then replaces that output with an empty
+one: the page keeps BokehJS, the saved notebook keeps a few bytes. It must be called just
+before the widget's own output, so the script has run before any BokehView is created.
+Static copies (exports) carry BokehJS themselves; see ``display.static_html``.
+"""
+from __future__ import annotations
+
+import functools
+import uuid
+
+from jupyter_bokeh import BokehModel
+
+# What the figures use: core (plots, hover, CustomJSHover) and the WebGL backend option.
+COMPONENTS = ["bokeh", "bokeh-gl"]
+LOAD_MIME = "application/vnd.bokehjs_load.v0+json"   # jupyter_bokeh's renderer runs it
+
+
+@functools.lru_cache(maxsize=1)
+def loader_js() -> str:
+    """One script: runs the bundles unless this BokehJS version is already in the page.
+    ``.call(window)``: the bundles register on ``this``."""
+    import bokeh
+    from bokeh.resources import Resources
+    bundles = Resources(mode="inline", components=COMPONENTS).js_raw
+    body = "\n".join(f"(function() {{\n{js}\n}}).call(window);" for js in bundles)
+    return (f"(function() {{\n  var B = window.Bokeh;\n"
+            f"  if (B !== undefined && B[{bokeh.__version__!r}] !== undefined) return;\n"
+            f"{body}\n}})();")
+
+
+def ensure_loaded() -> None:
+    """Load BokehJS into the page that shows the next output (no-op outside a kernel)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display, update_display
+    except ImportError:  # pragma: no cover - ipywidgets depends on IPython
+        return
+    from nbtools.common.display_mode import static_mode
+    ip = get_ipython()
+    if ip is None or getattr(ip, "kernel", None) is None or static_mode():
+        return           # static copies carry BokehJS themselves
+    js = loader_js()
+    display_id = f"nbtools-bokehjs-{uuid.uuid4().hex}"
+    # Both types: JupyterLab/Notebook 7 run the bokeh one (jupyter_bokeh's renderer, rank 0),
+    # front ends without it run plain JavaScript. The page runs the script as the output is
+    # attached, before it handles the next message (the empty update).
+    display({LOAD_MIME: js, "application/javascript": js}, raw=True, display_id=display_id)
+    update_display({"text/plain": ""}, raw=True, display_id=display_id)
+
+
+class LiveBokehModel(BokehModel):
+    """jupyter_bokeh's widget, whose views always start from the figure as it is now.
+
+    BokehModel sends each change as a patch to the views that exist; a view created later
+    (the widget displayed after an update, or the page reloaded) starts from the render
+    bundle taken when the widget was made and never sees the patches sent before it: a
+    panel showing its last run at construction drew an empty figure, and a range patched
+    to the value Python already held was never sent again. So the bundle is re-taken
+    whenever the front end asks for the widget's state, and pushed by ``refresh()``
+    before each display."""
+
+    _patched = False     # a patch went out since the bundle was last taken
+
+    def _document_patched(self, event) -> None:
+        self._patched = True
+        super()._document_patched(event)
+
+    def get_state(self, key=None, drop_defaults=False):
+        if key is None or "render_bundle" in key:
+            # set without notifying: the views that exist are patched already
+            self._trait_values["render_bundle"] = self._model_to_traits(self._model)
+            self._patched = False
+        return super().get_state(key=key, drop_defaults=drop_defaults)
+
+    def refresh(self) -> None:
+        """Give the front end's copy the figure as it is now (existing views redraw)."""
+        if self._patched:
+            self.send_state("render_bundle")
+
+    def _repr_mimebundle_(self, **kwargs):
+        ensure_loaded()
+        self.refresh()
+        return super()._repr_mimebundle_(**kwargs)

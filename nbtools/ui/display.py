@@ -1,0 +1,59 @@
+"""How a figure shows in a notebook: live (a jupyter_bokeh widget, so zoom refines the
+timeline in Python) or static (inline Bokeh HTML, what an offline export needs: widget JS
+would otherwise come from a CDN). ``NBTOOLS_STATIC=1`` selects static; the notebook
+exporter sets it."""
+from __future__ import annotations
+
+from nbtools.common.display_mode import static_mode
+
+
+def static_html(layout) -> str:
+    """The figure's div and script, with BokehJS inlined: the cell output stands alone."""
+    import logging
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+    # the live figure's Python callbacks (LOD refine) are simply inert in a static copy;
+    # bokeh's warning about them would land in every exported cell
+    quiet = logging.getLogger("bokeh.embed.util")
+    level, quiet.level = quiet.level, logging.ERROR
+    try:
+        page = file_html(layout, INLINE, title="")
+    finally:
+        quiet.setLevel(level)
+    return _head_scripts_and_body(page)
+
+
+def _head_scripts_and_body(page: str) -> str:
+    """BokehJS contains the texts "<head>", "</head>" and "<body>" but never "</script>":
+    set the script blocks aside before looking for the page's own tags."""
+    import re
+    scripts = []
+
+    def hide(m):
+        scripts.append(m.group(0))
+        return f"\x00{len(scripts) - 1}\x00"
+
+    bare = re.sub(r"<script[^>]*>.*?</script>", hide, page, flags=re.S)
+    head = bare[bare.index("<head>") + len("<head>"):bare.index("</head>")]
+    body = bare[bare.index("<body>") + len("<body>"):bare.rindex("</body>")]
+    restore = lambda text: re.sub("\x00(\\d+)\x00", lambda m: scripts[int(m.group(1))], text)
+    return "".join(restore(m) for m in re.findall("\x00\\d+\x00", head)) + restore(body)
+
+
+class Figure:
+    """What run.plot() and compare(a, b).plot() return: the Bokeh layout (``.layout``) and a
+    notebook representation (live widget, or static HTML under NBTOOLS_STATIC)."""
+
+    def __init__(self, layout, timeline=None):
+        self.layout, self.timeline = layout, timeline
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        if static_mode():
+            return {"text/html": static_html(self.layout)}
+        from nbtools.ui.bokehjs import LiveBokehModel   # loads BokehJS into the page, not the .ipynb
+        return LiveBokehModel(self.layout)._repr_mimebundle_(include=include, exclude=exclude)
+
+    def save(self, path) -> str:
+        from bokeh.io import save
+        from bokeh.resources import INLINE
+        return save(self.layout, filename=str(path), resources=INLINE, title="torch-nbtools")

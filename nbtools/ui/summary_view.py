@@ -1,0 +1,146 @@
+"""A run's summary as a table for people: key columns first and the rest behind a details
+toggle, counts as integers, units in the headers, every header explained on hover (from
+the glossary), GPU-only columns left out when every rank ran on CPU, and the profiler's
+overhead shown only with its spread. One renderer for the panel, the report and a Run in
+a notebook. Plain HTML strings from DataFrames; no widgets, no bokeh.
+"""
+from __future__ import annotations
+
+import html
+import math
+
+import pandas as pd
+
+from nbtools.analysis import metrics as glossary
+
+_STYLE = ("<style>.nbtools-tbl{border-collapse:collapse;font-size:12px;margin:4px 0}"
+          ".nbtools-tbl th,.nbtools-tbl td{border:1px solid #ddd;padding:2px 6px;text-align:right;"
+          "white-space:nowrap}.nbtools-tbl th{background:#f4f4f4;cursor:help}"
+          ".nbtools-tbl td:first-child,.nbtools-tbl th:first-child{text-align:left}</style>")
+
+
+def on_cpu(summary: pd.DataFrame) -> bool:
+    """Every rank measured on CPU (the timeline's device column, else no GPU numbers)."""
+    if "device" in summary and len(summary):
+        return bool((summary["device"].astype(str) == "cpu").all())
+    gpu = [c for c in ("gpu_busy_pct", "peak_mem_mb") if c in summary]
+    return bool(gpu) and bool(summary[gpu].isna().all().all())
+
+
+def columns(summary: pd.DataFrame) -> tuple[list, list]:
+    """(key columns, the rest): glossary order, GPU-only ones dropped on CPU, columns that
+    say nothing (all empty) dropped, unknown columns kept at the end of the rest."""
+    cpu = on_cpu(summary)
+    known = [c for c in glossary.GLOSSARY if c in summary.columns]
+    extra = [c for c in summary.columns if c not in glossary.GLOSSARY]
+    keep = [c for c in known + extra
+            if c == "rank" or not ((cpu and glossary.kind(c) in ("gpu", "gpukey"))
+                                   or _says_nothing(summary, c))]
+    key = [c for c in keep if glossary.kind(c) in ("key", "gpukey") or c == "rank"]
+    return key, [c for c in keep if c not in key]
+
+
+def _says_nothing(summary: pd.DataFrame, c: str) -> bool:
+    if c == "profiler_overhead_pct" and "profiler_noise_pct" in summary:
+        c = "profiler_noise_pct"      # NaN overhead with a known noise reads "within noise"
+    return bool(summary[c].isna().all())
+
+
+def cell(col: str, value, row=None) -> str:
+    """One value as text: ints as ints, floats to 3-4 significant digits, the profiler's
+    overhead with its noise (or 'within noise')."""
+    if col == "profiler_overhead_pct" and row is not None:
+        noise = row.get("profiler_noise_pct")
+        if _nan(noise):
+            return "n/a (< 3 measured steps)" if not _nan(row.get("step_ms")) else "—"
+        if _nan(value):
+            return f"within noise (±{noise:.0f} %)"
+        return f"+{value:.0f} % ± {noise:.0f} %"
+    if value is None or _nan(value):
+        return "—"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (int,)) or (isinstance(value, float) and value.is_integer()
+                                      and glossary.unit(col) in ("", "/s")):
+        return f"{int(value):,}"
+    if isinstance(value, float):
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def _nan(v) -> bool:
+    try:
+        return v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v)
+    except (TypeError, ValueError):
+        return False
+
+
+def header(col: str) -> str:
+    u = glossary.unit(col)
+    name = col
+    # the unit is already in names like step_ms; say it where it is not
+    if u and not col.endswith(("_" + u, "_pct", "_mb", "_s", "_us_median")):
+        name = f"{col} ({u})"
+    return f"<th title='{html.escape(glossary.explain(col), quote=True)}'>{html.escape(name)}</th>"
+
+
+def table(summary: pd.DataFrame, cols: list) -> str:
+    rows = summary.to_dict("records")
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(c, row.get(c), row))}</td>"
+                                    for c in cols) + "</tr>" for row in rows)
+    return (f"<table class='nbtools-tbl'><tr>{''.join(header(c) for c in cols)}</tr>"
+            f"{body}</table>")
+
+
+def summary_table(summary: pd.DataFrame) -> str:
+    """Key columns, then every other column behind a toggle; a note when GPU columns were
+    left out."""
+    if not len(summary):
+        return ""
+    key, rest = columns(summary)
+    out = _STYLE + f"<div style='overflow-x:auto'>{table(summary, key)}</div>"
+    if rest:
+        out += (f"<details class='nbtools-more'><summary>all columns ({len(rest)} more)"
+                f"</summary><div style='overflow-x:auto'>{table(summary, ['rank'] + rest)}"
+                "</div></details>")
+    if on_cpu(summary):
+        out += ("<div style='color:#666;font-size:11px'>CPU ranks: GPU-only columns "
+                "(GPU busy, CUDA-graph counts and coverage, copies, peak GPU memory) are left "
+                "out. Hover a header for what it means.</div>")
+    else:
+        out += "<div style='color:#666;font-size:11px'>Hover a header for what it means.</div>"
+    return out
+
+
+def metric_rows(rows, value_cols) -> str:
+    """A table with one row per metric (``rows``: (metric, {column: value}) pairs), each
+    metric explained on hover and its values formatted as the summary's are."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["metric"] + list(value_cols))
+    body = []
+    for metric, values in rows:
+        tip = html.escape(glossary.explain(metric), quote=True)
+        body.append(f"<tr><th title='{tip}'>{html.escape(metric)}</th>" + "".join(
+            f"<td>{html.escape(_signed(c, metric, values.get(c)))}</td>" for c in value_cols)
+            + "</tr>")
+    return _STYLE + f"<table class='nbtools-tbl'><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _signed(col: str, metric: str, value) -> str:
+    text = cell(metric, value)
+    if col in ("delta", "B - A") and not _nan(value) and value > 0:
+        return "+" + text
+    if col == "ratio" and not _nan(value):
+        return f"{value:.2f}×"
+    return text
+
+
+def compared_columns(a: pd.DataFrame, b: pd.DataFrame) -> list:
+    """The numeric summary columns two runs share, in the order and with the GPU-only
+    columns left out as their own tables would (the noise column is read with overhead)."""
+    both = pd.concat([a, b], ignore_index=True)
+    key, rest = columns(both)
+    numeric = pd.api.types.is_numeric_dtype
+    return [c for c in key + rest if c != "rank" and c in a and c in b
+            and numeric(a[c]) and numeric(b[c])]

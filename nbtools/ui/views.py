@@ -1,0 +1,34 @@
+"""The ui's views of results, registered where the data classes look them up
+(nbtools/results/views.py): a run's timeline and summary, a comparison's figure and table
+(the lab's panel: nbtools/widgets/views.py)."""
+from __future__ import annotations
+
+from nbtools.results.views import register
+
+
+@register("run.plot")
+def run_plot(run, **kw):
+    """The per-rank timeline: a live widget in Jupyter, ``.layout`` for Bokeh."""
+    from nbtools.ui.display import Figure
+    from nbtools.ui.timeline import Timeline
+    tl = Timeline(run, **kw)
+    return Figure(tl.layout, tl)
+
+
+@register("run.html")
+def run_html(run) -> str:
+    from nbtools.ui.html import run_html as html
+    return html(run)
+
+
+@register("comparison.plot")
+def comparison_plot(cmp, **kw):
+    from nbtools.ui.display import Figure
+    from nbtools.ui.timeline import compare_figure
+    return Figure(compare_figure(cmp.a, cmp.b, **kw))
+
+
+@register("comparison.html")
+def comparison_html(cmp) -> str:
+    from nbtools.ui.html import comparison_html as html
+    return html(cmp)

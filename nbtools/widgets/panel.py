@@ -1,0 +1,379 @@
+"""The lab's widgets: controls -> StepConfig -> Lab.run -> the live timeline, history,
+A/B comparison and export. The only module that imports ipywidgets.
+
+A run is a blocking call in the kernel: the click handler runs it and returns. Widget
+updates made meanwhile (the elapsed-time ticker runs in a thread) still reach the page,
+since ipykernel sends iopub messages from any thread while the shell is busy.
+"""
+from __future__ import annotations
+
+import html
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from nbtools.common.extras import require
+
+require("ipywidgets", "jupyter_bokeh", why="lab.panel()")   # a script install lacks [lab]
+import ipywidgets as W  # noqa: E402
+
+from nbtools.ui.bokehjs import LiveBokehModel, ensure_loaded
+from nbtools.lab.errors import RunFailed
+from nbtools.config.step_config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,
+                     CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, PARALLEL,
+                     SEQ_SCHEDULES, SIZES, ConfigError, StepConfig)
+from nbtools.ui.html import comparison_html, describe_error, flags_html, summary_html
+from nbtools.config.scenarios import SCENARIOS
+from nbtools.ui.timeline import Timeline, compare_figure
+
+DEFAULT = "scenario default"      # widget value standing for None (the scenario decides)
+# Fields whose None (the scenario's default) a widget shows as this value.
+_NONE_AS = {"parallel": DEFAULT, "seq_schedule": DEFAULT, "batch": 0, "seq_len": 0}
+CHOICES = {
+    "scenario": tuple(SCENARIOS), "compile": COMPILE_MODES, "backend": BACKENDS,
+    "dynamic": DYNAMIC, "autocast": AUTOCAST, "autocast_scope": AUTOCAST_SCOPES,
+    "cudagraph": CUDAGRAPH, "parallel": (DEFAULT,) + PARALLEL, "cache": CACHE_POLICIES,
+    "ddp_wrap": DDP_WRAP, "optimize_ddp": OPTIMIZE_DDP, "fsdp_compile": FSDP_COMPILE,
+    "seq_schedule": (DEFAULT,) + SEQ_SCHEDULES,
+    "capture": CAPTURE, "size": SIZES,
+}
+# Every StepConfig field has a control (tests check this), grouped as a user thinks of them.
+GROUPS = (
+    ("workload", ("scenario", "parallel", "reshard_after_forward", "batch", "seq_len",
+                  "seq_schedule", "size", "seed")),
+    ("compile", ("compile", "backend", "fullgraph", "dynamic", "cache", "ddp_wrap",
+                 "optimize_ddp", "fsdp_compile")),
+    ("precision & graphs", ("autocast", "autocast_scope", "cudagraph")),
+    ("steps & capture", ("warmup", "steps", "profiled", "capture", "check", "torch_trace")),
+)
+RUNNING = "running… (compiling happens in warm-up)"
+_ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;padding:4px 8px;"
+                "margin:4px 0;white-space:pre-wrap;font-family:monospace;font-size:12px")
+
+
+# -- widget values <-> StepConfig (pure: no widgets involved) ------------------------------
+def config_from_values(values: dict) -> StepConfig:
+    """Widget values (``values_from_config``'s form) -> a validated StepConfig.
+    Raises ConfigError for a combination that cannot run."""
+    return StepConfig.from_dict({k: None if k in _NONE_AS and v in (_NONE_AS[k], None) else v
+                                 for k, v in values.items()})
+
+
+def values_from_config(cfg: StepConfig) -> dict:
+    """StepConfig -> one value per control (None becomes DEFAULT or 0)."""
+    return {k: _NONE_AS[k] if v is None and k in _NONE_AS else v
+            for k, v in cfg.to_dict().items()}
+
+
+def _control(name: str, value, choices: dict) -> W.Widget:
+    style, layout = {"description_width": "110px"}, W.Layout(width="270px")
+    if name in choices:
+        w = W.Dropdown(options=choices[name], value=value, description=name, style=style,
+                       layout=layout)
+    elif isinstance(value, bool):
+        w = W.Checkbox(value=value, description=name, indent=True, style=style, layout=layout)
+    else:
+        w = W.BoundedIntText(value=value, min=0, max=1_000_000, description=name, style=style,
+                             layout=layout)
+        if name in _NONE_AS:
+            w.tooltip = "0: the scenario's default"
+    w.add_class(f"nbtools-{name}")          # stable handles for browser tests
+    return w
+
+
+class _PanelBox(W.VBox):
+    """The panel's outer box: each display first loads BokehJS into the page (the timeline's
+    view needs it when it is created), without leaving it in the notebook file."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        ensure_loaded()
+        for view in (self.panel.timeline_view, self.panel.compare_view):
+            if view is not None:
+                view.refresh()
+        return super()._repr_mimebundle_(**kwargs)
+
+
+def _button(description: str, action: Callable, cls: str = "", **kw) -> W.Button:
+    b = W.Button(description=description, **kw)
+    b.on_click(lambda _: action())
+    if cls:
+        b.add_class(cls)
+    return b
+
+
+def _html(value: str = "", cls: str = "") -> W.HTML:
+    w = W.HTML(value)
+    if cls:
+        w.add_class(cls)
+    return w
+
+
+class _Ticker:
+    """Shows the elapsed time in a widget while the with-block runs (from a thread: the
+    kernel is busy in the block and cannot update it itself)."""
+
+    def __init__(self, target: W.HTML, text: str):
+        self.target, self.text, self.stop = target, text, threading.Event()
+        self.detail = ""          # the run's phase and steps per rank (Lab.progress)
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self):
+        while True:
+            self.target.value = (f"<b>⏳ {self.text}</b> {time.perf_counter() - self.t0:.1f} s"
+                                 + (f"<br><small>{html.escape(self.detail)}</small>"
+                                    if self.detail else ""))
+            if self.stop.wait(0.5):
+                return
+
+    def set_detail(self, text: str) -> None:
+        self.detail = text
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.elapsed = time.perf_counter() - self.t0
+
+
+class Panel:
+    """Widgets for ``lab``: ``Panel(lab, cfg).widget`` is what a notebook displays.
+
+    ``step_fn``: a user's own step; then every run is ``lab.run(step_fn, cfg)`` (scenario
+    fixed to custom). ``export_path`` is the Export button's initial target; ``width`` (px)
+    fixes the figures' width, which by default follows the notebook's.
+    """
+
+    def __init__(self, lab, cfg: Optional[StepConfig] = None, *,
+                 step_fn: Optional[Callable] = None, export_path="nbtools-findings.html",
+                 width: Optional[int] = None):
+        self.lab, self.step_fn, self.width = lab, step_fn, width
+        choices = dict(CHOICES)
+        if step_fn is not None:
+            cfg = (cfg or StepConfig(scenario="custom")).replace(scenario="custom")
+            choices["scenario"] = ("custom",)
+        elif cfg is not None and cfg.scenario == "custom":
+            raise ConfigError("scenario='custom' needs your step: Panel(lab, cfg, step_fn=f)")
+        cfg = cfg or StepConfig()
+        self._quiet = False        # True while the panel sets controls itself (no auto-run)
+        self._busy = False
+        self.shown = None          # the Run in the timeline
+        self.controls = {name: _control(name, value, choices)
+                         for name, value in values_from_config(cfg).items()}
+        self.controls["scenario"].disabled = step_fn is not None
+        for w in self.controls.values():
+            w.observe(self._changed, "value")
+
+        self.run_button = _button("Run", self.run, "nbtools-run", button_style="primary",
+                                  icon="play")
+        self.auto = W.Checkbox(value=False, description="auto re-run on change", indent=False)
+        self.status = _html("ready", "nbtools-status")
+        self.error = _html("", "nbtools-error")
+        self.restart_button = _button("Restart engines", self.restart, button_style="warning",
+                                      layout=W.Layout(display="none"))
+        self.flags = _html()
+        self.summary = _html("<i>no run yet: press Run</i>", "nbtools-summary")
+        self.log = W.Output(layout=W.Layout(max_height="240px", overflow="auto"))
+        # Built once; each run replaces its sources' data, which the BokehModel sends as
+        # a PATCH-DOC (no re-render, zoom and tools stay).
+        self.timeline = Timeline(width=width)
+        self.timeline_view = LiveBokehModel(self.timeline.layout)
+        self.timeline_view.add_class("nbtools-timeline")
+
+        self.history_list = W.Select(options=[], rows=6, description="history",
+                                     layout=W.Layout(width="720px"))
+        self.history_list.add_class("nbtools-history")
+        self.history_list.observe(self._picked, "value")
+        self.load_button = _button("Load its config", self.load_config, icon="upload")
+        self.compare_a = W.Dropdown(options=[], description="A", layout=W.Layout(width="360px"))
+        self.compare_b = W.Dropdown(options=[], description="B", layout=W.Layout(width="360px"))
+        self.compare_button = _button("Compare A / B", self.compare, "nbtools-compare",
+                                      icon="columns")
+        self.compare_html, self.compare_box, self.compare_view = _html(), W.VBox([]), None
+        self.export_path = W.Text(value=str(export_path), description="export to",
+                                  layout=W.Layout(width="520px"))
+        self.export_notes = W.Textarea(placeholder="notes for the report (Markdown)",
+                                       layout=W.Layout(width="720px", height="60px"))
+        self.export_button = _button("Export HTML", self.export, icon="download")
+        self.export_status = _html()
+
+        groups = [W.VBox([W.HTML(f"<b>{title}</b>")] + [self.controls[n] for n in names])
+                  for title, names in GROUPS]
+        log_box = W.Accordion([self.log], titles=("engine output (by rank)",))
+        log_box.selected_index = None
+        self.widget = _PanelBox([
+            W.HBox(groups),
+            W.HBox([self.run_button, self.auto, self.status]),
+            W.HBox([self.error, self.restart_button]), self.flags, self.summary,
+            self.timeline_view, log_box,
+            W.HTML("<b>history</b>"), W.HBox([self.history_list, self.load_button]),
+            W.HBox([self.compare_a, self.compare_b, self.compare_button]),
+            self.compare_html, self.compare_box,
+            W.HTML("<b>export</b>"), W.HBox([self.export_path, self.export_button]),
+            self.export_notes, self.export_status])
+        self.widget.panel = self    # lab.panel() returns the widget; the Panel stays reachable
+        self._refresh_history()
+        last = next((r for r in reversed(list(lab.history)) if r.ok), None)
+        if last is not None:
+            self.show(last)
+
+    # -- controls ------------------------------------------------------------------------
+    def values(self) -> dict:
+        return {name: w.value for name, w in self.controls.items()}
+
+    def config(self) -> StepConfig:
+        return config_from_values(self.values())
+
+    def set_config(self, cfg: StepConfig) -> None:
+        """Put a config into the controls without triggering an auto re-run."""
+        self._quiet = True
+        try:
+            for name, v in values_from_config(cfg).items():
+                if name != "scenario" or self.step_fn is None:
+                    self.controls[name].value = v
+        finally:
+            self._quiet = False
+
+    def _changed(self, change) -> None:
+        if self.auto.value and not self._quiet and not self._busy:
+            self.run()
+
+    # -- running -------------------------------------------------------------------------
+    def run(self):
+        """What the Run button does. Returns the Run, or None when nothing (valid) ran;
+        every error lands in the error box, and the panel stays usable."""
+        if self._busy:
+            return None
+        self._set_error("")
+        try:
+            cfg = self.config()
+        except ConfigError as e:
+            self.status.value = "not run: the config is invalid"
+            self._set_error(f"<b>ConfigError</b>: {html.escape(str(e))}")
+            return None
+        self._busy, self.run_button.disabled = True, True
+        self.log.clear_output()
+        run, err = None, None
+        try:
+            with _Ticker(self.status, RUNNING) as tick, self.log:
+                shows = self.lab.progress
+                self.lab.progress = tick.set_detail     # phases and steps into the status
+                # Caught inside: Output's context would swallow an exception in IPython.
+                try:
+                    run = self.lab.run(self.step_fn, cfg) if self.step_fn else self.lab.run(cfg)
+                except Exception as e:  # noqa: BLE001 - every failure is shown in the panel
+                    err = e
+                finally:
+                    self.lab.progress = shows
+            if run is not None:
+                self.show(run)
+                self.status.value = f"run #{run.run_id} done in {tick.elapsed:.1f} s"
+            else:
+                self.status.value = ("not run: ConfigError" if isinstance(err, ConfigError)
+                                     else f"failed after {tick.elapsed:.1f} s")
+                self._set_error(describe_error(err))
+        finally:
+            self._busy, self.run_button.disabled = False, False
+            self.restart_button.layout.display = ("" if self.lab.needs_restart or self.lab.closed
+                                                  else "none")
+            self._refresh_history(select=run or getattr(err, "run", None))
+        return run
+
+    def restart(self) -> None:
+        self.status.value = "<b>⏳ restarting engines…</b>"
+        try:
+            self.lab.restart()
+        except Exception as e:  # noqa: BLE001
+            self._set_error(f"restart failed: {type(e).__name__}: {e}")
+            return
+        self.restart_button.layout.display = "none"
+        self._set_error("")
+        self.status.value = f"engines restarted in {self.lab.startup_s:.1f} s"
+
+    def show(self, run) -> None:
+        """Put ``run`` into the timeline (data replaced in place), summary and flags."""
+        self.timeline.update(run)
+        self.summary.value = summary_html(run)
+        self.flags.value = flags_html(run.flags)
+        self.shown = run
+
+    def _set_error(self, text: str) -> None:
+        self.error.value = f"<div style='{_ERROR_STYLE}'>{text}</div>" if text else ""
+
+    # -- history, comparison, export -------------------------------------------------------
+    def _refresh_history(self, select=None) -> None:
+        runs = list(self.lab.history)
+        opts = [(f"{i}: {r.label}" + (f" · {r.summary['step_ms'].max():.3g} ms"
+                                      if "step_ms" in r.summary else ""), r.run_id)
+                for i, r in enumerate(runs)]
+        ok = [r.run_id for r in runs if r.ok]
+        self._quiet = True          # re-listing must not re-display or re-run anything
+        try:
+            a, b, picked = self.compare_a.value, self.compare_b.value, self.history_list.value
+            self.history_list.options = opts     # (resets the selection: restored below)
+            self.compare_a.options, self.compare_b.options = opts, opts
+            picked = select.run_id if select is not None else picked
+            self.history_list.value = picked if picked in {v for _, v in opts} else None
+            if select is not None and select.ok and len(ok) >= 2:
+                a, b = ok[-2], ok[-1]    # the newest run against the one before it
+            ids = {v for _, v in opts}
+            self.compare_a.value = a if a in ids else (ok[-2] if len(ok) >= 2 else None)
+            self.compare_b.value = b if b in ids else (ok[-1] if ok else None)
+        finally:
+            self._quiet = False
+
+    def _picked(self, change) -> None:
+        """Picking a run in the history shows it in the timeline."""
+        if self._quiet or self._busy or change["new"] is None:
+            return
+        run = self.lab.history[change["new"]]
+        if run.ok:
+            self.show(run)
+            self.status.value = f"showing run #{run.run_id} from the history"
+        else:
+            self._set_error(describe_error(RunFailed(f"run {run.run_id} failed", run)))
+
+    def load_config(self) -> None:
+        """Put the picked history run's config back into the controls."""
+        rid = self.history_list.value
+        run = self.lab.history[rid] if rid else None
+        if run is not None and run.config is not None:
+            self.set_config(run.config)
+
+    def compare(self):
+        """Compare the runs picked as A and B: table, category deltas, aligned timelines."""
+        a, b = self.compare_a.value, self.compare_b.value
+        if not a or not b:
+            self._set_error("pick two runs (A and B) to compare")
+            return None
+        try:
+            cmp = self.lab.compare(a, b)
+            self.compare_html.value = comparison_html(cmp)
+            view = LiveBokehModel(compare_figure(cmp.a, cmp.b, width=self.width))
+        except Exception as e:  # noqa: BLE001
+            self._set_error(f"compare failed: {type(e).__name__}: {html.escape(str(e))}")
+            return None
+        old, self.compare_view = self.compare_box.children, view
+        self.compare_box.children = (view,)   # a new pair is a new figure: rebuilt, not patched
+        for w in old:
+            w.close()
+        return cmp
+
+    def export(self):
+        """export_html of the whole history (plus the current A/B pair) to the path given."""
+        path = Path(self.export_path.value).expanduser()
+        from nbtools.report.html import export_html
+        pair = (self.compare_a.value, self.compare_b.value)
+        try:
+            out = export_html(path, self.lab.history, notes=self.export_notes.value,
+                              comparisons=[pair] if all(pair) and pair[0] != pair[1] else ())
+        except Exception as e:  # noqa: BLE001
+            self._set_error(f"export failed: {type(e).__name__}: {html.escape(str(e))}")
+            return None
+        self.export_status.value = (f"wrote {html.escape(str(out))} ({out.stat().st_size / 1e6:.1f}"
+                                    f" MB, {len(self.lab.history)} runs)")
+        return out
