@@ -62,15 +62,15 @@ def worker(args) -> None:
     # one GPU per rank, seen as cuda:0, exactly as the lab's engines see theirs
     os.environ["CUDA_VISIBLE_DEVICES"] = gpus[local] if gpus else ""
     sys.path.insert(0, str(ROOT))
-    from nbtools.engine import runner as engine
+    from nbtools.engine import process_group, runner as engine
     from nbtools.lab import placement
     from nbtools.config.step_config import StepConfig
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     threads = 0 if gpus else placement.threads_per_rank(os.cpu_count(), world)
-    engine.setup(rank, world, "127.0.0.1", args.port, threads,
+    process_group.setup(rank, world, "127.0.0.1", args.port, threads,
                  str(Path(args.cache) / f"rank{rank}"), 120.0)
     rep = engine.run(StepConfig.from_dict(json.loads(args.cfg)), "relaunch")
-    engine.shutdown(10.0)
+    process_group.shutdown(10.0)
     print(json.dumps(dict(rank=rank, status=rep["status"], error=rep.get("error", "")[:300],
                           engine_s=rep["engine_s"])), flush=True)
     if rep["status"] != "ok":
@@ -190,6 +190,8 @@ def main():
 
     sys.path.insert(0, str(ROOT))
     import nbtools.analysis.summary
+    import nbtools.lab.gather
+    import nbtools.lab.lab
     from nbtools import Lab, StepConfig
     from nbtools.ui.timeline import Timeline
 
@@ -207,14 +209,14 @@ def main():
     lab = Lab(n=args.n, history=tmp / "history", echo=False)
     start_s = time.perf_counter() - t
     try:
-        clock.wrap(lab, "_wait", "wait")
-        orig_wait = lab._wait
+        clock.wrap(nbtools.lab.gather, "wait", "wait")
+        orig_wait = nbtools.lab.gather.wait
 
         def wait_marked(*a_, **kw):     # when the last apply_async has gone out
             clock.t["wait_start"] = time.perf_counter()
             return orig_wait(*a_, **kw)
-        lab._wait = wait_marked
-        clock.wrap(lab, "_assemble", "assemble")
+        nbtools.lab.gather.wait = wait_marked
+        clock.wrap(nbtools.lab.lab, "assemble", "assemble")
         clock.wrap(nbtools.analysis.summary, "build", "summary")
         clock.wrap(nbtools.analysis.summary, "flags", "summary")
         clock.wrap(lab.history, "add", "history")

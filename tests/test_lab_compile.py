@@ -159,8 +159,8 @@ def test_fsdp2_whole_model_compile_and_kept_parameters(lab):
 # Run in the engines' namespace (code, not functions: the engines cannot import this file)
 _WATCH = """
 import weakref
-from nbtools.engine import runner as _e
-_watched = [weakref.ref(_e._S.workload.model)] + [weakref.ref(p) for p in _e._S.workload.model.parameters()]
+from nbtools.engine.state import S as _S
+_watched = [weakref.ref(_S.workload.model)] + [weakref.ref(p) for p in _S.workload.model.parameters()]
 """
 _ALIVE = "_alive = sum(r() is not None for r in _watched)"
 

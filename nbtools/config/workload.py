@@ -8,7 +8,7 @@ for this workload is a ConfigError there, never a silently different run.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from nbtools.config.step_config import ConfigError, StepConfig

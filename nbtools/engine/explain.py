@@ -17,7 +17,6 @@ without it, plain pickle needs them importable (module-level functions, module c
 """
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import subprocess

@@ -49,12 +49,8 @@ def _warm() -> None:
         import torch._dynamo  # noqa: F401  (the compile recorder's setup needs it: seconds)
         import torch.profiler  # noqa: F401
         # the engine side of a run: a spare's first run then pays only for its model
-        from nbtools.engine import apply  # noqa: F401
-        from nbtools.engine import capture
-        from nbtools.engine import custom_step as custom
-        from nbtools.engine import runner as engine
-        from nbtools.engine import scenarios
-        from nbtools.trace import load as trace
+        from nbtools.engine import apply, capture, custom_step, runner, scenarios  # noqa: F401
+        from nbtools.trace import load  # noqa: F401
     except Exception:
         pass    # the lab's own calls import it again and report the error there
 

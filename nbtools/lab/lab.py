@@ -11,24 +11,16 @@ import uuid
 from pathlib import Path
 from typing import Callable, Optional
 
-from nbtools.engine import runner as engine
-from nbtools.lab import engine_output
-from nbtools.lab import placement
-from nbtools.lab import progress_view
+from nbtools.engine import process_group, runner as engine
+from nbtools.lab import gather, placement
+from nbtools.lab.assemble import assemble, first_error
 from nbtools.lab import reaper
 from nbtools.lab import recovery
-from nbtools.analysis import tables
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.results.history import History
 from nbtools.lab.pool import Pool
 from nbtools.results.run import Run
 from nbtools.lab.errors import LabClosed, RunFailed, RunTimeout  # noqa: F401  (users catch them here)
-
-
-# Kineto prints a USDT line at every profiler start/stop: not the user's output.
-_NOISE = ("USDT:",)
-_PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Connection reset",
-               "process group is broken", "NCCL communicator was aborted")
 
 
 class Lab:
@@ -152,7 +144,7 @@ class Lab:
         self.placements = placement.assign(dict(zip(ids, idents)))
         by_eid = {p.engine_id: p for p in self.placements}
         self._on(ids, placement.pin, args_for=lambda e: (by_eid[e].local_rank,))
-        infos = self._on(ids, engine.info)
+        infos = self._on(ids, process_group.info)
         types = {i["device_type"] for i in infos}
         if len(types) != 1:
             raise RuntimeError(f"engines disagree on the device type: {types}; give every "
@@ -163,7 +155,7 @@ class Lab:
         r0 = self.rank_to_engine[0]
         addr = placement.master_addr(self.placements)
         # rank 0 opens the store's socket on exactly that address (loopback on one host)
-        port = self.client[r0].apply_sync(engine.listen, addr)
+        port = self.client[r0].apply_sync(process_group.listen, addr)
         world = len(self.placements)
         cpus = {p.rank: self.infos[p.rank]["cpus"] for p in self.placements}
         args = {p.engine_id: (p.rank, world, addr, port,
@@ -172,7 +164,7 @@ class Lab:
                               str((self.compile_cache or self.workdir / "inductor-cache")
                                   / f"rank{p.rank}"),
                               self.pg_timeout) for p in self.placements}
-        self.setup_times = self._on(ids, engine.setup, args_for=lambda e: args[e],
+        self.setup_times = self._on(ids, process_group.setup, args_for=lambda e: args[e],
                                     timeout=self.start_timeout)
         self.world_size = world
 
@@ -218,7 +210,7 @@ class Lab:
         ext = self._external is not None
         if self.client is not None and ext and graceful and not self.needs_restart:
             try:
-                ars = [self.client[e].apply_async(engine.shutdown, 10.0)
+                ars = [self.client[e].apply_async(process_group.shutdown, 10.0)
                        for e in self.rank_to_engine.values()]
                 for ar in ars:
                     ar.get(timeout=15)
@@ -277,21 +269,21 @@ class Lab:
         ars = {r: self.client[e].apply_async(engine.run, cfg, run_id, payload)
                for r, e in sorted(self.rank_to_engine.items())}
         try:
-            reports, unfinished = self._wait(ars, timeout or self.timeout, run_id)
+            reports, unfinished = gather.wait(self, ars, timeout or self.timeout, run_id)
         except KeyboardInterrupt:
             recovery.interrupted(self, cfg, run_id, t0, ars)
             raise
-        run = self._assemble(cfg, run_id, t0, reports, unfinished)
+        run = assemble(self, cfg, run_id, t0, reports, unfinished)
         self.history.add(run)
         if unfinished:
             self._replace |= set(unfinished)
             raise RunTimeout(f"run {run_id}: rank(s) {sorted(unfinished)} did not finish within "
                              f"{timeout or self.timeout:.0f} s (stuck in a collective?). "
-                             + _first_error(run) + "Their engines are replaced before the "
+                             + first_error(run) + "Their engines are replaced before the "
                              "next run; the history is kept.", run)
         if not run.ok:
             self._pg_broken = True
-            raise RunFailed(f"run {run_id} failed: " + _first_error(run), run)
+            raise RunFailed(f"run {run_id} failed: " + first_error(run), run)
         return run
 
     def _check_usable(self) -> None:
@@ -306,135 +298,6 @@ class Lab:
         if self.client is None:
             raise RuntimeError("the lab's engines are stopped; call lab.restart() for fresh "
                                "ones (history is kept)")
-
-    def _wait(self, ars: dict, timeout: float, run_id: str = ""):
-        """Wait for every rank, up to the timeout. Once a rank has failed, the others get
-        ``peer_grace`` seconds (one second when its engine died): a rank still running then
-        is waiting in a collective for the failed one, and is reported as such (its engine
-        is replaced before the next run). A dead engine is seen from its exit status within
-        a poll, not when ipyparallel's heartbeats give up on it."""
-        deadline = time.monotonic() + timeout
-        shown = {r: [0, 0] for r in ars}
-        warned = {r: [] for r in ars}
-        failed_at, dead = None, {}
-        view = self._progress_view(ars, run_id)
-        while True:
-            dead.update(recovery.dead_ranks(self, ars, dead))
-            pending = [ar for r, ar in ars.items() if not ar.ready() and r not in dead]
-            self._echo(ars, shown, warned)
-            if view is not None:
-                view.update(progress_view.read(ars))
-            if not pending or time.monotonic() > deadline:
-                break
-            if failed_at is None and (dead or any(_failed(ar) for ar in ars.values() if ar.ready())):
-                failed_at = time.monotonic()
-            grace = min(self.peer_grace, recovery.DEAD_GRACE_S) if dead else self.peer_grace
-            if failed_at is not None and time.monotonic() - failed_at > grace:
-                break
-            self.client.wait(pending, timeout=0.2)
-        for ar in ars.values():   # output can trail the result on the iopub channel
-            if ar.ready():
-                try:
-                    ar.wait_for_output(1.0)
-                except Exception:
-                    pass
-        self._echo(ars, shown, warned)
-        dead.update(recovery.dead_ranks(self, ars, dead, finished_too=True))
-        if view is not None:
-            view.update(progress_view.read(ars))
-            done = all(ar.ready() or r in dead for r, ar in ars.items())
-            view.close("done" if done and not dead and not any(_failed(ar) for ar in ars.values())
-                       else "failed" if done or failed_at is not None else "timed out")
-        reports, waiting = {}, []
-        for r, ar in ars.items():
-            if r in dead:
-                reports[r] = dict(rank=r, status="failed", error_type="EngineDied",
-                                  error=f"rank {r}'s engine died: {dead[r]}")
-                continue
-            if not ar.ready():
-                waiting.append(r)
-                continue
-            try:
-                reports[r] = ar.get()
-            except Exception as e:  # the engine itself died (e.g. killed by a NCCL watchdog)
-                reports[r] = dict(rank=r, status="failed", error=f"engine error: {e}")
-                if "EngineError" in (getattr(e, "ename", None) or type(e).__name__):
-                    dead[r] = "reported by ipyparallel"
-        self._replace |= set(dead)
-        if failed_at is not None:
-            for r in waiting:
-                reports[r] = dict(rank=r, status="failed", error=(
-                    "stopped because a peer failed: still waiting (in a collective) "
-                    f"{grace:.0f} s after it; its engine is replaced"))
-            self._replace |= set(waiting)
-            waiting = []
-        if self.echo:
-            engine_output.show({r: warned[r] + engine_output.from_report(
-                reports.get(r, {}).get("warnings")) for r in ars})
-        return reports, waiting
-
-    def _progress_view(self, ars, run_id):
-        if not self.progress:
-            return None
-        sink = self.progress if callable(self.progress) else None
-        return progress_view.View(list(ars), run_id, sink=sink)
-
-    def _echo(self, ars, shown, warned=None) -> None:
-        """Engine output (prints, warnings, NCCL_DEBUG lines written to the fds) reaches the
-        notebook tagged by rank, as it arrives. c10's warning lines on stderr are set aside
-        in ``warned`` (rank -> lines) and shown folded after the run."""
-        if not self.echo:
-            return
-        for r, ar in ars.items():
-            for k, (stream, target) in enumerate(((ar.stdout, sys.stdout), (ar.stderr, sys.stderr))):
-                text = stream if isinstance(stream, str) else "".join(stream or [])
-                new = text[shown[r][k]:]
-                if "\n" in new:
-                    new = new[:new.rindex("\n") + 1]
-                    lines = [ln for ln in new.splitlines() if not ln.startswith(_NOISE)]
-                    if k == 1 and warned is not None:
-                        lines, w = engine_output.split(lines)
-                        warned[r].extend(w)
-                    target.write("".join(f"[rank {r}] {line}\n" for line in lines))
-                    shown[r][k] += len(new)
-
-    def _assemble(self, cfg, run_id, t0, reports, unfinished) -> Run:
-        from nbtools.analysis import summary as summ
-        from nbtools.analysis.compile_counts import divergence
-        ok = {r: rep for r, rep in reports.items() if rep.get("status") == "ok"}
-        steps = tables.concat([tables.from_wire(tables.STEP_COLUMNS, rep["steps"])
-                               for rep in ok.values() if "steps" in rep], tables.STEP_COLUMNS)
-        events = tables.concat([tables.from_wire(tables.EVENT_COLUMNS, rep["events"])
-                                for rep in ok.values() if "events" in rep], tables.EVENT_COLUMNS)
-        comp = tables.concat([tables.from_wire(tables.COMPILE_COLUMNS, rep["compile"]["columns"])
-                              for rep in ok.values() if rep.get("compile")], tables.COMPILE_COLUMNS)
-        errors = {r: rep.get("error", "") for r, rep in reports.items() if rep.get("status") != "ok"}
-        for r in unfinished:
-            errors[r] = f"did not finish within the run timeout (engine {self.rank_to_engine[r]})"
-        sm = summ.build(steps, events, comp, ok, cfg) if ok else None
-        div = divergence({r: rep["compile"].get("counts", {}) for r, rep in ok.items()
-                          if rep.get("compile")}) if len(ok) > 1 else None
-        env = dict(next(iter(ok.values()))["env"]) if ok else {}
-        env.update(world_size=self.world_size, hosts=sorted({p.host for p in self.placements}))
-        ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "compile_outcome",
-                                             "model_built_at",
-                                             "peak_mem_mb", "shapes", "engine_s", "parse_s",
-                                             "last_value", "unused", "warnings")}
-                 for r, rep in reports.items()}
-        import pandas as pd
-        rows = pd.DataFrame([row for r in sorted(ok) for row in ok[r].get("reports") or []])
-        run = Run(config=cfg, steps=steps, events=events, compile_events=comp, env=env,
-                  status="ok" if not errors else "failed", errors=errors, ranks=ranks,
-                  run_id=run_id, started=t0, reports=rows,
-                  torch_trace_logs={r: rep["torch_trace"] for r, rep in reports.items()
-                                    if rep.get("torch_trace")})
-        if sm is not None:
-            run.summary = sm
-            run.flags = summ.flags(sm, ok, cfg, div, events, comp)
-        if cfg.torch_trace:
-            from nbtools.results.torch_trace import missing_logs_flags
-            run.flags += missing_logs_flags(ok, run.torch_trace_logs)
-        return run
 
     # -- conveniences ----------------------------------------------------------------------
     def compare(self, a, b):
@@ -462,25 +325,6 @@ class Lab:
         return (f"<Lab {getattr(self, 'world_size', '?')} ranks on {getattr(self, 'device_type', '?')}"
                 f", {len(self.history)} runs"
                 + (f", compile cache {self.compile_cache}" if self.compile_cache else "") + ">")
-
-
-def _failed(ar) -> bool:
-    try:
-        return ar.get(0).get("status") != "ok"
-    except Exception:
-        return True
-
-
-def _first_error(run: Run) -> str:
-    """The root cause first: a rank whose error is its own, not a peer's abort."""
-    own = {r: e for r, e in run.errors.items() if not any(s in e for s in _PEER_SIGNS)}
-    pick = own or run.errors
-    if not pick:
-        return ""
-    r = min(pick)
-    others = sorted(set(run.errors) - {r})
-    tail = f" (rank(s) {others} stopped with it)" if others else ""
-    return f"rank {r}: {pick[r].splitlines()[0]}{tail}. "
 
 
 def _cache_folder(path) -> Optional[Path]:

@@ -12,7 +12,8 @@ import signal
 import sys
 import time
 
-from nbtools.engine import runner as engine
+from nbtools.engine import process_group
+from nbtools.lab.assemble import assemble
 
 # After a rank's engine died, how long its peers may still run: a peer blocked in a
 # collective with a dead process does not come back (NCCL) or errors at once (gloo).
@@ -75,7 +76,7 @@ def before_run(lab) -> None:
             lab.restart()
             return
     elif lab._pg_broken:
-        lab._on(list(lab.rank_to_engine.values()), engine.reinit_pg)
+        lab._on(list(lab.rank_to_engine.values()), process_group.reinit_pg)
     lab._pg_broken, lab._replace = False, set()
 
 
@@ -124,7 +125,7 @@ def interrupted(lab, cfg, run_id: str, t0: float, ars: dict) -> None:
                 reports[r] = dict(rank=r, status="failed", error=f"engine error: {e}")
         if reports[r].get("error_type") == "KeyboardInterrupt":
             reports[r]["error"] = "interrupted (Ctrl-C)\n" + reports[r]["error"]
-    run = lab._assemble(cfg, run_id, t0, reports, [])
+    run = assemble(lab, cfg, run_id, t0, reports, [])
     run.status = "interrupted"
     lab.history.add(run)
     lab._replace |= set(stuck) | set(dead)

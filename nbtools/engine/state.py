@@ -1,0 +1,44 @@
+"""The one EngineState of an engine process: its rank, group, store and the state built on
+them (model, optimizer, compiled step), reused across runs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class EngineState:
+    rank: int = -1
+    world: int = 0
+    device: object = None
+    group: object = None
+    store: object = None
+    listener: object = None      # rank 0's store socket between listen() and setup()
+    generation: int = 0
+    pg_timeout: float = 300.0
+    pg_broken: bool = False
+    recorder: object = None
+    model_key: tuple = ()
+    build_key: tuple = ()
+    workload: object = None
+    prepared: object = None
+    cache: dict = field(default_factory=dict)     # strategy state kept with the weights
+    custom_state: dict = field(default_factory=dict)
+    reports: list = field(default_factory=list)   # ctx.report() rows of the current run
+    run_count: int = 0
+    model_built_at: int = -1     # the engine's run count when the current weights were built
+
+    def release_model(self) -> None:
+        """Drop the previous model, optimizer and compiled step before building the next.
+        Compiled and FSDP2-wrapped modules sit in reference cycles, so without a collection
+        the old model and its optimizer state stayed allocated and counted in the next run's
+        peak memory (on H200 the peak of notebook 04's FSDP2 runs grew run after run)."""
+        import gc
+        self.prepared = self.workload = None
+        self.cache.clear()
+        gc.collect()
+        if self.device is not None and self.device.type == "cuda":
+            import torch
+            torch.cuda.empty_cache()
+
+
+S = EngineState()

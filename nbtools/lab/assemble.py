@@ -1,0 +1,61 @@
+"""The ranks' reports of one run -> a Run: their tables joined, the summary and its flags,
+and the root cause of a failure named first."""
+from __future__ import annotations
+
+import pandas as pd
+
+from nbtools.analysis import summary as summ
+from nbtools.analysis import tables
+from nbtools.analysis.compile_counts import divergence
+from nbtools.results.run import Run
+from nbtools.results.torch_trace import missing_logs_flags
+
+_PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Connection reset",
+               "process group is broken", "NCCL communicator was aborted")
+
+
+def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
+    ok = {r: rep for r, rep in reports.items() if rep.get("status") == "ok"}
+    steps = tables.concat([tables.from_wire(tables.STEP_COLUMNS, rep["steps"])
+                           for rep in ok.values() if "steps" in rep], tables.STEP_COLUMNS)
+    events = tables.concat([tables.from_wire(tables.EVENT_COLUMNS, rep["events"])
+                            for rep in ok.values() if "events" in rep], tables.EVENT_COLUMNS)
+    comp = tables.concat([tables.from_wire(tables.COMPILE_COLUMNS, rep["compile"]["columns"])
+                          for rep in ok.values() if rep.get("compile")], tables.COMPILE_COLUMNS)
+    errors = {r: rep.get("error", "") for r, rep in reports.items() if rep.get("status") != "ok"}
+    for r in unfinished:
+        errors[r] = f"did not finish within the run timeout (engine {lab.rank_to_engine[r]})"
+    sm = summ.build(steps, events, comp, ok, cfg) if ok else None
+    div = divergence({r: rep["compile"].get("counts", {}) for r, rep in ok.items()
+                      if rep.get("compile")}) if len(ok) > 1 else None
+    env = dict(next(iter(ok.values()))["env"]) if ok else {}
+    env.update(world_size=lab.world_size, hosts=sorted({p.host for p in lab.placements}))
+    ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "compile_outcome",
+                                         "model_built_at",
+                                         "peak_mem_mb", "shapes", "engine_s", "parse_s",
+                                         "last_value", "unused", "warnings")}
+             for r, rep in reports.items()}
+    rows = pd.DataFrame([row for r in sorted(ok) for row in ok[r].get("reports") or []])
+    run = Run(config=cfg, steps=steps, events=events, compile_events=comp, env=env,
+              status="ok" if not errors else "failed", errors=errors, ranks=ranks,
+              run_id=run_id, started=t0, reports=rows,
+              torch_trace_logs={r: rep["torch_trace"] for r, rep in reports.items()
+                                if rep.get("torch_trace")})
+    if sm is not None:
+        run.summary = sm
+        run.flags = summ.flags(sm, ok, cfg, div, events, comp)
+    if cfg.torch_trace:
+        run.flags += missing_logs_flags(ok, run.torch_trace_logs)
+    return run
+
+
+def first_error(run: Run) -> str:
+    """The root cause first: a rank whose error is its own, not a peer's abort."""
+    own = {r: e for r, e in run.errors.items() if not any(s in e for s in _PEER_SIGNS)}
+    pick = own or run.errors
+    if not pick:
+        return ""
+    r = min(pick)
+    others = sorted(set(run.errors) - {r})
+    tail = f" (rank(s) {others} stopped with it)" if others else ""
+    return f"rank {r}: {pick[r].splitlines()[0]}{tail}. "

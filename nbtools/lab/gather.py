@@ -1,0 +1,111 @@
+"""Waiting for a run's ranks: their results, their output as it arrives (tagged by rank,
+library warnings set aside), progress, and the ranks that died or were left waiting for a
+failed peer."""
+from __future__ import annotations
+
+import sys
+import time
+
+from nbtools.lab import engine_output, progress_view, recovery
+
+# Kineto prints a USDT line at every profiler start/stop: not the user's output.
+_NOISE = ("USDT:",)
+
+
+def wait(lab, ars: dict, timeout: float, run_id: str = ""):
+    """Wait for every rank, up to the timeout. Once a rank has failed, the others get
+    ``peer_grace`` seconds (one second when its engine died): a rank still running then
+    is waiting in a collective for the failed one, and is reported as such (its engine
+    is replaced before the next run). A dead engine is seen from its exit status within
+    a poll, not when ipyparallel's heartbeats give up on it."""
+    deadline = time.monotonic() + timeout
+    shown = {r: [0, 0] for r in ars}
+    warned = {r: [] for r in ars}
+    failed_at, dead = None, {}
+    view = _progress_view(lab, ars, run_id)
+    while True:
+        dead.update(recovery.dead_ranks(lab, ars, dead))
+        pending = [ar for r, ar in ars.items() if not ar.ready() and r not in dead]
+        echo(lab, ars, shown, warned)
+        if view is not None:
+            view.update(progress_view.read(ars))
+        if not pending or time.monotonic() > deadline:
+            break
+        if failed_at is None and (dead or any(_failed(ar) for ar in ars.values() if ar.ready())):
+            failed_at = time.monotonic()
+        grace = min(lab.peer_grace, recovery.DEAD_GRACE_S) if dead else lab.peer_grace
+        if failed_at is not None and time.monotonic() - failed_at > grace:
+            break
+        lab.client.wait(pending, timeout=0.2)
+    for ar in ars.values():   # output can trail the result on the iopub channel
+        if ar.ready():
+            try:
+                ar.wait_for_output(1.0)
+            except Exception:
+                pass
+    echo(lab, ars, shown, warned)
+    dead.update(recovery.dead_ranks(lab, ars, dead, finished_too=True))
+    if view is not None:
+        view.update(progress_view.read(ars))
+        done = all(ar.ready() or r in dead for r, ar in ars.items())
+        view.close("done" if done and not dead and not any(_failed(ar) for ar in ars.values())
+                   else "failed" if done or failed_at is not None else "timed out")
+    reports, waiting = {}, []
+    for r, ar in ars.items():
+        if r in dead:
+            reports[r] = dict(rank=r, status="failed", error_type="EngineDied",
+                              error=f"rank {r}'s engine died: {dead[r]}")
+            continue
+        if not ar.ready():
+            waiting.append(r)
+            continue
+        try:
+            reports[r] = ar.get()
+        except Exception as e:  # the engine itself died (e.g. killed by a NCCL watchdog)
+            reports[r] = dict(rank=r, status="failed", error=f"engine error: {e}")
+            if "EngineError" in (getattr(e, "ename", None) or type(e).__name__):
+                dead[r] = "reported by ipyparallel"
+    lab._replace |= set(dead)
+    if failed_at is not None:
+        for r in waiting:
+            reports[r] = dict(rank=r, status="failed", error=(
+                "stopped because a peer failed: still waiting (in a collective) "
+                f"{grace:.0f} s after it; its engine is replaced"))
+        lab._replace |= set(waiting)
+        waiting = []
+    if lab.echo:
+        engine_output.show({r: warned[r] + engine_output.from_report(
+            reports.get(r, {}).get("warnings")) for r in ars})
+    return reports, waiting
+
+def _progress_view(lab, ars, run_id):
+    if not lab.progress:
+        return None
+    sink = lab.progress if callable(lab.progress) else None
+    return progress_view.View(list(ars), run_id, sink=sink)
+
+def echo(lab, ars, shown, warned=None) -> None:
+    """Engine output (prints, warnings, NCCL_DEBUG lines written to the fds) reaches the
+    notebook tagged by rank, as it arrives. c10's warning lines on stderr are set aside
+    in ``warned`` (rank -> lines) and shown folded after the run."""
+    if not lab.echo:
+        return
+    for r, ar in ars.items():
+        for k, (stream, target) in enumerate(((ar.stdout, sys.stdout), (ar.stderr, sys.stderr))):
+            text = stream if isinstance(stream, str) else "".join(stream or [])
+            new = text[shown[r][k]:]
+            if "\n" in new:
+                new = new[:new.rindex("\n") + 1]
+                lines = [ln for ln in new.splitlines() if not ln.startswith(_NOISE)]
+                if k == 1 and warned is not None:
+                    lines, w = engine_output.split(lines)
+                    warned[r].extend(w)
+                target.write("".join(f"[rank {r}] {line}\n" for line in lines))
+                shown[r][k] += len(new)
+
+
+def _failed(ar) -> bool:
+    try:
+        return ar.get(0).get("status") != "ok"
+    except Exception:
+        return True
