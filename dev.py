@@ -2,7 +2,9 @@
 """Set up the project's environment and run the demo or the tests: needs only Python.
 
     python3 dev.py demo     # .venv + the package, then `python -m nbtools demo --html ...`
-    python3 dev.py test     # .venv + test extras (+ Debian chromium for browser tests), then pytest
+    python3 dev.py test     # .venv + test extras (+ Debian chromium for browser tests), the import
+                            # contracts (lint-imports), then pytest; arguments go to pytest:
+    python3 dev.py test -m "not slow"   # the fast tier (under 3 minutes on 2 cores)
 
 A torch that already satisfies pyproject.toml's requirement (the tested range) is reused, not
 replaced: if the interpreter running this script has one, the venv sees it through
@@ -106,6 +108,11 @@ def main(argv) -> int:
     py = ensure_venv("test")
     if cmd == "setup":
         return 0
+    # the layering (.importlinter) first: seconds, and a broken contract explains itself
+    rc = subprocess.call([str(py.parent / "lint-imports"), "--config", str(ROOT / ".importlinter")],
+                         cwd=ROOT)
+    if rc:
+        return rc
     ensure_chromium()
     return subprocess.call([str(py), "-m", "pytest", *rest], cwd=ROOT)
 

@@ -42,12 +42,10 @@ _KEY = b'"traceEvents"'
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
 # bounded: an unbounded \s* re-read a long whitespace run on every chunk (quadratic); a
 # separator wider than this is not cut at, and the rest is parsed at once instead
-_SEP = re.compile(rb"[ \t\r\n]{0,64},[ \t\r\n]{0,64}\{")
-_SEP_MAX = 130
+_SEP, _SEP_MAX = re.compile(rb"[ \t\r\n]{0,64},[ \t\r\n]{0,64}\{"), 130
 _X_FIELDS = itemgetter("cat", "name", "pid", "tid", "ts", "dur")
 _PH = itemgetter("ph")
-_ARGS = methodcaller("get", "args", {})
-_CORR = methodcaller("get", "correlation", -1)
+_ARGS, _CORR = methodcaller("get", "args", {}), methodcaller("get", "correlation", -1)
 _CHUNK = 256 << 10   # small batches: the dicts of one batch die before the next (cache, memory)
 _INT64 = np.iinfo(np.int64)
 # µs -> ns must fit int64 (year 2262); a ts beyond that is damage, not a time

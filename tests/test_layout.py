@@ -1,0 +1,67 @@
+"""The layout holds: the import contracts, modules that stay small, data that loads no view,
+and every view a data class looks up is registered by its provider (docs/design.md "Rooms")."""
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "nbtools"
+MAX_LINES = 400
+
+
+def test_import_contracts_hold():
+    lint = Path(sys.executable).parent / "lint-imports"
+    if not lint.exists():
+        pytest.fail(f"{lint} is missing: install the test extra (pip install -e '.[test]')")
+    out = subprocess.run([str(lint), "--config", str(ROOT / ".importlinter")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def test_modules_stay_small():
+    big = {str(p.relative_to(ROOT)): n for p in PKG.rglob("*.py")
+           if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not big, f"over {MAX_LINES} lines, split by job: {big}"
+
+
+def test_every_room_says_what_it_runs():
+    rooms = [p for p in PKG.iterdir() if (p / "__init__.py").exists()]
+    assert {p.name for p in rooms} >= {"common", "config", "engine", "trace", "analysis",
+                                       "results", "lab", "ui", "widgets", "report", "claims", "cli"}
+    for room in rooms:
+        doc = importlib.import_module(f"nbtools.{room.name}").__doc__
+        assert doc and len(doc.split()) >= 5, f"nbtools/{room.name}/__init__.py needs a docstring"
+
+
+def test_data_and_analysis_load_no_view_and_no_torch():
+    """Loading a run's data, analysing it and listing its flags pulls in neither bokeh nor
+    widgets nor torch (the contracts say so statically; this checks it at run time)."""
+    code = ("import sys; import nbtools.results.run, nbtools.results.load, nbtools.results.history, "
+            "nbtools.analysis.summary, nbtools.analysis.flags, nbtools.trace.export; "
+            "print(sorted(m for m in ('torch', 'bokeh', 'ipywidgets', 'jupyter_bokeh', "
+            "'ipyparallel') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_public_face():
+    import nbtools
+    from nbtools import Lab, Run, StepConfig, Workload, export_html, load_traces  # noqa: F401
+    assert callable(export_html) and callable(load_traces) and nbtools.__version__
+
+
+@pytest.mark.parametrize("kind", ["run.plot", "run.html", "comparison.plot", "comparison.html",
+                                  "lab.panel"])
+def test_each_view_is_registered_by_its_provider(kind):
+    from nbtools.results import views
+    assert kind in views.PROVIDERS
+    fn = views.view(kind)
+    assert callable(fn) and fn.__module__ == views.PROVIDERS[kind]
