@@ -154,9 +154,9 @@ def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None,
 def counts_as_ints(df: pd.DataFrame) -> pd.DataFrame:
     """Counts (compiles, recompiles, graphs, n_<kind>, ...) print as 3, not 3.0: a count
     column whose values are all whole numbers becomes int (one with a NaN stays float)."""
-    from nbtools.analysis.metrics import GLOSSARY, unit
+    from nbtools.analysis.metrics import is_count
     for c in df.columns:
-        count = (c in GLOSSARY and unit(c) == "" and c != "check_max_rel") or c.startswith("n_")
+        count = is_count(c) or c.startswith("n_")
         if count and pd.api.types.is_float_dtype(df[c]):
             v = df[c]
             if len(v) and v.notna().all() and (v == v.round()).all():
