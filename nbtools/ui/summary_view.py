@@ -116,31 +116,36 @@ def summary_table(summary: pd.DataFrame) -> str:
 
 def metric_rows(rows, value_cols) -> str:
     """A table with one row per metric (``rows``: (metric, {column: value}) pairs), each
-    metric explained on hover and its values formatted as the summary's are."""
+    metric explained on hover with how its ranks were combined, its values formatted as the
+    summary's are, and a change coloured by whether it is better or worse."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in ["metric"] + list(value_cols))
     body = []
     for metric, values in rows:
-        tip = html.escape(metrics.explain(metric), quote=True)
-        body.append(f"<tr><th title='{tip}'>{html.escape(metric)}</th>" + "".join(
-            f"<td>{html.escape(_signed(c, metric, values.get(c)))}</td>" for c in value_cols)
-            + "</tr>")
+        how = metrics.how(metric)
+        tip = html.escape(metrics.explain(metric) + (f" · a run's number: {how}" if how else ""),
+                          quote=True)
+        cells = "".join(f"<td{_colour(c, metric, v)}>{html.escape(_signed(c, metric, v))}</td>"
+                        for c, v in ((c, values.get(c)) for c in value_cols))
+        body.append(f"<tr><th title='{tip}'>{html.escape(metric)}</th>{cells}</tr>")
     return _STYLE + f"<table class='nbtools-tbl'><tr>{head}</tr>{''.join(body)}</table>"
+
+
+_GOOD, _BAD = "#1a7f37", "#a40000"
 
 
 def _signed(col: str, metric: str, value) -> str:
     text = cell(metric, value)
-    if col in ("delta", "B - A") and not _nan(value) and value > 0:
+    if col == "delta" and not _nan(value) and value > 0:
         return "+" + text
     if col == "ratio" and not _nan(value):
         return f"{value:.2f}×"
     return text
 
 
-def compared_columns(a: pd.DataFrame, b: pd.DataFrame) -> list:
-    """The numeric summary columns two runs share, in the order and with the GPU-only
-    columns left out as their own tables would (the noise column is read with overhead)."""
-    both = pd.concat([a, b], ignore_index=True)
-    key, rest = columns(both)
-    numeric = pd.api.types.is_numeric_dtype
-    return [c for c in key + rest if c != "rank" and c in a and c in b
-            and numeric(a[c]) and numeric(b[c])]
+def _colour(col: str, metric: str, value) -> str:
+    """Green where B improved on A, red where it got worse, for metrics with a direction."""
+    way = metrics.better(metric)
+    if col != "delta" or not way or _nan(value) or value == 0:
+        return ""
+    good = (value > 0) == (way == "higher")
+    return f" style='color:{_GOOD if good else _BAD}'"
