@@ -183,13 +183,13 @@ def combine(summary: pd.DataFrame, metric: str, config=None) -> float:
     if summary is None or not len(summary) or metric not in summary:
         return math.nan
     m = METRICS.get(metric)
-    how = m.combine if m is not None else "mean"
-    if how == "":
+    rule = m.combine if m is not None else "mean"
+    if rule == "":
         return math.nan
     v = pd.to_numeric(summary[metric], errors="coerce")
-    if how == "max":
+    if rule == "max":
         return float(v.max())
-    if how == "mean":
+    if rule == "mean":
         if m is not None and m.weight and m.weight in summary:
             w = pd.to_numeric(summary[m.weight], errors="coerce")
             ok = v.notna() & w.notna()
@@ -202,8 +202,8 @@ def combine(summary: pd.DataFrame, metric: str, config=None) -> float:
 def _rate(summary, v: pd.Series, m: Metric, parallel) -> float:
     if parallel == "none":
         return float(v.sum(min_count=1))
-    step = combine(summary, "step_ms")
-    if "step_ms" not in summary or not step > 0:
+    step = combine(summary, "step_ms")          # the run's: its slowest rank's
+    if not step > 0:
         return math.nan
     own = pd.to_numeric(summary["step_ms"], errors="coerce")
     ok = v.notna() & own.notna()
@@ -214,18 +214,11 @@ def _rate(summary, v: pd.Series, m: Metric, parallel) -> float:
     return float(per_step / step)
 
 
-def run_values(run, metrics) -> dict:
-    """metric -> the run's number, for each of ``metrics``."""
-    return {c: combine(run.summary, c, run.config) for c in metrics}
-
-
 def how(metric: str) -> str:
     """How the ranks combine into the run's number, in words ('' for a label)."""
     m = METRICS.get(metric)
     if m is None:
         return _HOW["mean"]
-    if m.combine == "max" and m.unit in ("ms", "s", "µs"):
-        return "the slowest rank's"
     return _HOW.get(m.combine, "") + (f", weighted by {m.weight}" if m.weight else "")
 
 
