@@ -4,7 +4,7 @@ with its spread."""
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis import metrics as glossary
+from nbtools.analysis import metrics
 from nbtools.analysis.summary import profiler_overhead
 from nbtools.ui.summary_view import cell, columns, summary_table
 
@@ -61,27 +61,27 @@ def test_cpu_table_leaves_out_gpu_columns_and_explains_the_rest():
     assert "within noise (±7 %)" in html
     # every header shown carries its explanation as a tooltip
     for c in key + rest:
-        assert f"title='{glossary.explain(c)}'".replace("'", "") in html.replace("'", "").replace("&#x27;", "")
+        assert f"title='{metrics.explain(c)}'".replace("'", "") in html.replace("'", "").replace("&#x27;", "")
 
 
-def test_every_summary_column_and_cli_abbreviation_is_in_the_glossary():
+def test_every_summary_column_and_cli_abbreviation_is_in_the_registry():
     from nbtools.analysis.step_metrics import PER_RANK_COLUMNS
     for c in PER_RANK_COLUMNS + ["compile_s", "profiler_noise_pct", "items_per_s", "cpu_busy_pct"]:
-        assert glossary.explain(c), c
+        assert metrics.explain(c), c
     for abbr in ("cbusy%", "graph%", "overlap%", "recomp", "peak_MB"):
-        assert glossary.explain(abbr), abbr
+        assert metrics.explain(abbr), abbr
 
 
 def _gpu_summary(n_ranks=2):
-    """Every summary column the glossary knows, with GPU-sized values."""
+    """Every summary column the registry knows, with GPU-sized values."""
     rng = np.random.default_rng(1)
     data = {"rank": np.arange(n_ranks)}
-    for c, (unit, kind, _) in glossary.GLOSSARY.items():
+    for c, m in metrics.METRICS.items():
         if c == "rank":
             continue
         if c in ("device", "host", "cache"):
             data[c] = {"device": "gpu", "host": "gpu-node-17", "cache": "fresh"}[c]
-        elif unit in ("", "/s") and c not in ("check_max_rel",):
+        elif m.unit in ("", "/s") and c not in ("check_max_rel",):
             data[c] = rng.integers(1, 50_000, n_ranks).astype(float)   # counts arrive as floats
         else:
             data[c] = rng.uniform(0.1, 900.0, n_ranks)

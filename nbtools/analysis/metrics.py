@@ -1,102 +1,254 @@
-"""What every summary column (and every abbreviation a table uses) means, once.
+"""Every summary column once: what it means, its unit, where tables show it, whether
+higher is better, and how the ranks of a run combine into the run's one number.
 
-The panel, the HTML report, ``run`` in a notebook and the CLI legend all read this: a
-column explained in one place is explained the same everywhere. Pure data, no imports.
-
-Each entry: column -> (unit, kind, text). unit: "ms", "s", "µs", "%", "MB", "" ...;
-kind: "key" (shown first), "more" (behind the details toggle), "gpu" (GPU ranks only:
-hidden when every rank ran on CPU, where it is empty or always 0; else with the rest),
-"gpukey" (GPU ranks only, and then shown first).
+Every surface reads this: the summary tables (header tooltips, key columns), the A/B
+comparison (panel, notebook, report), ``table()`` of the sweeps, the CLI table and its
+legend, the history. ``combine`` is the only place ranks become one number, so an A/B
+pair shows the same numbers everywhere. Pure: pandas in, floats out; no torch, no bokeh.
 """
 from __future__ import annotations
 
-GLOSSARY: dict = {
-    "rank": ("", "key", "torch.distributed rank (one engine, one GPU or a share of the CPU)"),
-    "step_ms": ("ms", "key", "median time of the measured (unprofiled) steps"),
-    "p10_ms": ("ms", "more", "10th percentile of the measured steps' time"),
-    "p90_ms": ("ms", "key", "90th percentile of the measured steps' time: the slow steps"),
-    "profiled_step_ms": ("ms", "more", "median time of the profiled steps"),
-    "profiler_overhead_pct": ("%", "key", "how much slower the profiled steps were than "
-                              "the measured ones; shown only when larger than the steps' own "
-                              "spread (profiler_noise_pct), else 'within noise'"),
-    "profiler_noise_pct": ("%", "more", "half the p10-p90 spread of the measured (and "
-                           "profiled) steps, relative to step_ms: differences smaller than "
-                           "this are noise"),
-    "compile_s": ("s", "key", "seconds spent compiling in this run (Dynamo + backend, "
-                  "forward and backward), per rank"),
-    "compiles": ("", "more", "graphs compiled in this run (first compiles and recompiles)"),
-    "recompiles": ("", "key", "compiles caused by a failed guard (a new shape, dtype, ...)"),
-    "graph_breaks": ("", "key", "places where Dynamo stopped tracing and fell back to Python"),
-    "graphs": ("", "more", "graphs compiled in this run (0 when the run reused compiled state: "
-               "see compile_state)"),
-    "compile_state": ("", "key", "what the compile did in this run, as the engine saw it: "
-                      "compiled, reused (graphs compiled by an earlier run ran), eager "
-                      "(compile on, nothing compiled or ran), off"),
-    "wait_ms": ("ms", "more", "time per profiled step this rank waited in collectives for the "
-                "last-arriving rank (median over steps)"),
-    "last_pct": ("%", "more", "share of the matched collectives this rank arrived at last"),
-    "cudagraph_skips": ("", "gpu", "compiled graphs the CUDA-graph trees refused to capture"),
-    "peak_mem_mb": ("MB", "gpukey", "peak GPU memory allocated by PyTorch on this rank"),
-    "rss_mb": ("MB", "more", "the engine process's resident memory (all of PyTorch, compiled "
-               "code and caches, not only the model)"),
-    "check_max_rel": ("", "more", "compiled vs eager first step: largest difference, "
-                      "relative to eager's largest value (check=True)"),
-    "items_per_s": ("/s", "key", "samples (or real tokens) per second at step_ms"),
-    "tflops": ("TFLOP/s", "more", "the model's FLOPs per step over step_ms"),
-    "gpu_busy_pct": ("%", "gpu", "share of the step's GPU span with any kernel or copy "
-                     "running (NCCL kernels waiting for peers count as busy)"),
-    "compute_busy_pct": ("%", "key", "share of the busy span (first to last kernel, or "
-                         "operator on CPU ranks) with compute running (cbusy% in the CLI)"),
-    "compute_ms": ("ms", "more", "compute time per profiled step"),
-    "comm_ms": ("ms", "more", "communication time per profiled step (NCCL kernels on GPU, "
-                "gloo collectives on CPU)"),
-    "memcpy_ms": ("ms", "gpu", "host/device copy time per profiled step"),
-    "overlap_pct": ("%", "key", "share of communication that ran while compute ran"),
-    "exposed_comm_ms": ("ms", "key", "exposed communication: communication time per profiled "
-                        "step with no compute running beside it — what the step waits on"),
-    "idle_ms": ("ms", "more", "time per profiled step inside the busy span with nothing "
-                "running"),
-    "graph_coverage_pct": ("%", "gpukey", "share of kernel time launched by CUDA-graph replay "
-                           "(graph% in the CLI)"),
-    "kernels": ("", "gpu", "kernels (GPU) or operator ranges (CPU) in the profiled steps"),
-    "comm_kernels": ("", "gpu", "communication kernels / collectives in the profiled steps"),
-    "graph_kernels": ("", "gpu", "kernels launched by CUDA-graph replay"),
-    "queue_delay_us_median": ("µs", "gpu", "median time from a kernel's launch on the CPU "
-                              "to its start on the GPU"),
-    "syncs": ("", "more", "host-side synchronisations per profiled step (cudaStreamSynchronize, "
-              "cudaEventSynchronize, ...)"),
-    "device": ("", "more", "what the timeline columns measured: gpu (kernels) or cpu "
-               "(operator ranges)"),
-    "cpu_busy_pct": ("%", "more", "share of the CPU span with an operator or collective "
-                     "running"),
-    "annotated_steps": ("", "more", "profiled steps found as nbtools/step ranges"),
-    "annotated_step_ms": ("ms", "more", "median length of those step ranges"),
-    "host": ("", "more", "the machine the rank ran on"),
-    "cache": ("", "more", "compile-cache policy: fresh (reset per config) or continue"),
-}
+import math
+from dataclasses import dataclass
 
-# Abbreviations used in headers elsewhere (the CLI table), to the column they stand for.
-ABBREVIATIONS = {"cbusy%": "compute_busy_pct", "graph%": "graph_coverage_pct",
-                 "overlap%": "overlap_pct", "recomp": "recompiles", "peak_MB": "peak_mem_mb",
-                 "p10": "p10_ms", "p90": "p90_ms"}
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str        # "ms", "s", "µs", "%", "MB", "/s", "" ...
+    kind: str        # "key" (shown first), "more" (behind the details toggle), "gpu" (GPU
+                     # ranks only: hidden when every rank ran on CPU), "gpukey" (GPU only, first)
+    combine: str     # over ranks: "max", "mean", "rate" (see combine), "" (a label: not combined)
+    better: str      # "lower", "higher", "" (neither: a description, not a goal)
+    text: str        # the explanation (tooltips, legends)
+    short: str = ""  # the header in narrow tables (the CLI); the name when empty
+    weight: str = ""         # "mean" only: the column weighting each rank
+    tp_shared: bool = False  # "rate" only: under tp every rank reports the same items
+
+    @property
+    def label(self) -> str:
+        return self.short or self.name
+
+    @property
+    def count(self) -> bool:
+        """A whole number of things (printed as 3, not 3.0)."""
+        return self.unit == "" and self.combine == "max" and self.name != "check_max_rel"
+
+
+def _m(name, unit, kind, combine, better, text, **kw) -> Metric:
+    return Metric(name, unit, kind, combine, better, text, **kw)
+
+
+# Why each combine:
+# - max for step times: a distributed step ends when its slowest rank does (the others wait
+#   in the collectives), so the slowest rank's time is the run's. For compile time: the ranks
+#   compile side by side and the run is ready when the last one is. For counts: the ranks
+#   normally compile the same graphs, and a recompile or break on any rank is the run's
+#   (a sum would multiply them by the world size). For memory: the rank nearest its limit
+#   is the one that runs out. wait_ms / last_pct: the straggler itself waits 0 and the
+#   shares of "arrived last" add up to 100 over ranks, so a mean only dilutes them with the
+#   world size; the largest says how much the waiting rank lost and how often one rank was late.
+# - mean for the breakdown of a step (compute_ms, comm_ms, exposed_comm_ms, idle_ms, memcpy_ms)
+#   and the busy shares: one rank's components add up to its step; the max of each taken
+#   separately mixes ranks (the straggler has the most compute, its peers the most exposed
+#   communication) into a step no rank ran, with exposed_comm_ms above comm_ms. The mean
+#   rank's breakdown still adds up. Shares of a span (busy %, coverage %) have about the
+#   same denominator on every rank of one job, so their mean is the job's share; overlap_pct
+#   is a share of communication time, which differs between ranks, so it is weighted by
+#   comm_ms: the share of all the run's communication that overlapped.
+# - rate for throughput (items_per_s, tflops; per rank: that rank's items or FLOPs per step
+#   over its own step_ms, analysis/summary.py). ddp, fsdp2: each rank processes its own
+#   batch and the ranks step together, so the run does the sum of the ranks' work per step
+#   in the slowest rank's step time (summing the ranks' own rates would count a rank's
+#   shorter median as extra throughput it cannot have while it waits for the others). tp:
+#   the ranks process the same batch (items counted once) and each does its share of the
+#   FLOPs (the engine divides them by the world size), again in the slowest rank's step.
+#   none: the ranks run independently, nobody waits for anybody, and their rates add up.
+_ALL = (
+    _m("rank", "", "key", "", "", "torch.distributed rank (one engine, one GPU or a share of "
+       "the CPU)"),
+    _m("step_ms", "ms", "key", "max", "lower", "median time of the measured (unprofiled) steps"),
+    _m("p10_ms", "ms", "more", "max", "lower", "10th percentile of the measured steps' time",
+       short="p10"),
+    _m("p90_ms", "ms", "key", "max", "lower", "90th percentile of the measured steps' time: "
+       "the slow steps", short="p90"),
+    _m("profiled_step_ms", "ms", "more", "max", "lower", "median time of the profiled steps"),
+    _m("profiler_overhead_pct", "%", "key", "max", "lower", "how much slower the profiled "
+       "steps were than the measured ones; shown only when larger than the steps' own spread "
+       "(profiler_noise_pct), else 'within noise'"),
+    _m("profiler_noise_pct", "%", "more", "max", "lower", "half the p10-p90 spread of the "
+       "measured (and profiled) steps, relative to step_ms: differences smaller than this "
+       "are noise"),
+    _m("compile_s", "s", "key", "max", "lower", "seconds spent compiling in this run (Dynamo + "
+       "backend, forward and backward), per rank"),
+    _m("compiles", "", "more", "max", "", "graphs compiled in this run (first compiles and "
+       "recompiles)"),
+    _m("recompiles", "", "key", "max", "lower", "compiles caused by a failed guard (a new "
+       "shape, dtype, ...)", short="recomp"),
+    _m("graph_breaks", "", "key", "max", "lower", "places where Dynamo stopped tracing and fell "
+       "back to Python"),
+    _m("graphs", "", "more", "max", "", "graphs compiled in this run (0 when the run reused "
+       "compiled state: see compile_state)"),
+    _m("compile_state", "", "key", "", "", "what the compile did in this run, as the engine "
+       "saw it: compiled, reused (graphs compiled by an earlier run ran), eager (compile on, "
+       "nothing compiled or ran), off"),
+    _m("wait_ms", "ms", "more", "max", "lower", "time per profiled step this rank waited in "
+       "collectives for the last-arriving rank (median over steps)"),
+    _m("last_pct", "%", "more", "max", "", "share of the matched collectives this rank arrived "
+       "at last"),
+    _m("cudagraph_skips", "", "gpu", "max", "lower", "compiled graphs the CUDA-graph trees "
+       "refused to capture"),
+    _m("peak_mem_mb", "MB", "gpukey", "max", "lower", "peak GPU memory allocated by PyTorch on "
+       "this rank", short="peak_MB"),
+    _m("rss_mb", "MB", "more", "max", "lower", "the engine process's resident memory (all of "
+       "PyTorch, compiled code and caches, not only the model)"),
+    _m("check_max_rel", "", "more", "max", "lower", "compiled vs eager first step: largest "
+       "difference, relative to eager's largest value (check=True)"),
+    _m("items_per_s", "/s", "key", "rate", "higher", "samples (or real tokens) per second at "
+       "step_ms", short="items/s", tp_shared=True),
+    _m("tflops", "TFLOP/s", "more", "rate", "higher", "the model's FLOPs per step over step_ms"),
+    _m("gpu_busy_pct", "%", "gpu", "mean", "", "share of the step's GPU span with any kernel "
+       "or copy running (NCCL kernels waiting for peers count as busy)"),
+    _m("compute_busy_pct", "%", "key", "mean", "higher", "share of the busy span (first to "
+       "last kernel, or operator on CPU ranks) with compute running (cbusy% in the CLI)",
+       short="cbusy%"),
+    _m("compute_ms", "ms", "more", "mean", "lower", "compute time per profiled step"),
+    _m("comm_ms", "ms", "more", "mean", "lower", "communication time per profiled step (NCCL "
+       "kernels on GPU, gloo collectives on CPU)"),
+    _m("memcpy_ms", "ms", "gpu", "mean", "lower", "host/device copy time per profiled step"),
+    _m("overlap_pct", "%", "key", "mean", "higher", "share of communication that ran while "
+       "compute ran", short="overlap%", weight="comm_ms"),
+    _m("exposed_comm_ms", "ms", "key", "mean", "lower", "exposed communication: communication "
+       "time per profiled step with no compute running beside it — what the step waits on"),
+    _m("idle_ms", "ms", "more", "mean", "lower", "time per profiled step inside the busy span "
+       "with nothing running"),
+    _m("graph_coverage_pct", "%", "gpukey", "mean", "higher", "share of kernel time launched "
+       "by CUDA-graph replay (graph% in the CLI)", short="graph%"),
+    _m("kernels", "", "gpu", "max", "", "kernels (GPU) or operator ranges (CPU) in the "
+       "profiled steps"),
+    _m("comm_kernels", "", "gpu", "max", "", "communication kernels / collectives in the "
+       "profiled steps"),
+    _m("graph_kernels", "", "gpu", "max", "", "kernels launched by CUDA-graph replay"),
+    # a per-rank median of how far the host runs ahead: neither end is the "worst" rank
+    _m("queue_delay_us_median", "µs", "gpu", "mean", "", "median time from a kernel's launch "
+       "on the CPU to its start on the GPU"),
+    _m("syncs", "", "more", "max", "lower", "host-side synchronisations per profiled step "
+       "(cudaStreamSynchronize, cudaEventSynchronize, ...)"),
+    _m("device", "", "more", "", "", "what the timeline columns measured: gpu (kernels) or cpu "
+       "(operator ranges)"),
+    _m("cpu_busy_pct", "%", "more", "mean", "", "share of the CPU span with an operator or "
+       "collective running"),
+    _m("annotated_steps", "", "more", "max", "", "profiled steps found as nbtools/step ranges"),
+    _m("annotated_step_ms", "ms", "more", "max", "lower", "median length of those step ranges"),
+    _m("host", "", "more", "", "", "the machine the rank ran on"),
+    _m("cache", "", "more", "", "", "compile-cache policy: fresh (reset per config) or continue"),
+)
+METRICS: dict = {m.name: m for m in _ALL}
+
+# Which metrics each surface lists, in this order. Rows a run lacks (NaN on both sides of a
+# comparison, GPU-only numbers on CPU ranks) are left out where the surface shows them.
+COMPARED = ("step_ms", "p90_ms", "items_per_s", "tflops", "compile_s", "compiles",
+            "recompiles", "graph_breaks", "graphs", "gpu_busy_pct", "compute_busy_pct",
+            "cpu_busy_pct", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms", "overlap_pct",
+            "graph_coverage_pct", "wait_ms", "peak_mem_mb", "rss_mb")
+"""A/B comparison: Comparison.table, the panel, a notebook cell, the report."""
+TABLE = ("step_ms", "p90_ms", "items_per_s", "compile_s", "compiles", "recompiles",
+         "graph_breaks", "graphs", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
+         "compute_busy_pct", "gpu_busy_pct", "cpu_busy_pct", "graph_coverage_pct", "peak_mem_mb")
+"""``table(runs)``'s default columns (one row per run)."""
+CLI = ("step_ms", "p10_ms", "p90_ms", "items_per_s", "compile_s", "recompiles", "graphs",
+       "compute_busy_pct", "overlap_pct", "graph_coverage_pct", "peak_mem_mb")
+"""The CLI table (``python -m nbtools run|demo|view``)."""
+HISTORY = ("step_ms", "recompiles")
+"""``lab.history.table()``, beside id, status and label."""
+
+# Short headers (the CLI's) to the column they stand for.
+ABBREVIATIONS = {m.short: m.name for m in _ALL if m.short}
+
+_HOW = {"max": "the largest over ranks",
+        "mean": "the mean over ranks",
+        "rate": "every rank's work per step (one rank's items under tp, whose ranks share a "
+                "batch) over the slowest rank's step_ms; under parallel=none, whose ranks do "
+                "not wait for each other, the sum of the ranks' rates"}
+
+
+def combine(summary: pd.DataFrame, metric: str, config=None) -> float:
+    """The run's one number for ``metric`` from its per-rank ``summary`` (NaN when no rank
+    has it). ``config`` (the run's StepConfig, or None) says the parallel strategy, which
+    decides how throughput adds up (rate metrics); without it the ranks are taken to be
+    data parallel, the default of most scenarios. A column the registry does not know is
+    averaged; a label (compile_state, device, host) is NaN."""
+    if summary is None or not len(summary) or metric not in summary:
+        return math.nan
+    m = METRICS.get(metric)
+    rule = m.combine if m is not None else "mean"
+    if rule == "":
+        return math.nan
+    v = pd.to_numeric(summary[metric], errors="coerce")
+    if rule == "max":
+        return float(v.max())
+    if rule == "mean":
+        if m is not None and m.weight and m.weight in summary:
+            w = pd.to_numeric(summary[m.weight], errors="coerce")
+            ok = v.notna() & w.notna()
+            if w[ok].sum() > 0:
+                return float((v[ok] * w[ok]).sum() / w[ok].sum())
+        return float(v.mean())
+    return _rate(summary, v, m, getattr(config, "resolved_parallel", None))
+
+
+def _rate(summary, v: pd.Series, m: Metric, parallel) -> float:
+    if parallel == "none":
+        return float(v.sum(min_count=1))
+    step = combine(summary, "step_ms")          # the run's: its slowest rank's
+    if not step > 0:
+        return math.nan
+    own = pd.to_numeric(summary["step_ms"], errors="coerce")
+    ok = v.notna() & own.notna()
+    if not ok.any():
+        return math.nan
+    work = v[ok] * own[ok]                 # per rank: items (or FLOPs) per step, x 1e3
+    per_step = work.mean() if parallel == "tp" and m.tp_shared else work.sum()
+    return float(per_step / step)
+
+
+def how(metric: str) -> str:
+    """How the ranks combine into the run's number, in words ('' for a label)."""
+    m = METRICS.get(metric)
+    if m is None:
+        return _HOW["mean"]
+    return _HOW.get(m.combine, "") + (f", weighted by {m.weight}" if m.weight else "")
 
 
 def explain(column: str) -> str:
     """One line for a column or abbreviation; '' when unknown."""
     column = ABBREVIATIONS.get(column, column)
-    entry = GLOSSARY.get(column)
-    if entry is None:
+    m = METRICS.get(column)
+    if m is None:
         return ""
-    unit, _, text = entry
-    return f"{column}{f' ({unit})' if unit else ''}: {text}"
+    return f"{column}{f' ({m.unit})' if m.unit else ''}: {m.text}"
 
 
 def unit(column: str) -> str:
-    return GLOSSARY.get(column, ("", "", ""))[0]
+    m = METRICS.get(column)
+    return m.unit if m else ""
 
 
 def kind(column: str) -> str:
-    return GLOSSARY.get(column, ("", "more", ""))[1]
+    m = METRICS.get(column)
+    return m.kind if m else "more"
+
+
+def better(column: str) -> str:
+    m = METRICS.get(column)
+    return m.better if m else ""
+
+
+def is_count(column: str) -> bool:
+    m = METRICS.get(column)
+    return bool(m and m.count)
 
 
 def legend(columns) -> str:

@@ -14,18 +14,17 @@ from nbtools.config.field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, he
 
 _FIELDS = {f.name: f for f in dataclasses.fields(StepConfig)}
 
-# What the short column names of format_table mean (printed under the table).
-# Every short header of format_table, explained from the one glossary the panel and the
-# report read too.
-TABLE_COLUMNS = ("step_ms", "p10", "p90", "compile_s", "recomp", "graphs", "cbusy%",
-                 "overlap%", "graph%", "peak_MB")
-
 
 def _legend() -> str:
-    from nbtools.analysis.metrics import ABBREVIATIONS, explain
-    lines = [(f"{c} = " if c in ABBREVIATIONS else "") + explain(c) for c in TABLE_COLUMNS]
+    """Every header of format_table, explained from the registry the panel and the report
+    read too (analysis/metrics.py), with how its "all" row combines the ranks."""
+    from nbtools.analysis.metrics import CLI, METRICS, explain, how
+    lines = [(f"{METRICS[c].short} = " if METRICS[c].short else "") + explain(c)
+             + f"; rank all: {how(c)}" for c in CLI]
     return "\n".join(["columns:"] + [f"  {line}" for line in lines]
-                     + ["  - = not measured in this run (e.g. profiled=0, or on CPU ranks)"])
+                     + ["  rank all = the run: its ranks combined as the panel, the report and "
+                        "table() combine them",
+                        "  - = not measured in this run (e.g. profiled=0, or on CPU ranks)"])
 
 
 TABLE_LEGEND = _legend()
@@ -76,29 +75,48 @@ def _add_field_args(p: argparse.ArgumentParser) -> None:
                        help=help_text(name).replace("%", "%%"))
 
 
+# Digits per unit: what the CLI shows of a number (ms to the µs, shares to a tenth).
+_FORMAT = {"ms": "{:.3f}", "s": "{:.2f}", "%": "{:.1f}", "MB": "{:.0f}", "/s": "{:.0f}",
+           "": "{:.0f}"}
+
+
 def format_table(runs) -> str:
-    """One row per (config, rank): median and p10/p90 step ms, compile s, recompiles, memory."""
-    head = f"{'config':<58} {'rank':>4} {'step_ms':>9} {'p10':>8} {'p90':>8} {'compile_s':>9} " \
-           f"{'recomp':>6} {'graphs':>6} {'cbusy%':>6} {'overlap%':>8} {'graph%':>6} {'peak_MB':>8}  status"
+    """One row per (config, rank), then, for a run of several ranks, the run's own row
+    (rank "all": metrics.combine, the numbers the panel and the report show): median and
+    p10/p90 step ms, throughput, compile s, recompiles, busy and overlap shares, memory."""
+    from nbtools.analysis.metrics import CLI, METRICS, combine
+    cols = [(c, max(len(METRICS[c].label) + 1, 8)) for c in CLI]
+    head = f"{'config':<58} {'rank':>4} " + " ".join(
+        f"{METRICS[c].label:>{w}}" for c, w in cols) + "  status"
     lines = [head, "-" * len(head)]
+
+    def line(label, rank, values, end: str) -> str:      # values None: a failed run's blanks
+        return (f"{label[:58]:<58} {rank:>4} " + " ".join(
+            f"{'' if values is None else _number(c, values.get(c)):>{w}}" for c, w in cols)
+            + f"  {end}")
+
     for run in runs:
         label = run.config.label() if run.config else run.run_id
         s = run.summary
         if not len(s):
-            lines.append(f"{label[:58]:<58} {'-':>4} {'':>9} {'':>8} {'':>8} {'':>9} {'':>6} {'':>6} "
-                         f"{'':>6} {'':>8} {'':>6} {'':>8}  failed: "
-                         + "; ".join(f"rank {r}: {e.splitlines()[0][:80]}" for r, e in sorted(run.errors.items())))
+            lines.append(line(label, "-", None, "failed: " + "; ".join(
+                f"rank {r}: {e.splitlines()[0][:80]}" for r, e in sorted(run.errors.items()))))
             continue
-        for _, row in s.iterrows():
-            g = lambda c, fmt: (fmt.format(row[c]) if c in row and row[c] == row[c] else "-")  # noqa: E731
-            lines.append(f"{label[:58]:<58} {int(row['rank']):>4} {g('step_ms', '{:.3f}'):>9} "
-                         f"{g('p10_ms', '{:.3f}'):>8} {g('p90_ms', '{:.3f}'):>8} {g('compile_s', '{:.2f}'):>9} "
-                         f"{g('recompiles', '{:.0f}'):>6} {g('graphs', '{:.0f}'):>6} "
-                         f"{g('compute_busy_pct', '{:.1f}'):>6} {g('overlap_pct', '{:.1f}'):>8} "
-                         f"{g('graph_coverage_pct', '{:.1f}'):>6} {g('peak_mem_mb', '{:.0f}'):>8}  {run.status}")
+        for row in s.to_dict("records"):
+            lines.append(line(label, str(int(row["rank"])), row, run.status))
+        if len(s) > 1:
+            lines.append(line(label, "all", {c: combine(s, c, run.config) for c in CLI},
+                              run.status))
         for f in run.flags:
             lines.append(f"    ! {f}")
     return "\n".join(lines)
+
+
+def _number(column: str, value) -> str:
+    from nbtools.analysis.metrics import unit
+    if value is None or value != value:
+        return "-"
+    return _FORMAT.get(unit(column), "{:.3g}").format(float(value))
 
 
 def demo_configs(device_type: str) -> list[StepConfig]:

@@ -14,15 +14,9 @@ import pandas as pd
 
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.analysis.counts import collectives, tokens_per_s
+from nbtools.analysis import metrics
 
-# How a column is reduced over ranks in ``table``: a step waits for the slowest rank, and
-# data-parallel throughput is the sum of what each rank processes.
-_MAX = ("step_ms", "p10_ms", "p90_ms", "compile_s", "compiles", "recompiles", "graph_breaks",
-        "graphs", "cudagraph_skips", "peak_mem_mb", "rss_mb", "exposed_comm_ms", "syncs")
-_SUM = ("items_per_s", "tflops")
-COLUMNS = ("step_ms", "p90_ms", "items_per_s", "compile_s", "compiles", "recompiles",
-           "graph_breaks", "graphs", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
-           "compute_busy_pct", "gpu_busy_pct", "cpu_busy_pct", "graph_coverage_pct", "peak_mem_mb")
+COLUMNS = metrics.TABLE
 
 
 def sweep(lab, base: StepConfig, repeats: int = 1, **field_values) -> list:
@@ -75,7 +69,8 @@ def _run_one(lab, what: str, cfg: StepConfig, tag: str):
         if lab.needs_restart:
             lab.restart()
     s = run.summary
-    ms = f"{s['step_ms'].max():.3g} ms/step" if len(s) and "step_ms" in s else "no summary"
+    step = metrics.combine(s, "step_ms", run.config)
+    ms = f"{step:.3g} ms/step" if step == step else "no summary"
     print(f"{what}{tag}: {run.status}, {ms} ({time.perf_counter() - t:.1f} s)")
     return run
 
@@ -105,9 +100,10 @@ def _field(cfg, name):
 def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None,
           combine: bool = False) -> pd.DataFrame:
     """One row per run (or per run and rank): the config fields that vary between the runs
-    (or ``fields``), then ``columns`` from each summary. Over ranks: times and counts take
-    the slowest/largest rank, items_per_s and tflops the sum (for tensor parallelism, whose
-    ranks share one batch, items_per_s the slowest rank), the rest the mean. Computed
+    (or ``fields``), then ``columns`` from each summary, its ranks combined as every other
+    surface combines them (analysis.metrics.combine: the slowest rank for times, the
+    largest for counts and memory, throughput over the slowest rank's step, the mean for
+    a step's breakdown and shares; ``metrics.how(column)`` says it in words). Computed
     columns (not per rank): ``tokens_per_s`` and ``padding_pct`` (real tokens, see
     tokens_per_s), ``n_<kind>`` (compile events of that kind, e.g. n_limit_hit) and
     ``<kind>_per_step`` (collectives, e.g. all_reduce_per_step). Missing columns are NaN.
@@ -130,21 +126,11 @@ def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None,
                              **{c: r[c] if c in s else np.nan for c in columns}})
             continue
         row = dict(head)
-        tp = run.config is not None and run.config.resolved_parallel == "tp"
         for c in columns:
             if c in _DERIVED or c.startswith("n_") or c.endswith("_per_step"):
                 row[c] = _derived(run, c) if run.ok else np.nan
                 continue
-            if not len(s) or c not in s:
-                row[c] = np.nan
-                continue
-            v = pd.to_numeric(s[c], errors="coerce")
-            if c in _MAX:
-                row[c] = v.max()
-            elif c in _SUM:
-                row[c] = v.min() if (tp and c == "items_per_s") else v.sum()
-            else:
-                row[c] = v.mean()
+            row[c] = metrics.combine(s, c, run.config)
         row["status"] = run.status
         row["flags"] = "; ".join(run.flags)
         rows.append(row)
@@ -154,9 +140,8 @@ def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None,
 def counts_as_ints(df: pd.DataFrame) -> pd.DataFrame:
     """Counts (compiles, recompiles, graphs, n_<kind>, ...) print as 3, not 3.0: a count
     column whose values are all whole numbers becomes int (one with a NaN stays float)."""
-    from nbtools.analysis.metrics import GLOSSARY, unit
     for c in df.columns:
-        count = (c in GLOSSARY and unit(c) == "" and c != "check_max_rel") or c.startswith("n_")
+        count = metrics.is_count(c) or c.startswith("n_")
         if count and pd.api.types.is_float_dtype(df[c]):
             v = df[c]
             if len(v) and v.notna().all() and (v == v.round()).all():

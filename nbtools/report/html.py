@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 from nbtools.config.step_config import StepConfig
+from nbtools.results.comparison import Comparison
 from nbtools.results.run import Run
-from nbtools.ui.html import errors_html, flags_html
+from nbtools.ui.html import compared_html, errors_html, flags_html
 from nbtools.ui.summary_view import summary_table
 
 # Everything else in run.env (connection files, keys, user names, environment dumps) stays out.
@@ -247,15 +248,7 @@ def _compare_header(a: Run, b: Run) -> str:
         out.append("<p>Config: " + (", ".join(f"<b>{_e(k)}</b> {_e(va)} → {_e(vb)}"
                                                for k, (va, vb) in diff.items()) or "identical")
                    + "</p>")
-    from nbtools.ui.summary_view import compared_columns, metric_rows
-    num = compared_columns(a.summary, b.summary)
-    if num:
-        rows = []
-        for c in num:
-            va, vb = a.summary[c].mean(), b.summary[c].mean()
-            rows.append((c, {"A": va, "B": vb, "B - A": vb - va}))
-        out.append("<p class='muted'>summary, mean over ranks (hover a metric for its "
-                   "meaning)</p>" + metric_rows(rows, ("A", "B", "B - A")))
+    out.append(compared_html(Comparison(a, b)))     # the panel's numbers, the panel's table
     out.append("<p class='muted'>Timelines aligned at each run's first profiled step; events "
                "narrower than a pixel are merged as in each run's own timeline.</p>")
     return "".join(out)

@@ -6,12 +6,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from nbtools.analysis.metrics import COMPARED, combine
 from nbtools.results.run import Run
 from nbtools.results.views import view
-
-_METRICS = ("step_ms", "p90_ms", "compile_s", "recompiles", "graph_breaks", "gpu_busy_pct",
-            "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct", "graph_coverage_pct",
-            "peak_mem_mb", "items_per_s")
 
 
 @dataclass
@@ -27,10 +24,13 @@ class Comparison:
 
     @property
     def table(self) -> pd.DataFrame:
-        """One row per metric: A and B (worst rank), B - A and B / A."""
+        """One row per metric (metrics.COMPARED): A and B, each the run's number as
+        metrics.combine makes it from the ranks, B - A and B / A. Metrics neither run has
+        are left out."""
         rows = []
-        for m in _METRICS:
-            va, vb = _worst(self.a.summary, m), _worst(self.b.summary, m)
+        for m in COMPARED:
+            va = combine(self.a.summary, m, self.a.config)
+            vb = combine(self.b.summary, m, self.b.config)
             if np.isnan(va) and np.isnan(vb):
                 continue
             rows.append(dict(metric=m, a=va, b=vb, delta=vb - va,
@@ -52,13 +52,6 @@ class Comparison:
 
     def _repr_html_(self) -> str:
         return view("comparison.html")(self)
-
-
-def _worst(summary: pd.DataFrame, col: str) -> float:
-    if not len(summary) or col not in summary:
-        return float("nan")
-    v = summary[col].astype(float)
-    return float(v.min() if col in ("items_per_s", "overlap_pct", "graph_coverage_pct") else v.max())
 
 
 def category_ms(run: Run) -> pd.Series:

@@ -83,17 +83,18 @@ class History:
         return iter(self.runs)
 
     def table(self):
-        """One row per run: id, status, the config fields that vary, median step ms; then
-        one row per damaged folder (status "damaged", the reason as its label)."""
+        """One row per run: id, status, label, then metrics.HISTORY (step_ms, recompiles),
+        each the run's number as every other surface combines its ranks (metrics.combine);
+        then one row per damaged folder (status "damaged", the reason as its label)."""
         import pandas as pd
+        from nbtools.analysis.metrics import HISTORY, combine, is_count
         rows = []
         for r in self.runs:
             row = dict(run=r.run_id, status=r.status, label=r.label)
-            s = r.summary
-            if len(s) and "step_ms" in s:
-                row["step_ms (max rank)"] = float(s["step_ms"].max())
-            if len(s) and "recompiles" in s:
-                row["recompiles"] = int(s["recompiles"].max())
+            for c in HISTORY:
+                v = combine(r.summary, c, r.config)
+                if v == v:
+                    row[c] = int(v) if is_count(c) else v
             if r.damage:
                 row["damage"] = "; ".join(f[len("damaged: "):] for f in r.damage)
             rows.append(row)

@@ -79,15 +79,23 @@ def summary_html(run, details: bool = False) -> str:
 def comparison_html(cmp) -> str:
     diff = "".join(f"<li><code>{html.escape(k)}</code>: {html.escape(repr(a))} → "
                    f"{html.escape(repr(b))}</li>" for k, (a, b) in cmp.config_diff.items())
-    t = cmp.table
-    worst = metric_rows([(r["metric"], r) for r in t.to_dict("records")],
-                        ("a", "b", "delta", "ratio"))
     cats = metric_rows([(r["category"], r) for r in cmp.category_deltas.to_dict("records")],
                        ("a", "b", "delta"))
     return (f"<b>A</b> {html.escape(cmp.a.label)} vs <b>B</b> {html.escape(cmp.b.label)}"
-            f"<ul>{diff or '<li>same config</li>'}</ul>"
-            "<p>worst rank per metric (hover a metric for its meaning)</p>" + worst
+            f"<ul>{diff or '<li>same config</li>'}</ul>" + compared_html(cmp)
             + "<p>time per category per profiled step and rank (ms)</p>" + cats)
+
+
+def compared_html(cmp) -> str:
+    """The compared metrics of an A/B pair (``cmp.table``), each run's number as
+    analysis.metrics.combine makes it: what the panel, a notebook cell and the report show."""
+    t = cmp.table
+    if not len(t):
+        return ""
+    return ("<p>each run's number per metric, its ranks combined as the metric defines "
+            "(hover a metric for its meaning and how)</p>"
+            + metric_rows([(r["metric"], r) for r in t.to_dict("records")],
+                          ("a", "b", "delta", "ratio")))
 
 
 class StaticPanel:

@@ -1,8 +1,8 @@
 """A run's summary as a table for people: key columns first and the rest behind a details
 toggle, counts as integers, units in the headers, every header explained on hover (from
-the glossary), GPU-only columns left out when every rank ran on CPU, and the profiler's
-overhead shown only with its spread. One renderer for the panel, the report and a Run in
-a notebook. Plain HTML strings from DataFrames; no widgets, no bokeh.
+the metric registry, analysis/metrics.py), GPU-only columns left out when every rank ran on
+CPU, and the profiler's overhead shown only with its spread. One renderer for the panel,
+the report and a Run in a notebook. Plain HTML strings from DataFrames; no widgets, no bokeh.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from nbtools.analysis import metrics as glossary
+from nbtools.analysis import metrics
 
 _STYLE = ("<style>.nbtools-tbl{border-collapse:collapse;font-size:12px;margin:4px 0}"
           ".nbtools-tbl th,.nbtools-tbl td{border:1px solid #ddd;padding:2px 6px;text-align:right;"
@@ -28,15 +28,15 @@ def on_cpu(summary: pd.DataFrame) -> bool:
 
 
 def columns(summary: pd.DataFrame) -> tuple[list, list]:
-    """(key columns, the rest): glossary order, GPU-only ones dropped on CPU, columns that
+    """(key columns, the rest): the registry's order, GPU-only ones dropped on CPU, columns that
     say nothing (all empty) dropped, unknown columns kept at the end of the rest."""
     cpu = on_cpu(summary)
-    known = [c for c in glossary.GLOSSARY if c in summary.columns]
-    extra = [c for c in summary.columns if c not in glossary.GLOSSARY]
+    known = [c for c in metrics.METRICS if c in summary.columns]
+    extra = [c for c in summary.columns if c not in metrics.METRICS]
     keep = [c for c in known + extra
-            if c == "rank" or not ((cpu and glossary.kind(c) in ("gpu", "gpukey"))
+            if c == "rank" or not ((cpu and metrics.kind(c) in ("gpu", "gpukey"))
                                    or _says_nothing(summary, c))]
-    key = [c for c in keep if glossary.kind(c) in ("key", "gpukey") or c == "rank"]
+    key = [c for c in keep if metrics.kind(c) in ("key", "gpukey") or c == "rank"]
     return key, [c for c in keep if c not in key]
 
 
@@ -61,7 +61,7 @@ def cell(col: str, value, row=None) -> str:
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, (int,)) or (isinstance(value, float) and value.is_integer()
-                                      and glossary.unit(col) in ("", "/s")):
+                                      and metrics.unit(col) in ("", "/s")):
         return f"{int(value):,}"
     if isinstance(value, float):
         if abs(value) >= 1000:
@@ -78,12 +78,12 @@ def _nan(v) -> bool:
 
 
 def header(col: str) -> str:
-    u = glossary.unit(col)
+    u = metrics.unit(col)
     name = col
     # the unit is already in names like step_ms; say it where it is not
     if u and not col.endswith(("_" + u, "_pct", "_mb", "_s", "_us_median")):
         name = f"{col} ({u})"
-    return f"<th title='{html.escape(glossary.explain(col), quote=True)}'>{html.escape(name)}</th>"
+    return f"<th title='{html.escape(metrics.explain(col), quote=True)}'>{html.escape(name)}</th>"
 
 
 def table(summary: pd.DataFrame, cols: list) -> str:
@@ -116,31 +116,36 @@ def summary_table(summary: pd.DataFrame) -> str:
 
 def metric_rows(rows, value_cols) -> str:
     """A table with one row per metric (``rows``: (metric, {column: value}) pairs), each
-    metric explained on hover and its values formatted as the summary's are."""
+    metric explained on hover with how its ranks were combined, its values formatted as the
+    summary's are, and a change coloured by whether it is better or worse."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in ["metric"] + list(value_cols))
     body = []
     for metric, values in rows:
-        tip = html.escape(glossary.explain(metric), quote=True)
-        body.append(f"<tr><th title='{tip}'>{html.escape(metric)}</th>" + "".join(
-            f"<td>{html.escape(_signed(c, metric, values.get(c)))}</td>" for c in value_cols)
-            + "</tr>")
+        how = metrics.how(metric)
+        tip = html.escape(metrics.explain(metric) + (f" · a run's number: {how}" if how else ""),
+                          quote=True)
+        cells = "".join(f"<td{_colour(c, metric, v)}>{html.escape(_signed(c, metric, v))}</td>"
+                        for c, v in ((c, values.get(c)) for c in value_cols))
+        body.append(f"<tr><th title='{tip}'>{html.escape(metric)}</th>{cells}</tr>")
     return _STYLE + f"<table class='nbtools-tbl'><tr>{head}</tr>{''.join(body)}</table>"
+
+
+_GOOD, _BAD = "#1a7f37", "#a40000"
 
 
 def _signed(col: str, metric: str, value) -> str:
     text = cell(metric, value)
-    if col in ("delta", "B - A") and not _nan(value) and value > 0:
+    if col == "delta" and not _nan(value) and value > 0:
         return "+" + text
     if col == "ratio" and not _nan(value):
         return f"{value:.2f}×"
     return text
 
 
-def compared_columns(a: pd.DataFrame, b: pd.DataFrame) -> list:
-    """The numeric summary columns two runs share, in the order and with the GPU-only
-    columns left out as their own tables would (the noise column is read with overhead)."""
-    both = pd.concat([a, b], ignore_index=True)
-    key, rest = columns(both)
-    numeric = pd.api.types.is_numeric_dtype
-    return [c for c in key + rest if c != "rank" and c in a and c in b
-            and numeric(a[c]) and numeric(b[c])]
+def _colour(col: str, metric: str, value) -> str:
+    """Green where B improved on A, red where it got worse, for metrics with a direction."""
+    way = metrics.better(metric)
+    if col != "delta" or not way or _nan(value) or value == 0:
+        return ""
+    good = (value > 0) == (way == "higher")
+    return f" style='color:{_GOOD if good else _BAD}'"
