@@ -1,8 +1,18 @@
 """Test-session rules that hold whatever ``-m`` says."""
 from __future__ import annotations
 
+import pytest
+
+# Fixtures that start a Lab (engines, a controller, a process group: seconds each, and the
+# tests on them run real steps): a test using one is in the slow tier without saying so,
+# so a new test on a lab cannot slip into the inner loop's three minutes.
+LAB_FIXTURES = {"lab", "pair"}
+
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     # GPU tests need a CUDA device: without one they are deselected (not skipped: a skip would
     # read as a result), also when ``-m "not slow"`` replaces the default marker expression.
     # ``pytest -m gpu`` on a GPU host runs them; there, a missing device is their own failure.

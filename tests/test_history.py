@@ -230,6 +230,7 @@ def test_missing_folder_is_an_empty_history(tmp_path):
     assert len(h) == 0 and not h.damaged and h.table().empty
 
 
+@pytest.mark.slow
 def test_lab_opens_a_damaged_history_and_keeps_saving(tmp_path, base_run):
     """Lab(history=...) on real engines: the damaged folder is listed, the whole runs are
     there, and the lab's own run is saved under the next free number, as strict JSON."""

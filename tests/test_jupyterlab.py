@@ -28,6 +28,8 @@ PYTHON = os.environ.get("NBTOOLS_PYTHON", sys.executable)
 from browser import ARTIFACTS, check_plots_drawn, launch as _launch  # noqa: E402
 from test_notebooks import NOTEBOOKS, small  # noqa: E402  (the sizes every test uses)
 
+pytestmark = pytest.mark.slow   # a JupyterLab server, kernels with labs, Chromium
+
 RANKS = [0, 1]
 MAX_SAVED = 2_000_000
 PANEL_CELLS = [

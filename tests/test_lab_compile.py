@@ -181,6 +181,7 @@ def test_a_rebuilt_model_frees_the_previous_one_before_the_run(lab):
     assert engines.pull("_alive", block=True) == [0, 0]
 
 
+@pytest.mark.slow
 def test_a_compile_cache_folder_outlives_the_lab(tmp_path):
     """Lab(compile_cache=DIR): a second lab's first compile of the same model hits the FX-graph
     cache the first lab wrote (one folder per rank); without it every lab starts cold."""
@@ -204,6 +205,7 @@ def test_a_compile_cache_that_is_a_file_is_refused(tmp_path):
         Lab(n=2, history=None, compile_cache=tmp_path / "f")
 
 
+@pytest.mark.slow
 def test_run_cli_keeps_the_compile_cache_and_repeats_in_rounds(tmp_path, capsys):
     from nbtools.cli.main import main
     argv = ["run", "--scenario", "tp-mlp-infer", "--size", "small", "--compile", "default",

@@ -13,6 +13,8 @@ import pytest
 
 from nbtools.report.notebook import execute, export_notebook
 
+pytestmark = pytest.mark.slow   # runs the tutorial notebooks in kernels, each with its own lab
+
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 

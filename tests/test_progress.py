@@ -9,6 +9,8 @@ import pytest
 from nbtools.lab.engine_output import from_report, split, warnings_html
 from nbtools.lab.progress_view import Tracker
 
+pytestmark = pytest.mark.slow   # labs, and a kernel that runs one
+
 # What engine.run records for DDP's reducer warning (every compiled ddp-train run, per rank)
 DDP_WARNING = dict(category="UserWarning", where="/venv/torch/autograd/graph.py:829", message=(
     "Grad strides do not match bucket view strides. This may indicate grad was not created "

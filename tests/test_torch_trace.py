@@ -16,6 +16,8 @@ from browser import launch
 from nbtools.results.history import History
 from nbtools.ui.html import summary_html
 
+pytestmark = pytest.mark.slow   # labs with TORCH_TRACE on, tlparse, Chromium
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -19,6 +19,7 @@ require("ipywidgets", "jupyter_bokeh", why="lab.panel()")   # a script install l
 import ipywidgets as W  # noqa: E402
 
 from nbtools.ui.bokehjs import LiveBokehModel, ensure_loaded
+from nbtools.analysis.metrics import combine
 from nbtools.lab.errors import RunFailed
 from nbtools.config.step_config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,
                      CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, PARALLEL,
@@ -307,7 +308,7 @@ class Panel:
     # -- history, comparison, export -------------------------------------------------------
     def _refresh_history(self, select=None) -> None:
         runs = list(self.lab.history)
-        opts = [(f"{i}: {r.label}" + (f" · {r.summary['step_ms'].max():.3g} ms"
+        opts = [(f"{i}: {r.label}" + (f" · {combine(r.summary, 'step_ms'):.3g} ms"
                                       if "step_ms" in r.summary else ""), r.run_id)
                 for i, r in enumerate(runs)]
         ok = [r.run_id for r in runs if r.ok]
