@@ -13,7 +13,7 @@ import uuid
 from typing import Optional
 
 from nbtools.engine import liveness
-from nbtools.lab import placement
+from nbtools.lab import placement, reaper
 
 STARTUP = "import nbtools.engine.liveness as _nbl; _nbl.start()"
 
@@ -128,7 +128,6 @@ class Pool:
 
     def retire(self, eids) -> None:
         """Kill these engines (stuck or dead ranks) with their children, now."""
-        from nbtools.lab import reaper
         slots = [s for s in (self.by_engine(e) for e in eids) if s is not None]
         reaper.kill([(s.pid, s.created) for s in slots])
         for s in slots:

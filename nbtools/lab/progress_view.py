@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Callable, Optional
 
+from nbtools.common.display_mode import static_mode
 from nbtools.engine.progress import KEY, PHASES
 
 _HEARTBEAT_S = 10.0        # text mode: a line at least this often while nothing changes
@@ -198,7 +199,6 @@ def _kernel() -> bool:
 
 def _widgets() -> bool:
     """A live front end draws widgets; an export (NBTOOLS_STATIC) keeps text only."""
-    from nbtools.common.display_mode import static_mode
     if static_mode():
         return False
     try:

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.metrics import COMPARED, combine
+from nbtools.analysis.step_metrics import category_ms as per_category
 from nbtools.results.run import Run
 from nbtools.results.views import view
 
@@ -56,5 +57,4 @@ class Comparison:
 
 def category_ms(run: Run) -> pd.Series:
     """Milliseconds per event category over the run's profiled steps (analysis.category_ms)."""
-    from nbtools.analysis.step_metrics import category_ms as per_category
     return per_category(run.events, run.steps)

@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 
+from nbtools.analysis.metrics import HISTORY, combine, is_count
 from nbtools.results.run import Run
 
 _NUMBERED = re.compile(r"^(\d{4,})-")
@@ -87,7 +88,6 @@ class History:
         each the run's number as every other surface combines its ranks (metrics.combine);
         then one row per damaged folder (status "damaged", the reason as its label)."""
         import pandas as pd
-        from nbtools.analysis.metrics import HISTORY, combine, is_count
         rows = []
         for r in self.runs:
             row = dict(run=r.run_id, status=r.status, label=r.label)

@@ -13,6 +13,7 @@ import pandas as pd
 
 from nbtools.analysis import tables
 from nbtools.config.step_config import ConfigError, StepConfig
+from nbtools.results import torch_trace
 from nbtools.results.views import view
 
 
@@ -57,8 +58,7 @@ class Run:
     def torch_trace(self) -> list:
         """The TORCH_TRACE log files of a run with torch_trace=True (RUN/torch_trace/rankN/);
         tlparse's report of them, when tlparse is installed: RUN/torch_trace/tlparse/."""
-        from nbtools.results.torch_trace import logs
-        return logs(self)
+        return torch_trace.logs(self)
 
     @property
     def world_size(self) -> int:
@@ -87,7 +87,6 @@ class Run:
                     status=self.status, errors={str(k): v for k, v in self.errors.items()},
                     flags=list(self.flags), ranks={str(k): v for k, v in self.ranks.items()},
                     run_id=self.run_id, started=self.started, source=self.source)
-        from nbtools.results import torch_trace
         torch_trace.save(self, folder)       # before run.json: it may add a flag
         meta["flags"] = list(self.flags)
         self.folder = folder

@@ -16,6 +16,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from nbtools.analysis.flags import make
+from nbtools.common.extras import require
+
 FOLDER = "torch_trace"
 REPORT = "tlparse"
 
@@ -26,7 +29,6 @@ def missing_logs_flags(ok_reports: dict, got: dict) -> list[str]:
     quiet = sorted(r for r in ok_reports if not got.get(r))
     if not quiet:
         return []
-    from nbtools.analysis.flags import make
     return [make("torch-trace-empty", ranks=quiet)]
 
 
@@ -85,7 +87,6 @@ def build_report(root) -> Path:
     """tlparse over every rank's log (its multi-rank report) into root/tlparse/."""
     exe = shutil.which("tlparse") or _tlparse_next_to_python()
     if exe is None:
-        from nbtools.common.extras import require
         require("tlparse", why="tlparse's report of TORCH_TRACE logs")
     root = Path(root)
     # tlparse's multi-rank mode reads one folder holding every rank's log (rank_N in names)

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from nbtools.analysis.step_metrics import step_times
+
 try:
     import orjson
 
@@ -95,7 +97,6 @@ def _profiler_steps(ev: pd.DataFrame, rank: int, base_ns: int) -> list:
     """HTA finds iterations only through ProfilerStep#N ranges. Traces that carry our
     ``nbtools/step N`` instead get copies under a category load_traces drops, so a round
     trip still gives the same events."""
-    from nbtools.analysis.step_metrics import step_times
     st = step_times(ev, spans=False)
     names = ev["name"].astype(str)
     if not len(st) or names.str.startswith("ProfilerStep").any():

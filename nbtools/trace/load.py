@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis import tables
+from nbtools.analysis import step_metrics as analysis
+from nbtools.analysis.step_metrics import step_times
 from nbtools.trace.kineto import GPU_KINDS, RAW, build
 from nbtools.trace.kineto import classify  # noqa: F401  (re-exported: tests import it from here)
 from nbtools.trace.read_json import MAX_GB, TraceError, _short, read_trace  # TraceError: users catch it here
@@ -85,7 +87,6 @@ def _kind_of(e) -> str:
 def read_traces(path, rank=None, max_gb: float = MAX_GB) -> dict:
     """Kineto trace files -> the fields of a Run (``nbtools.load_traces`` says how
     files, ranks, times and damage are read)."""
-    from nbtools.analysis import step_metrics as analysis
 
     files = _trace_files(path)
     if rank is not None and len(files) != 1:
@@ -244,7 +245,6 @@ def _info(f: Path, meta: dict, n: int, flags: list) -> dict:
 
 def _steps_table(events: pd.DataFrame) -> pd.DataFrame:
     """STEP_COLUMNS rows (phase "profiled") from the step ranges the trace carries."""
-    from nbtools.analysis.step_metrics import step_times
     st = step_times(events, spans=False)
     return tables.from_columns({"rank": st["rank"], "step": st["step"], "ts_ns": st["ts_ns"],
                                 "phase": ["profiled"] * len(st), "dur_ns": st["dur_ns"]},

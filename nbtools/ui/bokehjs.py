@@ -20,6 +20,8 @@ import uuid
 
 from jupyter_bokeh import BokehModel
 
+from nbtools.common.display_mode import static_mode
+
 # What the figures use: core (plots, hover, CustomJSHover) and the WebGL backend option.
 COMPONENTS = ["bokeh", "bokeh-gl"]
 LOAD_MIME = "application/vnd.bokehjs_load.v0+json"   # jupyter_bokeh's renderer runs it
@@ -45,7 +47,6 @@ def ensure_loaded() -> None:
         from IPython.display import display, update_display
     except ImportError:  # pragma: no cover - ipywidgets depends on IPython
         return
-    from nbtools.common.display_mode import static_mode
     ip = get_ipython()
     if ip is None or getattr(ip, "kernel", None) is None or static_mode():
         return           # static copies carry BokehJS themselves
