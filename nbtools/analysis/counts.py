@@ -7,10 +7,10 @@ Pure functions of a Run: a lab's, or the recorded H200 profiles of ``recorded_h2
 """
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pandas as pd
+
+from nbtools.analysis.compile_counts import signature
 
 _KINDS = (("allreduce", "all_reduce"), ("allgather", "all_gather"),
           ("reducescatter", "reduce_scatter"), ("broadcast", "broadcast"),
@@ -178,17 +178,15 @@ def compile_signatures(run) -> pd.DataFrame:
     ops, guards of every compile / recompile / graph break / limit hit, in order), with a
     short hash: equal hashes = the ranks compiled the same graphs."""
     ce = run.compile_events
-    kinds = ("compile", "recompile", "compile_failed", "graph_break", "limit_hit")
     rows = []
     for rank in sorted(set(run.summary["rank"]) if len(run.summary) else set()):
-        c = ce[(ce["rank"] == rank) & ce["kind"].isin(kinds)].sort_values("ts_ns") if len(ce) else ce
-        sig = [[str(k), str(n), int(o), int(g)] for k, n, o, g in
-               zip(c["kind"], c["name"], c["ops"], c["guards"])] if len(c) else []
+        # stable: events at the same ns keep the engine's order, which its hash was made in
+        c = ce[ce["rank"] == rank].sort_values("ts_ns", kind="stable") if len(ce) else ce
+        sig, sig_hash = signature(zip(c["kind"], c["name"], c["ops"], c["guards"]))
         rows.append(dict(rank=rank, events=len(sig),
                          compiles=sum(s[0] in ("compile", "recompile") for s in sig),
                          recompiles=sum(s[0] == "recompile" for s in sig),
-                         ops=sum(s[2] for s in sig),
-                         signature=hashlib.sha1(repr(sig).encode()).hexdigest()[:12]))
+                         ops=sum(s[2] for s in sig), signature=sig_hash))
     return pd.DataFrame(rows)
 
 
