@@ -109,26 +109,31 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
         if watch.peer_error:
             raise RuntimeError(f"stopped because a peer failed ({watch.peer_error})")
     result = dict(timings)
+    items = _measured_items(wl, cfg)
     compile_wire = rec.finish_run(_S.rank)
     result.update(
         compile=compile_wire, notes=list(notes), reused=reused, check=check,
         compile_outcome=outcome(compile_wire["counts"], cfg.compiled, reused),
         model_built_at=_S.model_built_at,
         peak_mem_mb=(torch.cuda.max_memory_allocated() / 2**20) if cuda else float("nan"),
-        rss_mb=_rss_mb(), items_per_step=_items_per_step(wl, cfg), flops_per_step=wl.flops_per_step,
+        rss_mb=_rss_mb(), items_per_step=sum(items["real"]) / max(1, len(items["real"])),
+        step_items=items, flops_per_step=wl.flops_per_step,
         shapes=wl.shapes(0), unused=list(cfg.unused_on(dev.type)),
         env=_env(), host=socket.gethostname(), reports=list(_S.reports))
     _S.run_count += 1
     return result
 
 
-def _items_per_step(wl, cfg) -> float:
-    """Mean real items of the measured steps (varying sequence lengths: tokens actually
-    processed, padding excluded), so items_per_s is real throughput."""
-    if wl.items_at is None:
-        return wl.items_per_step
-    measured = range(cfg.warmup, cfg.warmup + cfg.steps)
-    return sum(wl.items_at(i) for i in measured) / max(1, len(measured))
+def _measured_items(wl, cfg) -> dict:
+    """Per measured step: the real items (varying sequence lengths: the tokens processed,
+    padding excluded) and the padded ones (what the inputs held). items_per_s is the real
+    throughput; the client's tokens_per_s and padding_pct read these, so they need neither
+    torch nor the scenarios' length schedule."""
+    steps = list(range(cfg.warmup, cfg.warmup + cfg.steps))
+    real = [float(wl.items_at(i)) if wl.items_at is not None else float(wl.items_per_step)
+            for i in steps]
+    padded = real if wl.padded_at is None else [float(wl.padded_at(i)) for i in steps]
+    return dict(step=steps, real=real, padded=padded)
 
 
 def _check(prep, batch) -> dict:

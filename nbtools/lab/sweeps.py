@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.config.step_config import ConfigError, StepConfig
-from nbtools.analysis.counts import collectives, tokens_per_s
+from nbtools.analysis.counts import ItemsNotReported, collectives, tokens_per_s
 
 # How a column is reduced over ranks in ``table``: a step waits for the slowest rank, and
 # data-parallel throughput is the sum of what each rank processes.
@@ -201,10 +201,13 @@ _DERIVED = ("tokens_per_s", "steady_tokens_per_s", "padding_pct")
 
 
 def _derived(run, c: str) -> float:
-    if c in ("tokens_per_s", "steady_tokens_per_s"):   # data parallel: ranks' throughputs add up
-        return float(tokens_per_s(run)[c].sum())
-    if c == "padding_pct":
-        return float(tokens_per_s(run)["padding_pct"].mean())
+    if c in _DERIVED:
+        try:
+            tok = tokens_per_s(run)
+        except ItemsNotReported:    # a run saved before ranks reported their items: NaN
+            return np.nan
+        # data parallel: the ranks' throughputs add up; padding is a share, their mean
+        return float(tok[c].mean() if c == "padding_pct" else tok[c].sum())
     if c.startswith("n_"):        # compile events of one kind, largest count over ranks
         ce = run.compile_events
         n = ce[ce["kind"] == c[2:]].groupby("rank").size() if len(ce) else pd.Series(dtype=int)
