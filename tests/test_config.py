@@ -88,6 +88,26 @@ def test_device_rules():
     assert not StepConfig(compile="reduce-overhead").unused_on("cuda")
 
 
+def test_an_engine_checks_a_run_no_lab_checked_for_its_device(monkeypatch):
+    """The lab checks a run once (Lab.check) and the engine trusts a run checked for its
+    device; a direct engine.run (a test, a benchmark) is checked on the engine, because CPU
+    ranks would otherwise run fp16 autocast or the cudagraphs backend without a word."""
+    import torch
+    from nbtools.engine import runner
+    from nbtools.engine.state import S
+    monkeypatch.setattr(S, "device", torch.device("cpu"))
+    monkeypatch.setattr(S, "recorder", None)
+    for cfg in (StepConfig(autocast="fp16"), StepConfig(compile="default", backend="cudagraphs")):
+        monkeypatch.setattr(S, "pg_broken", False)      # a failed run marks it broken
+        out = runner.run(cfg, "direct")
+        assert out["status"] == "failed" and out["error_type"] == "ConfigError", out["error"]
+        assert "steps" not in out                       # refused before anything ran
+    # checked for another device than this engine's: checked again here
+    monkeypatch.setattr(S, "pg_broken", False)
+    out = runner.run(StepConfig(autocast="fp16"), "elsewhere", None, "cuda")
+    assert out["error_type"] == "ConfigError"
+
+
 def test_diff_and_label():
     a, b = StepConfig(), StepConfig(compile="default", autocast="bf16")
     assert a.diff(b) == {"compile": ("off", "default"), "autocast": ("off", "bf16")}

@@ -113,13 +113,16 @@ def demo_configs(device_type: str) -> list[StepConfig]:
 
 
 def _run_all(lab, cfgs, keep_going=True):
+    """Each config in order, every one checked for the lab's device before the first runs
+    (a ConfigError: nothing ran); a failed run is kept and the next one runs."""
     from nbtools.lab.errors import RunFailed
+    checked = {cfg: lab.check(cfg) for cfg in cfgs}     # --repeats lists each config again
     runs = []
     for cfg in cfgs:
         t = time.perf_counter()
         print(f"-> {cfg.label()}", flush=True)
         try:
-            runs.append(lab.run(cfg))
+            runs.append(lab.run(checked[cfg]))
         except RunFailed as e:
             print(f"   failed: {e}", flush=True)
             runs.append(e.run)

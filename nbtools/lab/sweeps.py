@@ -32,44 +32,42 @@ def sweep(lab, base: StepConfig, repeats: int = 1, **field_values) -> list:
     ``repeats`` runs the whole cross product that many times, round after round, so drift
     of the machine spreads over every config instead of landing on one; ``spread(runs)``
     then says how far identical runs are apart (on 2 × H200, 8-30 % between runs minutes
-    apart: docs/findings.md §4). A combination the config rejects is skipped with the
-    reason printed; a run that fails is kept (its Run has the errors) and the lab is
-    restarted if it has to be."""
+    apart: docs/findings.md §4). A combination the config or the lab rejects is skipped
+    with the reason printed, before anything runs; a run that fails is kept (its Run has
+    the errors) and the lab is restarted if it has to be."""
     names = list(field_values)
     todo = []
     for combo in itertools.product(*(field_values[n] for n in names)):
         change = dict(zip(names, combo))
         try:
-            cfg = base.replace(**change)
-            cfg.check_device(lab.device_type)
+            checked = lab.check(base.replace(**change))
         except ConfigError as e:
             print(f"skipped {change}: {e}")
             continue
-        todo.append((_describe(change), cfg))
+        todo.append((_describe(change), checked))
     return _in_rounds(lab, todo, repeats)
 
 
 def rounds(lab, configs, repeats: int = 1) -> list:
     """Run ``configs`` in order, the whole list ``repeats`` times (round after round), with
     ``sweep``'s handling of failures; ``table(runs, ..., combine=True)`` or ``spread(runs)``
-    then reduce identical configs to their median."""
-    for cfg in configs:
-        cfg.check_device(lab.device_type)
-    return _in_rounds(lab, [(cfg.label(), cfg) for cfg in configs], repeats)
+    then reduce identical configs to their median. A config the lab rejects raises
+    ConfigError before anything runs."""
+    return _in_rounds(lab, [(cfg.label(), lab.check(cfg)) for cfg in configs], repeats)
 
 
 def _in_rounds(lab, todo, repeats: int) -> list:
     if not isinstance(repeats, int) or repeats < 1:
         raise ConfigError(f"repeats={repeats!r}: give a whole number >= 1")
-    return [_run_one(lab, what, cfg, f" #{k}" if repeats > 1 else "")
-            for k in range(repeats) for what, cfg in todo]
+    return [_run_one(lab, what, checked, f" #{k}" if repeats > 1 else "")
+            for k in range(repeats) for what, checked in todo]
 
 
-def _run_one(lab, what: str, cfg: StepConfig, tag: str):
+def _run_one(lab, what: str, checked, tag: str):
     from nbtools.lab.errors import RunFailed
     t = time.perf_counter()
     try:
-        run = lab.run(cfg)
+        run = lab.run(checked)
     except RunFailed as e:
         run = e.run
         if lab.needs_restart:
