@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.counts import collectives
+from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.sweeps import table as _table
 
 # Dense (no sparsity) peak TFLOP/s from the vendors' datasheets. fp32 is without TF32:
@@ -23,15 +24,13 @@ COLUMNS = ("step_ms", "items_per_s", "tflops", "compile_s", "graphs", "graph_bre
 def run_all(lab, workload, configs) -> list:
     """``lab.run(workload, cfg)`` for each config, in order. A failed run (RunFailed) is
     kept, its first error line printed, and the next config runs: one strategy that fails
-    on this model does not hide the others' numbers. A ConfigError still stops the cell."""
-    from nbtools.lab.errors import RunFailed
+    on this model does not hide the others' numbers. A ConfigError stops the cell before
+    the first run (every config is checked first)."""
     runs = []
-    for cfg in configs:
-        try:
-            runs.append(lab.run(workload, cfg))
-        except RunFailed as e:
-            print(f"{cfg.label()}: failed - {str(e).splitlines()[0][:300]}")
-            runs.append(e.run)
+    for checked in [lab.check(workload, cfg) for cfg in configs]:
+        label = checked.cfg.label()
+        runs.append(run_or_keep(lab, checked, lambda e: print(
+            f"{label}: failed - {str(e).splitlines()[0][:300]}")))
     return runs
 
 

@@ -16,19 +16,13 @@ import pandas as pd
 from nbtools.claims.steps import DDP_OPTIMIZER_LOG, DDPAccumStep, DtypeProbeStep, _log_start, _log_stop
 from nbtools.config.step_config import StepConfig
 from nbtools.analysis.counts import collectives
+from nbtools.lab.keep_going import run_or_keep
 
 
 def run_reporting(lab, step, cfg: StepConfig):
     """``lab.run(step, cfg)`` and what the step recorded with ``ctx.report``: (Run,
     run.reports). A failed run is returned too (its reports hold the ranks that finished)."""
-    from nbtools.lab.errors import RunFailed
-    try:
-        run = lab.run(step, cfg)
-    except RunFailed as e:
-        print(f"run failed: {e}")
-        run = e.run
-        if lab.needs_restart:
-            lab.restart()
+    run = run_or_keep(lab, lab.check(step, cfg), lambda e: print(f"run failed: {e}"))
     return run, run.reports
 
 

@@ -112,24 +112,16 @@ def demo_configs(device_type: str) -> list[StepConfig]:
     return cfgs
 
 
-def _run_all(lab, cfgs, keep_going=True):
+def _run_all(lab, cfgs):
     """Each config in order, every one checked for the lab's device before the first runs
     (a ConfigError: nothing ran); a failed run is kept and the next one runs."""
-    from nbtools.lab.errors import RunFailed
+    from nbtools.lab.keep_going import run_or_keep
     checked = {cfg: lab.check(cfg) for cfg in cfgs}     # --repeats lists each config again
     runs = []
     for cfg in cfgs:
         t = time.perf_counter()
         print(f"-> {cfg.label()}", flush=True)
-        try:
-            runs.append(lab.run(checked[cfg]))
-        except RunFailed as e:
-            print(f"   failed: {e}", flush=True)
-            runs.append(e.run)
-            if getattr(lab, "needs_restart", False):
-                lab.restart()
-            if not keep_going:
-                break
+        runs.append(run_or_keep(lab, checked[cfg], lambda e: print(f"   failed: {e}", flush=True)))
         print(f"   {time.perf_counter() - t:.1f} s", flush=True)
         print("\n".join("   " + line for line in format_table(runs[-1:]).splitlines()[2:]), flush=True)
     return runs

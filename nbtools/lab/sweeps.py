@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.config.step_config import ConfigError, StepConfig
+from nbtools.lab.keep_going import run_or_keep
 from nbtools.analysis.counts import ItemsNotReported, collectives, tokens_per_s
 
 # How a column is reduced over ranks in ``table``: a step waits for the slowest rank, and
@@ -34,7 +35,7 @@ def sweep(lab, base: StepConfig, repeats: int = 1, **field_values) -> list:
     then says how far identical runs are apart (on 2 × H200, 8-30 % between runs minutes
     apart: docs/findings.md §4). A combination the config or the lab rejects is skipped
     with the reason printed, before anything runs; a run that fails is kept (its Run has
-    the errors) and the lab is restarted if it has to be."""
+    the errors) and the sweep goes on."""
     names = list(field_values)
     todo = []
     for combo in itertools.product(*(field_values[n] for n in names)):
@@ -64,14 +65,8 @@ def _in_rounds(lab, todo, repeats: int) -> list:
 
 
 def _run_one(lab, what: str, checked, tag: str):
-    from nbtools.lab.errors import RunFailed
     t = time.perf_counter()
-    try:
-        run = lab.run(checked)
-    except RunFailed as e:
-        run = e.run
-        if lab.needs_restart:
-            lab.restart()
+    run = run_or_keep(lab, checked)
     s = run.summary
     ms = f"{s['step_ms'].max():.3g} ms/step" if len(s) and "step_ms" in s else "no summary"
     print(f"{what}{tag}: {run.status}, {ms} ({time.perf_counter() - t:.1f} s)")
