@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import sys
 import time
 
 from nbtools import __version__
+from nbtools.config.grid import grid
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.config.field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, help_text
 
@@ -53,10 +53,14 @@ def _parse_value(name: str, text: str):
 
 
 def sweep(values: dict) -> list[StepConfig]:
-    """Cross product of comma-separated values per field -> validated configs."""
-    names = list(values)
-    lists = [[_parse_value(n, v) for v in values[n].split(",")] for n in names]
-    return [StepConfig(**dict(zip(names, combo))) for combo in itertools.product(*lists)]
+    """Cross product of comma-separated values per field -> validated configs; the first
+    combination the config rejects is a ConfigError (a command line sweep runs whole)."""
+    parsed = {n: [_parse_value(n, v) for v in text.split(",")] for n, text in values.items()}
+    cfgs = [cfg for _, cfg in grid(StepConfig(), parsed)]
+    bad = next((c for c in cfgs if isinstance(c, ConfigError)), None)
+    if bad is not None:
+        raise bad
+    return cfgs
 
 
 class _Help(argparse.HelpFormatter):

@@ -6,12 +6,12 @@ rather than reads come from ``run_counts``.
 """
 from __future__ import annotations
 
-import itertools
 import time
 
 import numpy as np
 import pandas as pd
 
+from nbtools.config.grid import grid
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.analysis.counts import ItemsNotReported, collectives, tokens_per_s
@@ -36,16 +36,12 @@ def sweep(lab, base: StepConfig, repeats: int = 1, **field_values) -> list:
     apart: docs/findings.md §4). A combination the config or the lab rejects is skipped
     with the reason printed, before anything runs; a run that fails is kept (its Run has
     the errors) and the sweep goes on."""
-    names = list(field_values)
     todo = []
-    for combo in itertools.product(*(field_values[n] for n in names)):
-        change = dict(zip(names, combo))
-        try:
-            checked = lab.check(base.replace(**change))
-        except ConfigError as e:
-            print(f"skipped {change}: {e}")
-            continue
-        todo.append((_describe(change), checked))
+    for change, checked in grid(base, field_values, check=lab.check):
+        if isinstance(checked, ConfigError):
+            print(f"skipped {change}: {checked}")
+        else:
+            todo.append((_describe(change), checked))
     return _in_rounds(lab, todo, repeats)
 
 
