@@ -8,6 +8,7 @@ import logging
 import os
 import time
 
+import pandas as pd
 import pytest
 
 import torch  # noqa: E402
@@ -230,6 +231,23 @@ def test_nothing_compiled_means_no_events(rec):
     assert (c["compiles"], c["recompiles"], c["graph_breaks"], c["graphs"], c["limit_hit"]) \
         == (0, 0, 0, 0, False)
     assert c["signature"] == [] and c["recorder_errors"] == 0
+
+
+def test_the_client_signature_is_the_one_the_engine_reported(rec):
+    """One signature: the hash compile_signatures computes from a run's compile events is
+    the hash in the engine's counts (what the divergence flag compares)."""
+    from nbtools.analysis.counts import compile_signatures
+    from nbtools.results.run import Run
+    compiled = torch.compile(breaks, backend="eager", dynamic=False)
+    rec.start_run()
+    run_steps(rec, compiled, [torch.ones(4), torch.ones(5)])     # breaks, then a recompile
+    out = rec.finish_run(0)
+    run = Run(config=None, compile_events=table(out), summary=pd.DataFrame({"rank": [0]}))
+    sig = compile_signatures(run)
+    kinds = {k for k, *_ in out["counts"]["signature"]}
+    assert {"graph_break", "recompile"} <= kinds, out["counts"]["signature"]
+    assert sig["events"].tolist() == [len(out["counts"]["signature"])]
+    assert sig["signature"].tolist() == [out["counts"]["signature_hash"]]
 
 
 # -- inductor ------------------------------------------------------------------------

@@ -88,6 +88,26 @@ def test_device_rules():
     assert not StepConfig(compile="reduce-overhead").unused_on("cuda")
 
 
+def test_an_engine_checks_a_run_no_lab_checked_for_its_device(monkeypatch):
+    """The lab checks a run once (Lab.check) and the engine trusts a run checked for its
+    device; a direct engine.run (a test, a benchmark) is checked on the engine, because CPU
+    ranks would otherwise run fp16 autocast or the cudagraphs backend without a word."""
+    import torch
+    from nbtools.engine import runner
+    from nbtools.engine.state import S
+    monkeypatch.setattr(S, "device", torch.device("cpu"))
+    monkeypatch.setattr(S, "recorder", None)
+    for cfg in (StepConfig(autocast="fp16"), StepConfig(compile="default", backend="cudagraphs")):
+        monkeypatch.setattr(S, "pg_broken", False)      # a failed run marks it broken
+        out = runner.run(cfg, "direct")
+        assert out["status"] == "failed" and out["error_type"] == "ConfigError", out["error"]
+        assert "steps" not in out                       # refused before anything ran
+    # checked for another device than this engine's: checked again here
+    monkeypatch.setattr(S, "pg_broken", False)
+    out = runner.run(StepConfig(autocast="fp16"), "elsewhere", None, "cuda")
+    assert out["error_type"] == "ConfigError"
+
+
 def test_diff_and_label():
     a, b = StepConfig(), StepConfig(compile="default", autocast="bf16")
     assert a.diff(b) == {"compile": ("off", "default"), "autocast": ("off", "bf16")}
@@ -110,3 +130,23 @@ def test_fsdp2_sharding_and_compile_placement_fields():
         StepConfig(scenario="fsdp2-train", compile="default", fsdp_compile="blocks")
     with pytest.raises(ConfigError, match="True or False"):
         StepConfig(scenario="fsdp2-train", reshard_after_forward="no")
+
+
+def test_grid_is_the_one_cross_product_of_sweeps():
+    """config.grid: the lab's sweep and the CLI's `run` both sweep through it (each had its
+    own itertools.product): base.replace per combination, last field fastest, a rejected
+    combination kept as its ConfigError for the caller to skip (notebook) or refuse (CLI)."""
+    from nbtools.config.grid import grid
+    from nbtools.cli.main import sweep
+    base = StepConfig(scenario="ddp-train", seed=7)
+    got = grid(base, {"compile": ["off", "default"], "ddp_wrap": ["compile-inside",
+                                                                  "compile-outside"]})
+    assert [c for c, _ in got] == [dict(compile=m, ddp_wrap=w) for m in ("off", "default")
+                                   for w in ("compile-inside", "compile-outside")]
+    bad = got[1][1]
+    assert isinstance(bad, ConfigError) and "compile='off'" in str(bad)
+    assert [cfg.seed for _, cfg in got if not isinstance(cfg, ConfigError)] == [7, 7, 7]
+    labelled = grid(base, {"batch": [1, 2]}, check=lambda cfg: cfg.label())
+    assert [x for _, x in labelled] == ["ddp-train batch=1 seed=7", "ddp-train batch=2 seed=7"]
+    with pytest.raises(ConfigError, match="compile='off'"):
+        sweep({"scenario": "ddp-train", "compile": "off,default", "ddp_wrap": "compile-outside"})

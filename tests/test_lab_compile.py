@@ -123,6 +123,34 @@ def test_export_carries_no_connection_key_of_this_lab(lab, tmp_path):
     assert all(r.run_id in text for r in lab.history)
 
 
+def test_a_sweep_checks_each_config_once_on_the_client(lab, monkeypatch):
+    """Lab.check is the one client-side check: sweep checks every config first and runs
+    each as lab.run(checked), which checks nothing again (the engines trust it too)."""
+    from nbtools.claims import helpers as X
+    seen = []
+    check = StepConfig.check_device
+    monkeypatch.setattr(StepConfig, "check_device",
+                        lambda self, device: (seen.append(self.batch), check(self, device))[1])
+    runs = X.sweep(lab, StepConfig(scenario="tp-mlp-infer", size="small", **FAST),
+                   batch=[1, 2], autocast=["off", "fp16"])
+    assert [r.ok for r in runs] == [True, True] and seen == [1, 1, 2, 2]
+    with pytest.raises(ConfigError, match="bf16"):       # fp16 on CPU ranks: refused here
+        lab.check(StepConfig(autocast="fp16"))
+
+
+def test_a_bucketed_run_brings_back_its_real_and_padded_tokens(lab):
+    """Each rank reports its items per measured step; tokens_per_s reads them off the Run."""
+    from nbtools.analysis.counts import tokens_per_s
+    run = lab.run(StepConfig(scenario="varlen-train", seq_schedule="bucketed", warmup=1,
+                             steps=4, profiled=0))
+    items = run.ranks[0]["step_items"]
+    assert items["step"] == [1, 2, 3, 4] and all(r <= p for r, p in zip(items["real"],
+                                                                      items["padded"]))
+    t = tokens_per_s(run)
+    assert t["rank"].tolist() == [0, 1] and (t["tokens_per_s"] > 0).all()
+    assert (t["padding_pct"] >= 0).all() and (t["padding_pct"] < 100).all()
+
+
 def test_varlen_throughput_counts_real_tokens():
     import torch
     from nbtools.engine import scenarios

@@ -83,6 +83,11 @@ def test_nothing_secret_leaks(report):
 def test_scrub_and_inputs():
     assert scrub("/home/bob/a.py:3 and /root/x") == "~/a.py:3 and ~/x"
     assert scrub("/rootfs/x") == "/rootfs/x"
+    # one rule with the trace reader (common.privacy): what each old copy got wrong
+    assert scrub("/home/bob:3 in f") == "~:3 in f"          # both ate ":3" with the name
+    assert scrub("C:\\Users\\bob\\m.py") == "~\\m.py"     # neither knew Windows homes
+    assert scrub("saved in /root.") == "saved in ~."        # the report's missed /root.
+    assert scrub('"/home/al"') == '"~"'                    # the trace's took the quote
     assert "<redacted>" in scrub('"key": "0123456789abcdef"')
     with pytest.raises(TypeError, match="needs Runs"):
         export_html("/tmp/never.html", ["not a run"])

@@ -158,6 +158,18 @@ def _doc(rank=None, events=None, **meta):
     return {"schemaVersion": 1, **meta, "traceEvents": ev}
 
 
+def test_event_names_lose_home_folders_by_the_reports_rule(tmp_path):
+    """The reader scrubs names with common.privacy's rule, as export_html does; its own
+    rule missed root's home and Windows homes, and took a quoted path's closing quote."""
+    names = ["/root/.cache/x.py(3): f", "C:\\Users\\bob\\m.py(1): g", '"/home/al/m.py": h',
+             "/home/al/m.py:3 k"]
+    ev = [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 2, "ts": 10 + i, "dur": 1}
+          for i, n in enumerate(names)]
+    run = load_traces(_write(tmp_path / "rank-0.json", _doc(events=ev)))
+    assert sorted(run.events["name"].astype(str)) == sorted(
+        ["~/.cache/x.py(3): f", "~\\m.py(1): g", '"~/m.py": h', "~/m.py:3 k"])
+
+
 @pytest.mark.parametrize("name, rank", [("rank-0.json", 0), ("trace_rank7.json.gz", 7),
                                          ("x_rank_3.pt.trace.json", 3), ("RANK12.json", 12)])
 def test_rank_from_file_name(tmp_path, name, rank):

@@ -14,6 +14,21 @@ import hashlib
 COMPILE_KINDS = ("compile", "recompile", "backward_compile")
 
 
+# What a rank's compile signature is made of: the events whose sequence says which graphs
+# it compiled (cudagraph records and compile times may differ between ranks without that)
+SIGNATURE_KINDS = ("compile", "recompile", "compile_failed", "graph_break", "limit_hit")
+
+
+def signature(events) -> tuple[list, str]:
+    """A rank's compile signature from its compile events in time order, each a (kind,
+    frame name, ops, guards): [kind, name, ops, guards] of every event of SIGNATURE_KINDS,
+    and a short hash of it (equal hashes: the ranks compiled the same graphs). Built here
+    only: the engine's counts (rank_counts) and the client's table
+    (counts.compile_signatures) must agree on it."""
+    sig = [[str(k), str(n), int(o), int(g)] for k, n, o, g in events if k in SIGNATURE_KINDS]
+    return sig, hashlib.sha1(repr(sig).encode()).hexdigest()[:12]
+
+
 # -- engine side: counts of one rank, at finish_run -------------------------------------
 def rank_counts(rows, graphs_counted: int, errors: int) -> dict:
     """One rank's counts from its finished compile rows (CompileRecorder.finish_run);
@@ -21,9 +36,7 @@ def rank_counts(rows, graphs_counted: int, errors: int) -> dict:
     failures. Pops each row's ``_times``."""
     kinds = [r["kind"] for r in rows]
     times = {r["compile_id"]: r.pop("_times") for r in rows if "_times" in r}
-    sig = [[r["kind"], r["name"], int(r["ops"]), int(r["guards"])] for r in rows
-           if r["kind"] in ("compile", "recompile", "compile_failed", "graph_break",
-                            "limit_hit")]
+    sig, sig_hash = signature((r["kind"], r["name"], r["ops"], r["guards"]) for r in rows)
     graphs = sum(r["graphs"] for r in rows if r["kind"] in ("compile", "recompile"))
     return {
         "compiles": kinds.count("compile") + kinds.count("recompile"),
@@ -38,7 +51,7 @@ def rank_counts(rows, graphs_counted: int, errors: int) -> dict:
         "compile_s": round(sum(r["dur_ns"] for r in rows if r["kind"] in COMPILE_KINDS) / 1e9, 6),
         "compile_times": times,  # compile id -> ms: total ⊇ backend ⊇ inductor ⊇ codegen; dynamo, bwd
         "signature": sig,        # [kind, frame name, ops, guards] in time order
-        "signature_hash": hashlib.sha1(repr(sig).encode()).hexdigest()[:12],
+        "signature_hash": sig_hash,
         "recorder_errors": errors,
     }
 

@@ -7,10 +7,10 @@ Pure functions of a Run: a lab's, or the recorded H200 profiles of ``recorded_h2
 """
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pandas as pd
+
+from nbtools.analysis.compile_counts import signature
 
 _KINDS = (("allreduce", "all_reduce"), ("allgather", "all_gather"),
           ("reducescatter", "reduce_scatter"), ("broadcast", "broadcast"),
@@ -178,40 +178,58 @@ def compile_signatures(run) -> pd.DataFrame:
     ops, guards of every compile / recompile / graph break / limit hit, in order), with a
     short hash: equal hashes = the ranks compiled the same graphs."""
     ce = run.compile_events
-    kinds = ("compile", "recompile", "compile_failed", "graph_break", "limit_hit")
     rows = []
     for rank in sorted(set(run.summary["rank"]) if len(run.summary) else set()):
-        c = ce[(ce["rank"] == rank) & ce["kind"].isin(kinds)].sort_values("ts_ns") if len(ce) else ce
-        sig = [[str(k), str(n), int(o), int(g)] for k, n, o, g in
-               zip(c["kind"], c["name"], c["ops"], c["guards"])] if len(c) else []
+        # stable: events at the same ns keep the engine's order, which its hash was made in
+        c = ce[ce["rank"] == rank].sort_values("ts_ns", kind="stable") if len(ce) else ce
+        sig, sig_hash = signature(zip(c["kind"], c["name"], c["ops"], c["guards"]))
         rows.append(dict(rank=rank, events=len(sig),
                          compiles=sum(s[0] in ("compile", "recompile") for s in sig),
                          recompiles=sum(s[0] == "recompile" for s in sig),
-                         ops=sum(s[2] for s in sig),
-                         signature=hashlib.sha1(repr(sig).encode()).hexdigest()[:12]))
+                         ops=sum(s[2] for s in sig), signature=sig_hash))
     return pd.DataFrame(rows)
 
 
+class ItemsNotReported(ValueError):
+    """A run whose ranks did not report their items per measured step (``step_items``):
+    saved before nbtools reported them, or made from traces."""
+
+
+_TOKEN_COLUMNS = ["rank", "tokens_per_s", "steady_tokens_per_s", "padding_pct", "mean_step_ms",
+                  "median_step_ms"]
+
+
 def tokens_per_s(run) -> pd.DataFrame:
-    """Real (unpadded) tokens per second of an LM scenario's measured steps, per rank.
+    """Real (unpadded) tokens per second of the measured steps, per rank, from the items
+    each rank reported per step (tokens for the LM scenarios; a Workload's ``items``).
     ``tokens_per_s``: summed tokens / summed step time, so recompiles inside the measured
     steps count (an epoch's view). ``steady_tokens_per_s``: mean tokens per step / median
-    step time (what the steps cost once compiled). items_per_s counts batch x maximum
-    length instead."""
-    from nbtools.engine.scenarios import seq_len_at, sizes
-    import torch
-    cfg = run.config
-    _, batch, seq = sizes(cfg, torch.device(run.env.get("device", "cpu").split(":")[0]))
+    step time (what the steps cost once compiled). ``padding_pct``: the share of the
+    inputs that was padding (NaN where they held no items). items_per_s is the steady view
+    too: mean real items per step / median step time. ItemsNotReported for a run whose
+    ranks did not report their items (saved by an older nbtools, or loaded from traces)."""
     st = run.steps[run.steps["phase"] == "measured"]
+    if not len(st):
+        raise ItemsNotReported(f"run {run.run_id} has no measured steps (made from traces, or "
+                               "failed before measuring): no tokens per second to compute")
     out = []
     for rank, g in st.groupby("rank"):
-        lens = [seq_len_at(int(i), seq, cfg.resolved_schedule, cfg.seed) for i in g["step"]]
-        real, padded = sum(n for n, _ in lens), sum(p for _, p in lens)
+        rep = (run.ranks.get(int(rank)) or {}).get("step_items")
+        if not rep:
+            raise ItemsNotReported(
+                f"run {run.run_id}: rank {rank} did not report its items per step (saved by "
+                "an nbtools older than step_items, or made from traces), so its tokens per "
+                "second cannot be computed; run the config again to get them")
+        per = dict(zip(rep["step"], zip(rep["real"], rep["padded"])))
+        real = sum(per[int(i)][0] for i in g["step"])
+        padded = sum(per[int(i)][1] for i in g["step"])
         secs = g["dur_ns"].sum() / 1e9
-        out.append(dict(rank=rank, tokens_per_s=batch * real / secs,
-                        steady_tokens_per_s=batch * real / len(g) / (g["dur_ns"].median() / 1e9),
-                        padding_pct=100 * (1 - real / padded), mean_step_ms=1e3 * secs / len(g)))
-    return pd.DataFrame(out)
+        out.append(dict(rank=rank, tokens_per_s=real / secs,
+                        steady_tokens_per_s=real / len(g) / (g["dur_ns"].median() / 1e9),
+                        padding_pct=100 * (1 - real / padded) if padded else np.nan,
+                        mean_step_ms=1e3 * secs / len(g),
+                        median_step_ms=g["dur_ns"].median() / 1e6))
+    return pd.DataFrame(out, columns=_TOKEN_COLUMNS)
 
 
 def compiled_regions(run) -> pd.DataFrame:

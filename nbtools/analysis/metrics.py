@@ -144,6 +144,14 @@ _ALL = (
     _m("annotated_step_ms", "ms", "more", "max", "lower", "median length of those step ranges"),
     _m("host", "", "more", "", "", "the machine the rank ran on"),
     _m("cache", "", "more", "", "", "compile-cache policy: fresh (reset per config) or continue"),
+    # table()'s token columns (analysis/counts.py tokens_per_s; per rank, then combined here)
+    _m("tokens_per_s", "/s", "more", "rate", "higher", "real (unpadded) tokens per second: "
+       "summed tokens over summed measured step time, recompiles inside the steps included",
+       tp_shared=True),
+    _m("steady_tokens_per_s", "/s", "more", "rate", "higher", "real tokens per step over the "
+       "median step time: what a step costs once compiled", tp_shared=True),
+    _m("padding_pct", "%", "more", "mean", "lower", "share of the inputs' tokens that were "
+       "padding"),
 )
 METRICS: dict = {m.name: m for m in _ALL}
 

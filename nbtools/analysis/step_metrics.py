@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis.tables import STEP_PATTERNS
+from nbtools.analysis.tables import STEP_PATTERNS, string_codes
 
 PER_RANK_COLUMNS = ["rank", "gpu_busy_pct", "compute_busy_pct", "compute_ms", "comm_ms", "memcpy_ms", "overlap_pct",
                     "exposed_comm_ms", "idle_ms", "graph_coverage_pct", "kernels",
@@ -74,21 +74,14 @@ def measure_ns(group, start, end, label, n_labels: int, n_groups: int, keep) -> 
     return np.bincount(g[:-1][hold], weights=(t[1:] - t[:-1])[hold], minlength=n_groups)
 
 
-def _codes(column: pd.Series):
-    """(codes, categories as str) of a string column, categorical or not; code -1 = NA."""
-    if not isinstance(column.dtype, pd.CategoricalDtype):
-        column = column.astype("category")
-    return np.asarray(column.cat.codes), column.cat.categories.astype(str)
-
-
 def _lane_is_gpu(events: pd.DataFrame) -> np.ndarray:
-    codes, lanes = _codes(events["lane"])
+    codes, lanes = string_codes(events["lane"])
     return np.append(np.asarray(lanes.str.startswith("cuda:"), bool), False)[codes]
 
 
 def _columns(events: pd.DataFrame) -> dict:
     """Per-row numpy views the metrics share: category masks, lane kind, ends."""
-    code, names = _codes(events["category"])
+    code, names = string_codes(events["category"])
 
     def is_(*wanted):
         return np.append(np.isin(np.asarray(names), wanted), False)[code]
@@ -262,7 +255,7 @@ def step_times(events: pd.DataFrame, spans: bool = True) -> pd.DataFrame:
     cols = ["rank", "step", "ts_ns", "dur_ns", "step_ms"]
     if len(events) == 0:
         return pd.DataFrame({c: np.zeros(0, np.int64) for c in cols})
-    code, names = _codes(events["name"])
+    code, names = string_codes(events["name"])
     ann = np.asarray(events["category"] == "annotation") & ~_lane_is_gpu(events)
     rank = events["rank"].to_numpy(np.int64)
     found = []

@@ -115,3 +115,14 @@ def concat(frames: list, columns: dict) -> pd.DataFrame:
         else:
             out[col] = np.concatenate([f[col].to_numpy(dtype) for f in frames])
     return pd.DataFrame(out)
+
+
+def string_codes(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """(int64 codes, categories as str) of a string column: the tables' are categorical, a
+    frame made by hand may hold plain strings (coded in order of appearance). -1 = NA.
+    Code-level work (masks per distinct name, lane lookups) reads strings through this."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes, cats = column.cat.codes, column.cat.categories
+    else:
+        codes, cats = pd.factorize(column, sort=False)
+    return np.asarray(codes, np.int64), pd.Index(cats, dtype=object).astype(str)

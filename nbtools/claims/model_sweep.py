@@ -7,6 +7,8 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.counts import collectives
+from nbtools.analysis.metrics import combine
+from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.sweeps import table as _table
 
 # Dense (no sparsity) peak TFLOP/s from the vendors' datasheets. fp32 is without TF32:
@@ -23,15 +25,13 @@ COLUMNS = ("step_ms", "items_per_s", "tflops", "compile_s", "graphs", "graph_bre
 def run_all(lab, workload, configs) -> list:
     """``lab.run(workload, cfg)`` for each config, in order. A failed run (RunFailed) is
     kept, its first error line printed, and the next config runs: one strategy that fails
-    on this model does not hide the others' numbers. A ConfigError still stops the cell."""
-    from nbtools.lab.errors import RunFailed
+    on this model does not hide the others' numbers. A ConfigError stops the cell before
+    the first run (every config is checked first)."""
     runs = []
-    for cfg in configs:
-        try:
-            runs.append(lab.run(workload, cfg))
-        except RunFailed as e:
-            print(f"{cfg.label()}: failed - {str(e).splitlines()[0][:300]}")
-            runs.append(e.run)
+    for checked in [lab.check(workload, cfg) for cfg in configs]:
+        label = checked.cfg.label()
+        runs.append(run_or_keep(lab, checked, lambda e: print(
+            f"{label}: failed - {str(e).splitlines()[0][:300]}")))
     return runs
 
 
@@ -53,6 +53,16 @@ def mfu(run) -> pd.Series:
     return run.summary.set_index("rank")["tflops"] / peak
 
 
+def run_mfu(run) -> float:
+    """The run's MFU (0..1) per GPU: its TFLOP/s as every surface combines them (all ranks'
+    FLOPs per step over the slowest rank's step, analysis/metrics.py) over the peak of all
+    its GPUs. The mean of the ranks' own MFU counted a rank's shorter median as work it
+    could not do while it waited for the others."""
+    dtype = run.config.autocast if run.config.autocast != "off" else "fp32"
+    peak = peak_tflops(run.env.get("gpu", ""), dtype)
+    return combine(run.summary, "tflops", run.config) / (peak * max(1, len(run.summary)))
+
+
 def check_rel(run) -> float:
     """The largest relative difference from eager over the ranks (check=True), NaN without."""
     vals = [c["max_rel"] for c in (v.get("check") for v in run.ranks.values()) if c]
@@ -61,13 +71,13 @@ def check_rel(run) -> float:
 
 def table(runs, columns=COLUMNS, fields=("parallel", "compile", "autocast")) -> pd.DataFrame:
     """One row per run: the config fields, the model (its Workload's name), ``columns`` as
-    sweeps.table aggregates them over ranks (tflops: the sum), ``mfu_pct`` (per GPU, the
-    mean over ranks) and
+    sweeps.table combines them over ranks (analysis/metrics.py), ``mfu_pct`` (``run_mfu``:
+    per GPU) and
     ``check_rel`` (largest relative difference from eager)."""
     runs = list(runs)
     t = _table(runs, columns, fields=list(fields))
     t.insert(0, "model", [_model(r) for r in runs])
-    t["mfu_pct"] = [100 * mfu(r).mean() if r.ok else np.nan for r in runs]
+    t["mfu_pct"] = [100 * run_mfu(r) if r.ok else np.nan for r in runs]
     t["check_rel"] = [check_rel(r) for r in runs]
     return t
 

@@ -106,11 +106,11 @@ class DDPAccumStep(_Step):
         import torch
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
+        from nbtools.engine import apply
         p, cfg = self.params, ctx.cfg
         key = ("ddp", cfg.compile, cfg.backend, cfg.ddp_wrap, cfg.optimize_ddp, cfg.dynamic)
         if key not in ctx.state:
-            if cfg.compiled:
-                torch._dynamo.config.optimize_ddp = {"off": False}.get(cfg.optimize_ddp, cfg.optimize_ddp)
+            apply.set_optimize_ddp(cfg)
             model = _mlp(p["d"], p["layers"]).to(ctx.device)
             kw = dict(bucket_cap_mb=p["bucket_cap_mb"],
                       device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
@@ -121,16 +121,9 @@ class DDPAccumStep(_Step):
                 ddp = DDP(ctx.compile(model), **kw)
                 fwd = ddp
             opt = torch.optim.SGD(ddp.parameters(), lr=1e-2)
-            ca = None
-            if cfg.compiled and cfg.optimize_ddp == "python_reducer":
-                ca = torch.compile(backend=cfg.backend) if cfg.compile == "default" else \
-                    torch.compile(backend=cfg.backend, mode=cfg.compile)
-            ctx.state[key] = (ddp, fwd, opt, ca)
-        ddp, fwd, opt, ca = ctx.state[key]
-        bwd_ctx = contextlib.nullcontext
-        if ca is not None:
-            from torch._dynamo import compiled_autograd
-            bwd_ctx = lambda: compiled_autograd._enable(ca)  # noqa: E731
+            # python_reducer: backward under compiled autograd, as the built-in scenarios do
+            ctx.state[key] = (ddp, fwd, opt, apply.compiled_backward(cfg))
+        ddp, fwd, opt, bwd_ctx = ctx.state[key]
         opt.zero_grad(set_to_none=True)
         for k in range(p["micro"]):
             g = self._rng(ctx.rank, ctx.step, k)

@@ -16,19 +16,14 @@ import pandas as pd
 from nbtools.claims.steps import DDP_OPTIMIZER_LOG, DDPAccumStep, DtypeProbeStep, _log_start, _log_stop
 from nbtools.config.step_config import StepConfig
 from nbtools.analysis.counts import collectives
+from nbtools.analysis.metrics import combine
+from nbtools.lab.keep_going import run_or_keep
 
 
 def run_reporting(lab, step, cfg: StepConfig):
     """``lab.run(step, cfg)`` and what the step recorded with ``ctx.report``: (Run,
     run.reports). A failed run is returned too (its reports hold the ranks that finished)."""
-    from nbtools.lab.errors import RunFailed
-    try:
-        run = lab.run(step, cfg)
-    except RunFailed as e:
-        print(f"run failed: {e}")
-        run = e.run
-        if lab.needs_restart:
-            lab.restart()
+    run = run_or_keep(lab, lab.check(step, cfg), lambda e: print(f"run failed: {e}"))
     return run, run.reports
 
 
@@ -104,14 +99,14 @@ def accumulation_study(lab, configs, micro: int = 4, no_sync=(True, False)) -> t
                     if "all_reduce" in c else [0] * len(c)
                 last0 = rep[rep["rank"] == 0].sort_values("step").iloc[-1]
                 b = ddp_buckets(log, [run])
-                row.update(graphs=int(run.summary["graphs"].max()),
-                           graph_breaks=int(run.summary["graph_breaks"].max()),
+                row.update(graphs=int(combine(run.summary, "graphs")),
+                           graph_breaks=int(combine(run.summary, "graph_breaks")),
                            ddp_optimizer_buckets=int(b["ddp_optimizer_buckets"].max()) if len(b) else 0,
                            all_reduces_per_micro=" ".join(map(str, per)),
                            rank_grad_diff=float(rep["rank_grad_diff"].max()),
                            last_grad_norm=float(rep.sort_values("step")["grad_norm"].iloc[-1]),
                            reducer_buckets=last0["reducer_buckets"],
-                           step_ms=float(run.summary["step_ms"].max()))
+                           step_ms=combine(run.summary, "step_ms", run.config))
             rows.append(row)
     return pd.DataFrame(rows), runs
 
@@ -135,7 +130,7 @@ def dtype_study(lab, base: StepConfig, compiles=("off", "default"), backend="ind
             last = rep[rep["rank"] == 0].sort_values("step").iloc[-1].to_dict()
             last.pop("rank", None)
             last.pop("step", None)
-            rows.append({**last, "step_ms": float(run.summary["step_ms"].max())})
+            rows.append({**last, "step_ms": combine(run.summary, "step_ms", run.config)})
     return pd.DataFrame(rows)
 
 

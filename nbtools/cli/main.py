@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import sys
 import time
 
 from nbtools import __version__
+from nbtools.config.grid import grid
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.config.field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, help_text
 
@@ -52,10 +52,14 @@ def _parse_value(name: str, text: str):
 
 
 def sweep(values: dict) -> list[StepConfig]:
-    """Cross product of comma-separated values per field -> validated configs."""
-    names = list(values)
-    lists = [[_parse_value(n, v) for v in values[n].split(",")] for n in names]
-    return [StepConfig(**dict(zip(names, combo))) for combo in itertools.product(*lists)]
+    """Cross product of comma-separated values per field -> validated configs; the first
+    combination the config rejects is a ConfigError (a command line sweep runs whole)."""
+    parsed = {n: [_parse_value(n, v) for v in text.split(",")] for n, text in values.items()}
+    cfgs = [cfg for _, cfg in grid(StepConfig(), parsed)]
+    bad = next((c for c in cfgs if isinstance(c, ConfigError)), None)
+    if bad is not None:
+        raise bad
+    return cfgs
 
 
 class _Help(argparse.HelpFormatter):
@@ -130,21 +134,16 @@ def demo_configs(device_type: str) -> list[StepConfig]:
     return cfgs
 
 
-def _run_all(lab, cfgs, keep_going=True):
-    from nbtools.lab.errors import RunFailed
+def _run_all(lab, cfgs):
+    """Each config in order, every one checked for the lab's device before the first runs
+    (a ConfigError: nothing ran); a failed run is kept and the next one runs."""
+    from nbtools.lab.keep_going import run_or_keep
+    checked = {cfg: lab.check(cfg) for cfg in cfgs}     # --repeats lists each config again
     runs = []
     for cfg in cfgs:
         t = time.perf_counter()
         print(f"-> {cfg.label()}", flush=True)
-        try:
-            runs.append(lab.run(cfg))
-        except RunFailed as e:
-            print(f"   failed: {e}", flush=True)
-            runs.append(e.run)
-            if getattr(lab, "needs_restart", False):
-                lab.restart()
-            if not keep_going:
-                break
+        runs.append(run_or_keep(lab, checked[cfg], lambda e: print(f"   failed: {e}", flush=True)))
         print(f"   {time.perf_counter() - t:.1f} s", flush=True)
         print("\n".join("   " + line for line in format_table(runs[-1:]).splitlines()[2:]), flush=True)
     return runs

@@ -3,7 +3,7 @@
 Validation happens here, on the client, before anything is dispatched: a combination that
 cannot work raises ConfigError naming the fields and what to do instead. The few checks
 that depend on the hardware (CUDA graphs on CPU ranks) run in ``StepConfig.check_device``,
-which the Lab calls with the device its engines report.
+once per run, with the device the engines report (workload.check_run, from Lab.check).
 """
 from __future__ import annotations
 

@@ -156,6 +156,20 @@ def check_step(fn, cfg: StepConfig) -> None:
             "lab then applies parallel, cudagraph and dynamic='mark' to it.")
 
 
+def check_run(fn, cfg: StepConfig, device_type: str) -> None:
+    """Every rule a run must pass before an engine runs it, beyond the config's own (its
+    construction checks those): the device's rules, and the Workload's or the custom
+    step's. Called once per run: by the lab before dispatch (Lab.check), or by an engine
+    given a config no lab checked for its device (a test or benchmark calling it)."""
+    if not isinstance(cfg, StepConfig):
+        raise ConfigError(f"a run needs a StepConfig, got {type(cfg).__name__}")
+    cfg.check_device(device_type)
+    if isinstance(fn, Workload):
+        fn.check(cfg)
+    elif fn is not None:
+        check_step(fn, cfg)
+
+
 # -- travelling by value ----------------------------------------------------------------
 def to_payload(fn) -> bytes:
     """A step function or Workload defined in a notebook, a test file or a script the

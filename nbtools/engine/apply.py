@@ -26,11 +26,32 @@ class Prepared:
 
 
 def compile_kwargs(cfg: StepConfig) -> dict:
+    """torch.compile's arguments for cfg: every compile in a run (the scenarios', a custom
+    step's ctx.compile, the claim steps') takes them from here."""
     kw = dict(backend=cfg.backend, fullgraph=cfg.fullgraph,
               dynamic={"auto": None, "static": False, "dynamic": True, "mark": None}[cfg.dynamic])
     if cfg.compile != "default":
         kw["mode"] = cfg.compile
     return kw
+
+
+def set_optimize_ddp(cfg: StepConfig) -> None:
+    """torch._dynamo.config.optimize_ddp as cfg asks (a process-wide setting: set at every
+    compiled build, so one run's choice never leaks into the next)."""
+    if cfg.compiled:
+        torch._dynamo.config.optimize_ddp = _OPTIMIZE_DDP[cfg.optimize_ddp]
+
+
+def compiled_backward(cfg: StepConfig) -> Callable:
+    """The context factory backward runs under: compiled autograd for a compiled
+    optimize_ddp='python_reducer' run (StepConfig allows that under DDP only), compiled with
+    the forward's settings (dynamic included) but fullgraph, which compiled autograd does
+    not take; else a null context."""
+    if not (cfg.compiled and cfg.optimize_ddp == "python_reducer"):
+        return contextlib.nullcontext
+    from torch._dynamo import compiled_autograd
+    kw = {k: v for k, v in compile_kwargs(cfg).items() if k != "fullgraph"}
+    return lambda: compiled_autograd._enable(torch.compile(**kw))
 
 
 def range_ctx(name: str):
@@ -90,8 +111,7 @@ def apply_parallel_and_compile(cfg: StepConfig, wl: Built, device, group, cache:
     model = wl.model
     notes = []
     kw = compile_kwargs(cfg) if cfg.compiled else None
-    if cfg.compiled:
-        torch._dynamo.config.optimize_ddp = _OPTIMIZE_DDP[cfg.optimize_ddp]
+    set_optimize_ddp(cfg)
     if par == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
         ddp_kw = dict(device_ids=[device.index] if device.type == "cuda" else None)
@@ -160,11 +180,7 @@ def make_step(cfg: StepConfig, wl: Built, module, optimizer, device) -> tuple[Ca
                 return output_tensor(module(*inputs))
         return step, eager_forward
 
-    backward_ctx = contextlib.nullcontext
-    if cfg.compiled and cfg.optimize_ddp == "python_reducer" and cfg.resolved_parallel == "ddp":
-        from torch._dynamo import compiled_autograd
-        ca_kw = {k: v for k, v in compile_kwargs(cfg).items() if k != "fullgraph"}
-        backward_ctx = lambda: compiled_autograd._enable(torch.compile(**ca_kw))  # noqa: E731
+    backward_ctx = compiled_backward(cfg)
 
     def step(inputs, target):
         optimizer.zero_grad(set_to_none=True)

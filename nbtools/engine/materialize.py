@@ -27,6 +27,10 @@ class Built:
     flops_per_step: float = 0.0
     shapes: Callable[[int], str] = field(default=lambda i: "")
     items_at: Optional[Callable[[int], float]] = None
+    """step index -> real items (the Workload's ``items`` as a function of the step)."""
+    padded_at: Optional[Callable[[int], float]] = None
+    """step index -> items the inputs hold, padding included (the LM scenarios pad to
+    buckets); None: no padding the lab knows of, the real items."""
     blocks: Optional[Callable] = None
     tp_plan: Any = None
     optimizer: Optional[Callable] = None

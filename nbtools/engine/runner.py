@@ -17,9 +17,12 @@ from nbtools.engine.process_group import PeerWatch, release_peers
 from nbtools.engine.state import S as _S
 
 # -- one run -----------------------------------------------------------------------------
-def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dict:
+def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None,
+        checked_for: Optional[str] = None) -> dict:
     """Run warm-up, measured and profiled steps. Never raises: a failure comes back as
-    status='failed' with the traceback, after aborting the group so peers stop waiting."""
+    status='failed' with the traceback, after aborting the group so peers stop waiting.
+    ``checked_for``: the device type the lab checked the run for (Lab.check); a run checked
+    for this engine's device is trusted, any other (a direct call) is checked here."""
     from nbtools.engine import progress
     t_start = time.time_ns()
     progress.publish("start", run_id=run_id)
@@ -38,7 +41,7 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None) -> dic
             # every compiled ddp-train run) come back as data, shown folded by the client,
             # instead of a red stderr block per rank. Once per place, as Python's default.
             warnings.simplefilter("default")
-            out.update(_run(cfg, run_id, user_fn))   # _run unpickles a user's step/Workload
+            out.update(_run(cfg, run_id, user_fn, checked_for))   # unpickles a user's code
     except BaseException as e:  # noqa: BLE001 - everything goes back to the client
         out.update(status="failed", error=_describe(e), error_type=type(e).__name__)
         failed = True
@@ -76,13 +79,16 @@ def _describe(e: BaseException) -> str:
     return head + "\n" + tb[-4000:]
 
 
-def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
+def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
     import torch
     from nbtools.engine import capture
     from nbtools.analysis.compile_counts import outcome
-    cfg.check_device(_S.device.type)
-    from nbtools.config.workload import from_payload
+    from nbtools.config.workload import check_run, from_payload
     user_fn, source_key = from_payload(user_fn)   # keyed on the bytes: no stale code
+    if checked_for != _S.device.type:
+        # No lab checked it for this device. Unchecked, CPU ranks would run fp16 autocast
+        # or the cudagraphs backend (as eager) without a word: a different run than asked.
+        check_run(user_fn, cfg, _S.device.type)
     rec = _S.recorder
     rec.install()
     rec.start_run()
@@ -109,26 +115,31 @@ def _run(cfg: StepConfig, run_id: str, user_fn) -> dict:
         if watch.peer_error:
             raise RuntimeError(f"stopped because a peer failed ({watch.peer_error})")
     result = dict(timings)
+    items = _measured_items(wl, cfg)
     compile_wire = rec.finish_run(_S.rank)
     result.update(
         compile=compile_wire, notes=list(notes), reused=reused, check=check,
         compile_outcome=outcome(compile_wire["counts"], cfg.compiled, reused),
         model_built_at=_S.model_built_at,
         peak_mem_mb=(torch.cuda.max_memory_allocated() / 2**20) if cuda else float("nan"),
-        rss_mb=_rss_mb(), items_per_step=_items_per_step(wl, cfg), flops_per_step=wl.flops_per_step,
+        rss_mb=_rss_mb(), items_per_step=sum(items["real"]) / max(1, len(items["real"])),
+        step_items=items, flops_per_step=wl.flops_per_step,
         shapes=wl.shapes(0), unused=list(cfg.unused_on(dev.type)),
         env=_env(), host=socket.gethostname(), reports=list(_S.reports))
     _S.run_count += 1
     return result
 
 
-def _items_per_step(wl, cfg) -> float:
-    """Mean real items of the measured steps (varying sequence lengths: tokens actually
-    processed, padding excluded), so items_per_s is real throughput."""
-    if wl.items_at is None:
-        return wl.items_per_step
-    measured = range(cfg.warmup, cfg.warmup + cfg.steps)
-    return sum(wl.items_at(i) for i in measured) / max(1, len(measured))
+def _measured_items(wl, cfg) -> dict:
+    """Per measured step: the real items (varying sequence lengths: the tokens processed,
+    padding excluded) and the padded ones (what the inputs held). items_per_s is the real
+    throughput; the client's tokens_per_s and padding_pct read these, so they need neither
+    torch nor the scenarios' length schedule."""
+    steps = list(range(cfg.warmup, cfg.warmup + cfg.steps))
+    real = [float(wl.items_at(i)) if wl.items_at is not None else float(wl.items_per_step)
+            for i in steps]
+    padded = real if wl.padded_at is None else [float(wl.padded_at(i)) for i in steps]
+    return dict(step=steps, real=real, padded=padded)
 
 
 def _check(prep, batch) -> dict:

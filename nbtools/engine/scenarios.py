@@ -56,6 +56,8 @@ def build(cfg: StepConfig, device: torch.device, rank: int, world: int, group=No
     if built.items_at is not None:     # the maximum (batch x seq_len); items_at: real tokens
         size, batch, seq = sizes(cfg, device)
         built.items_per_step = batch * seq
+        sched, seed = cfg.resolved_schedule, cfg.seed
+        built.padded_at = lambda i: batch * seq_len_at(i, seq, sched, seed)[1]
     return built
 
 

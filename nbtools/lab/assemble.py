@@ -33,7 +33,8 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
     ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "compile_outcome",
                                          "model_built_at",
                                          "peak_mem_mb", "shapes", "engine_s", "parse_s",
-                                         "last_value", "unused", "warnings")}
+                                         "last_value", "unused", "warnings",
+                                         "step_items")}
              for r, rep in reports.items()}
     rows = pd.DataFrame([row for r in sorted(ok) for row in ok[r].get("reports") or []])
     run = Run(config=cfg, steps=steps, events=events, compile_events=comp, env=env,

@@ -8,6 +8,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -238,12 +239,22 @@ class Lab:
         return False
 
     # -- runs ----------------------------------------------------------------------------
-    def run(self, fn_or_cfg=None, cfg: Optional[StepConfig] = None, *, timeout=None,
-            **changes) -> Run:
-        """lab.run(cfg), lab.run(workload, cfg), lab.run(my_step_fn, cfg) or
-        lab.run(cfg, compile="default"). Raises ConfigError before dispatch, RunFailed /
-        RunTimeout after (the run is kept in lab.history either way)."""
-        from nbtools.config.workload import Workload, check_step, to_payload
+    def check(self, fn_or_cfg=None, cfg: Optional[StepConfig] = None, **changes) -> "Checked":
+        """What lab.run(...) with the same arguments would send, checked for these engines
+        (their device, the Workload's or step's rules): the one client-side check, made
+        before anything is dispatched. ConfigError when it cannot run here. A sweep checks
+        every config first, then runs each as ``lab.run(checked)``, which checks nothing
+        again."""
+        from nbtools.config.workload import Workload, check_run
+        if isinstance(fn_or_cfg, Checked):
+            done = fn_or_cfg
+            if cfg is not None:
+                raise ConfigError("lab.run(checked) carries its config; give changes as "
+                                  "keywords (lab.run(checked, batch=8))")
+            if not changes and done.device_type == self.device_type:
+                return done
+            return self.check(done.fn, done.cfg, **changes) if done.fn is not None \
+                else self.check(done.cfg, **changes)
         fn: Optional[Callable] = None
         if isinstance(fn_or_cfg, Workload) or (callable(fn_or_cfg) and not isinstance(fn_or_cfg, StepConfig)):
             fn = fn_or_cfg
@@ -256,17 +267,25 @@ class Lab:
             raise ConfigError(f"lab.run expects a StepConfig, got {type(cfg).__name__}")
         if changes:
             cfg = cfg.replace(**changes)
-        cfg.check_device(self.device_type)
-        if isinstance(fn, Workload):
-            fn.check(cfg)
-        elif fn is not None:
-            check_step(fn, cfg)
+        check_run(fn, cfg, self.device_type)
+        return Checked(fn, cfg, self.device_type)
+
+    def run(self, fn_or_cfg=None, cfg: Optional[StepConfig] = None, *, timeout=None,
+            **changes) -> Run:
+        """lab.run(cfg), lab.run(workload, cfg), lab.run(my_step_fn, cfg),
+        lab.run(cfg, compile="default") or lab.run(lab.check(...)). Raises ConfigError
+        before dispatch, RunFailed / RunTimeout after (the run is kept in lab.history
+        either way)."""
+        from nbtools.config.workload import to_payload
+        checked = self.check(fn_or_cfg, cfg, **changes)
+        fn, cfg = checked.fn, checked.cfg
         self._check_usable()
         recovery.before_run(self)
         run_id = uuid.uuid4().hex[:8]
         t0 = time.time()
         payload = to_payload(fn) if fn is not None else None
-        ars = {r: self.client[e].apply_async(engine.run, cfg, run_id, payload)
+        # the engines trust a config checked for their device (engine.run checks any other)
+        ars = {r: self.client[e].apply_async(engine.run, cfg, run_id, payload, checked.device_type)
                for r, e in sorted(self.rank_to_engine.items())}
         try:
             reports, unfinished = gather.wait(self, ars, timeout or self.timeout, run_id)
@@ -325,6 +344,15 @@ class Lab:
         return (f"<Lab {getattr(self, 'world_size', '?')} ranks on {getattr(self, 'device_type', '?')}"
                 f", {len(self.history)} runs"
                 + (f", compile cache {self.compile_cache}" if self.compile_cache else "") + ">")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A run Lab.check accepted: the step or Workload (None: a built-in scenario), the
+    config, and the device type the engines had when it was checked."""
+    fn: Optional[Callable]
+    cfg: StepConfig
+    device_type: str
 
 
 def _cache_folder(path) -> Optional[Path]:

@@ -6,15 +6,16 @@ rather than reads come from ``run_counts``.
 """
 from __future__ import annotations
 
-import itertools
 import time
 
 import numpy as np
 import pandas as pd
 
+from nbtools.config.grid import grid
 from nbtools.config.step_config import ConfigError, StepConfig
-from nbtools.analysis.counts import collectives, tokens_per_s
+from nbtools.lab.keep_going import run_or_keep
 from nbtools.analysis import metrics
+from nbtools.analysis.counts import ItemsNotReported, collectives, tokens_per_s
 
 COLUMNS = metrics.TABLE
 
@@ -26,48 +27,36 @@ def sweep(lab, base: StepConfig, repeats: int = 1, **field_values) -> list:
     ``repeats`` runs the whole cross product that many times, round after round, so drift
     of the machine spreads over every config instead of landing on one; ``spread(runs)``
     then says how far identical runs are apart (on 2 × H200, 8-30 % between runs minutes
-    apart: docs/findings.md §4). A combination the config rejects is skipped with the
-    reason printed; a run that fails is kept (its Run has the errors) and the lab is
-    restarted if it has to be."""
-    names = list(field_values)
+    apart: docs/findings.md §4). A combination the config or the lab rejects is skipped
+    with the reason printed, before anything runs; a run that fails is kept (its Run has
+    the errors) and the sweep goes on."""
     todo = []
-    for combo in itertools.product(*(field_values[n] for n in names)):
-        change = dict(zip(names, combo))
-        try:
-            cfg = base.replace(**change)
-            cfg.check_device(lab.device_type)
-        except ConfigError as e:
-            print(f"skipped {change}: {e}")
-            continue
-        todo.append((_describe(change), cfg))
+    for change, checked in grid(base, field_values, check=lab.check):
+        if isinstance(checked, ConfigError):
+            print(f"skipped {change}: {checked}")
+        else:
+            todo.append((_describe(change), checked))
     return _in_rounds(lab, todo, repeats)
 
 
 def rounds(lab, configs, repeats: int = 1) -> list:
     """Run ``configs`` in order, the whole list ``repeats`` times (round after round), with
     ``sweep``'s handling of failures; ``table(runs, ..., combine=True)`` or ``spread(runs)``
-    then reduce identical configs to their median."""
-    for cfg in configs:
-        cfg.check_device(lab.device_type)
-    return _in_rounds(lab, [(cfg.label(), cfg) for cfg in configs], repeats)
+    then reduce identical configs to their median. A config the lab rejects raises
+    ConfigError before anything runs."""
+    return _in_rounds(lab, [(cfg.label(), lab.check(cfg)) for cfg in configs], repeats)
 
 
 def _in_rounds(lab, todo, repeats: int) -> list:
     if not isinstance(repeats, int) or repeats < 1:
         raise ConfigError(f"repeats={repeats!r}: give a whole number >= 1")
-    return [_run_one(lab, what, cfg, f" #{k}" if repeats > 1 else "")
-            for k in range(repeats) for what, cfg in todo]
+    return [_run_one(lab, what, checked, f" #{k}" if repeats > 1 else "")
+            for k in range(repeats) for what, checked in todo]
 
 
-def _run_one(lab, what: str, cfg: StepConfig, tag: str):
-    from nbtools.lab.errors import RunFailed
+def _run_one(lab, what: str, checked, tag: str):
     t = time.perf_counter()
-    try:
-        run = lab.run(cfg)
-    except RunFailed as e:
-        run = e.run
-        if lab.needs_restart:
-            lab.restart()
+    run = run_or_keep(lab, checked)
     s = run.summary
     step = metrics.combine(s, "step_ms", run.config)
     ms = f"{step:.3g} ms/step" if step == step else "no summary"
@@ -186,10 +175,17 @@ _DERIVED = ("tokens_per_s", "steady_tokens_per_s", "padding_pct")
 
 
 def _derived(run, c: str) -> float:
-    if c in ("tokens_per_s", "steady_tokens_per_s"):   # data parallel: ranks' throughputs add up
-        return float(tokens_per_s(run)[c].sum())
-    if c == "padding_pct":
-        return float(tokens_per_s(run)["padding_pct"].mean())
+    if c in _DERIVED:
+        try:
+            tok = tokens_per_s(run)
+        except ItemsNotReported:    # a run saved before ranks reported their items: NaN
+            return np.nan
+        if c == "padding_pct":
+            return metrics.combine(tok, c, run.config)
+        # each rank's rate over its own step time (mean for the epoch's view, median for the
+        # steady one): combined as every rate is, over the slowest rank's step (metrics.py)
+        own = tok["mean_step_ms" if c == "tokens_per_s" else "median_step_ms"]
+        return metrics.combine(tok[[c]].assign(step_ms=own), c, run.config)
     if c.startswith("n_"):        # compile events of one kind, largest count over ranks
         ce = run.compile_events
         n = ce[ce["kind"] == c[2:]].groupby("rank").size() if len(ce) else pd.Series(dtype=int)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from nbtools.common.privacy import scrub_home
 from nbtools.config.step_config import StepConfig
 from nbtools.results.comparison import Comparison
 from nbtools.results.run import Run
@@ -32,7 +33,6 @@ ENV_KEYS = ("torch", "torch_version", "cuda", "cuda_version", "nccl", "nccl_vers
 KIND_ORDER = ("recompile", "graph_break", "cudagraph_skip", "limit_hit", "compile",
               "backward_compile", "cudagraph_record")
 MAX_COMPILE_ROWS = 200
-_HOME = re.compile(r"(?:/home/[^/\s\"'<>]+|/Users/[^/\s\"'<>]+|/root)(?=[/\s\"'<>:,;)\]]|$)")
 # key/token/password = <8+ chars>: connection-file keys are UUIDs; "dict key: x" stays
 _SECRET = re.compile(r"(?i)\b(key|signature|password|passwd|token|secret)(['\"]?\s*[:=]\s*['\"]?)"
                      r"[\w\-.+/=]{8,}")
@@ -135,7 +135,7 @@ def _page(title, parts, roots) -> str:
 # -- privacy ---------------------------------------------------------------------------
 def scrub(text) -> str:
     """Home directories -> ~, and anything shaped like key=value secrets -> <redacted>."""
-    text = _HOME.sub("~", str(text))
+    text = scrub_home(str(text))
     return _SECRET.sub(r"\1\2<redacted>", text)
 
 

@@ -28,6 +28,7 @@ import pandas as pd
 
 from nbtools.analysis import tables
 from nbtools.analysis.tables import STEP_PATTERNS
+from nbtools.common.privacy import scrub_home
 
 GPU_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
 _CORR_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync"})
@@ -37,7 +38,6 @@ _SYNC = re.compile(r"^(cuda|hip|cu)(DeviceSynchronize|StreamSynchronize|EventSyn
                    r"StreamWaitEvent|CtxSynchronize)")
 _GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
 _COMM_CPU = re.compile(r"^(nccl:|rccl:|gloo:|c10d::|_?c10d_functional::|record_param_comms)")
-_HOME = re.compile(r"/(home|Users)/[^/\s]+")
 _CAT_INDEX = {c: i for i, c in enumerate(tables.CATEGORIES)}
 RAW = ("kind", "name", "pid", "tid", "ts", "dur", "corr")
 
@@ -81,10 +81,6 @@ def _compact(codes: np.ndarray, uniques: list, fix=None):
     remap = np.full(len(uniques), -1, np.int64)
     remap[keep] = new
     return remap[codes].astype(np.int32), [str(s) for s in final]
-
-
-def _scrub(name: str) -> str:
-    return _HOME.sub("~", name) if "/" in name else name
 
 
 def _windows_from_annotations(names: list, codes, cpu, ts, dur):
@@ -173,7 +169,7 @@ def build(rank: int, raw: dict, kinds: list, names: list, step_windows=None) -> 
         "rank": np.full(n, rank, np.int32),
         "lane": (lane_codes.astype(np.int32), lanes),
         "category": (category.astype(np.int32), list(tables.CATEGORIES)),
-        "name": _compact(name_codes, names, _scrub),
+        "name": _compact(name_codes, names, scrub_home),
         "ts_ns": ts, "dur_ns": dur, "step": step.astype(np.int32),
         "correlation": corr, "graph": graph,
     }

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nbtools.analysis.tables import string_codes
+
 COMPILE_STYLE = {               # kind -> (marker, colour)
     "compile": ("square", "#1f77b4"),
     "recompile": ("triangle", "#d62728"),
@@ -41,9 +43,9 @@ def lod(events: pd.DataFrame, width_px: int, t0: int, t1: int) -> pd.DataFrame:
     ts, dur = events["ts_ns"].to_numpy(np.int64), events["dur_ns"].to_numpy(np.int64)
     keep = np.flatnonzero((ts < t1) & (ts + dur >= t0))
     px = max((t1 - t0) / max(int(width_px), 1), 1.0)
-    lanes, lane_cats = _codes(events["lane"])
-    cats, cat_cats = _codes(events["category"])
-    names, name_cats = _codes(events["name"])
+    lanes, lane_cats = string_codes(events["lane"])
+    cats, cat_cats = string_codes(events["category"])
+    names, name_cats = string_codes(events["name"])
     depth = (events["depth"].to_numpy(np.int64) if "depth" in events.columns
              else np.zeros(len(events), np.int64))
     key = (events["rank"].to_numpy(np.int64) * (len(lane_cats) + 1) + lanes) \
@@ -88,7 +90,7 @@ def stack_depth(events: pd.DataFrame) -> np.ndarray:
     out = np.zeros(n, np.int32)
     if n < 2:
         return out
-    lanes, lane_cats = _codes(events["lane"])
+    lanes, lane_cats = string_codes(events["lane"])
     key = events["rank"].to_numpy(np.int64) * (len(lane_cats) + 1) + lanes
     ts = events["ts_ns"].to_numpy(np.int64)
     end = ts + events["dur_ns"].to_numpy(np.int64)
@@ -136,13 +138,6 @@ def fmt_ns(ns) -> list:
     return out
 
 
-def _codes(col: pd.Series):
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(np.int64), np.asarray(col.cat.categories, object)
-    codes, uniques = pd.factorize(col.astype(str), sort=False)
-    return codes.astype(np.int64), np.asarray(uniques, object)
-
-
 def lane_sort_key(lane: str):
     kind, _, rest = lane.partition(":")
     nums = [int(p) if p.lstrip("-").isdigit() else 0 for p in rest.split(":") if p]
@@ -187,7 +182,7 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
     if boxes is None or not len(boxes):
         return {k: [] for k in EVENT_FIELDS}
     rank = boxes["rank"].to_numpy(np.int64)
-    codes, cats = _codes(boxes["lane"])
+    codes, cats = string_codes(boxes["lane"])
     # (rank, lane) -> row through a lookup table over the few distinct lanes
     ranks = np.unique(rank)
     table = np.array([[lane_y.get((int(r), str(c)), -1) for c in cats] for r in ranks], np.int32)
