@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nbtools import Lab, StepConfig, export_html
 from nbtools.cli.main import format_table
-from nbtools.lab.errors import RunFailed
+from nbtools.lab.keep_going import run_or_keep
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "compile-experiments")
 parts = (sys.argv[2] if len(sys.argv) > 2 else "varlen,batch").split(",")
@@ -38,13 +38,7 @@ def show(runs, title):
 
 
 def run(lab, cfg):
-    try:
-        return lab.run(cfg)
-    except RunFailed as e:
-        print(f"failed: {e}", flush=True)
-        if lab.needs_restart:
-            lab.restart()
-        return e.run
+    return run_or_keep(lab, cfg, on_failure=lambda e: print(f"failed: {e}", flush=True))
 
 
 with Lab(history=out / "runs", echo=False) as lab:
