@@ -11,6 +11,7 @@ from functools import partial
 
 from nbtools.config.step_config import ConfigError
 from nbtools.config.workload import Workload
+from nbtools.common.extras import require
 
 # Megatron-style tensor parallelism of a Llama decoder layer, as transformers' own
 # LlamaConfig.base_model_tp_plan: q/k/v and gate/up column-parallel (each rank computes its
@@ -33,7 +34,6 @@ def llama(batch: int = 2, seq: int = 64, seed: int = 0, name: str = "llama", **c
     """LlamaForCausalLM(LlamaConfig(**config)) training on random tokens (next-token loss),
     ``batch`` x ``seq`` tokens a step on every rank. Blocks: the decoder layers (FSDP2
     shards and compiles each); tp_plan: LLAMA_TP_PLAN."""
-    from nbtools.common.extras import require
     require("transformers", why="nbtools.models.llama")
     config = {**LLAMA_TINY, **config, "use_cache": False}   # training: no KV cache
     if config["hidden_size"] % config["num_attention_heads"]:

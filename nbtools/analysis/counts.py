@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.compile_counts import signature
+from nbtools.analysis.step_metrics import collective_skew
 
 _KINDS = (("allreduce", "all_reduce"), ("allgather", "all_gather"),
           ("reducescatter", "reduce_scatter"), ("broadcast", "broadcast"),
@@ -164,7 +165,6 @@ def sync_totals(run) -> pd.DataFrame:
 def lockstep(run) -> dict:
     """How far apart ranks start the same collective (profiled steps): median and max
     start skew in µs over all collectives matched across ranks (analysis.collective_skew)."""
-    from nbtools.analysis.step_metrics import collective_skew
     sk = collective_skew(run.events)
     sk = sk[sk["step"] >= 0] if len(sk) else sk
     if not len(sk):

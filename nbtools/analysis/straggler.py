@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from nbtools.analysis.step_metrics import step_times
 
 # A straggler is named when one rank arrives last this often, beyond chance (a balanced run
 # on busy cores can put one rank last 5 times in 6 by luck), and the others wait for it at
@@ -156,7 +157,6 @@ def _arrivals(ev: pd.DataFrame) -> pd.DataFrame | None:
     # step began (the step ranges are the rank's own: no clock is compared across ranks)
     prev_end = np.concatenate([[np.nan], end[:-1].astype(np.float64)])
     if len(step):
-        from nbtools.analysis.step_metrics import step_times
         st = step_times(ev, spans=False).set_index("step")["ts_ns"]
         prev_end[0] = float(st.get(step[0], np.nan))
     busy = _busy_between(work, prev_end, ts)
@@ -212,7 +212,6 @@ def _chance(k: int, n: int, ranks: int) -> float:
 
 
 def _median_step_ms(events: pd.DataFrame) -> float:
-    from nbtools.analysis.step_metrics import step_times
     st = step_times(events, spans=False)
     return float(st["step_ms"].median()) if len(st) else 0.0
 

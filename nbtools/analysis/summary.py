@@ -6,6 +6,9 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.compile_counts import COMPILE_KINDS
+from nbtools.analysis import flags as F
+from nbtools.analysis.step_metrics import per_rank
+from nbtools.analysis.straggler import attribute, sentence
 
 # analysis.per_rank columns that are totals over the profiled window: shown per step
 _PER_STEP = ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms", "idle_ms", "syncs")
@@ -59,13 +62,11 @@ def profiler_overhead(steps: pd.DataFrame) -> pd.DataFrame:
 
 def timeline_columns(events, steps) -> pd.DataFrame:
     """analysis.per_rank, with the totals over the profiled window shown per profiled step."""
-    from nbtools.analysis.step_metrics import per_rank
     n_prof = steps[steps["phase"] == "profiled"].groupby("rank").size()
     pr = per_rank(events)
     for col in _PER_STEP:
         if col in pr:
             pr[col] = pr[col] / pr["rank"].map(n_prof).fillna(1).clip(lower=1).to_numpy()
-    from nbtools.analysis.straggler import attribute
     att = attribute(events)   # wait_ms, last_pct: who waits for whom in collectives
     if att is not None:
         pr = pr.merge(att["per_rank"], on="rank", how="left")
@@ -125,7 +126,6 @@ def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None,
     """What a reader must not miss, each built from the registry (flags.py) and read from
     what the engines reported this run (compile_outcome) and the captured events; never
     re-derived from the config."""
-    from nbtools.analysis import flags as F
     out = []
     if divergence:
         out.append(F.make("divergent-ranks", what=divergence))
@@ -142,7 +142,6 @@ def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None,
 
 
 def _compile_flags(reports: dict, cfg, compile_events) -> list[str]:
-    from nbtools.analysis import flags as F
     oc = {r: rep.get("compile_outcome") or {} for r, rep in reports.items()}
     if not oc or not all(oc.values()):
         return []
@@ -182,8 +181,6 @@ def _first_row(compile_events, kind) -> dict:
 def _timing_flags(summary, events) -> list[str]:
     """The straggler where the captured collectives name one; else, when step times
     differ, the spread and why no rank can be named."""
-    from nbtools.analysis import flags as F
-    from nbtools.analysis.straggler import attribute, sentence
     att = attribute(events) if events is not None and len(events) else None
     if att is not None:
         return [F.make("straggler", sentence=sentence(att["straggler"]))] \

@@ -2,14 +2,15 @@
 read them beside a lab's own runs)."""
 from __future__ import annotations
 
+from nbtools.common.package_data import h200_traces_dir
+from nbtools.results.load import load_traces
+
 
 def recorded_h200() -> dict:
     """Profiles recorded on 2 x H200 (torch 2.11, NCCL 2.28.9; tp-mlp-infer, batch 1, 8
     blocks of d=4096, 3 profiled steps; written by benchmarks/gpu/check_assumptions.py and
     shipped in the package as nbtools/data/h200), loaded as Runs: {"off": eager,
     "reduce-overhead": graph replay}. They have timelines but no lab summary (step_ms)."""
-    from nbtools.common.package_data import h200_traces_dir
-    from nbtools.results.load import load_traces
     folder = h200_traces_dir()
     out = {}
     for mode in ("off", "reduce-overhead"):

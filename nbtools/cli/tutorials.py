@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nbtools.common import package_data as pd_
 from nbtools.common.extras import MissingExtra, require
+from nbtools.cli.kernelspec import install
 
 DEFAULT_DIR = "nbtools-notebooks"
 # What we last wrote into a folder (name -> sha256): a file still matching it is ours to
@@ -153,5 +154,4 @@ def _ensure_kernel() -> None:
             print(f"note: the {pd_.KERNEL_NAME} kernel runs {spec.argv[0]}, not this interpreter; "
                   f"`{sys.executable} -m nbtools kernel install` points it here")
     except NoSuchKernel:
-        from nbtools.cli.kernelspec import install
         print(f"installed the {pd_.KERNEL_NAME} kernel in {install()}")

@@ -39,6 +39,7 @@ from nbtools.engine.dynamo_records import (FrameHits, cache_counts, cached_graph
 from nbtools.analysis.compile_counts import divergence, rank_counts  # divergence: re-exported (tests, users)
 from nbtools.engine.explain import explain  # noqa: F401  (torch-free at import)
 from nbtools.engine.torch_trace import torch_trace_dir  # noqa: F401
+from nbtools.analysis import tables
 
 __all__ = ["CompileRecorder", "divergence", "explain", "torch_trace_dir"]
 
@@ -150,7 +151,6 @@ class CompileRecorder:
 
     def finish_run(self, rank: int) -> dict:
         """-> {"columns": COMPILE_COLUMNS wire form, "counts": {...}} for this run."""
-        from nbtools.analysis import tables
         self._active = False
         rows = self._metrics_rows() + self._rows
         rows += self._counter_fallback_rows(rows)

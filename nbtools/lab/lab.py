@@ -22,6 +22,9 @@ from nbtools.results.history import History
 from nbtools.lab.pool import Pool
 from nbtools.results.run import Run
 from nbtools.lab.errors import LabClosed, RunFailed, RunTimeout  # noqa: F401  (users catch them here)
+from nbtools.config.workload import Workload, check_run, to_payload
+from nbtools.results.comparison import Comparison
+from nbtools.results.views import view
 
 
 class Lab:
@@ -245,7 +248,6 @@ class Lab:
         before anything is dispatched. ConfigError when it cannot run here. A sweep checks
         every config first, then runs each as ``lab.run(checked)``, which checks nothing
         again."""
-        from nbtools.config.workload import Workload, check_run
         if isinstance(fn_or_cfg, Checked):
             done = fn_or_cfg
             if cfg is not None:
@@ -276,7 +278,6 @@ class Lab:
         lab.run(cfg, compile="default") or lab.run(lab.check(...)). Raises ConfigError
         before dispatch, RunFailed / RunTimeout after (the run is kept in lab.history
         either way)."""
-        from nbtools.config.workload import to_payload
         checked = self.check(fn_or_cfg, cfg, **changes)
         fn, cfg = checked.fn, checked.cfg
         self._check_usable()
@@ -320,7 +321,6 @@ class Lab:
 
     # -- conveniences ----------------------------------------------------------------------
     def compare(self, a, b):
-        from nbtools.results.comparison import Comparison
         return Comparison(self._resolve(a), self._resolve(b))
 
     def _resolve(self, r) -> Run:
@@ -333,8 +333,6 @@ class Lab:
         lab.panel(workload[, cfg]) to toggle your own model (every run is
         lab.run(workload, cfg)). In an export (NBTOOLS_STATIC) nothing could drive them:
         the panel is its static summary and timeline instead."""
-        from nbtools.config.workload import Workload
-        from nbtools.results.views import view
         workload = cfg_or_workload if isinstance(cfg_or_workload, Workload) else None
         if workload is None:
             cfg = cfg_or_workload or cfg

@@ -25,6 +25,7 @@ from nbtools.results.comparison import Comparison
 from nbtools.results.run import Run
 from nbtools.ui.html import compared_html, errors_html, flags_html
 from nbtools.ui.summary_view import summary_table
+from nbtools.results.torch_trace import link_html
 
 # Everything else in run.env (connection files, keys, user names, environment dumps) stays out.
 ENV_KEYS = ("torch", "torch_version", "cuda", "cuda_version", "nccl", "nccl_version", "cudnn",
@@ -61,7 +62,6 @@ def export_html(path, runs, notes: str = "", title: str = "torch-nbtools finding
     """Write one offline HTML file for ``runs`` (a Run, a list, or any iterable of Runs,
     such as ``lab.history``) and the (run_a, run_b) pairs in ``comparisons``."""
     from nbtools.ui.timeline import Timeline, compare_figure
-    from nbtools.results.torch_trace import link_html
 
     runs, title = _as_runs(runs), scrub(title)
     clean = {id(r): scrubbed(r) for r in runs}

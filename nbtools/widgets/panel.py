@@ -27,6 +27,7 @@ from nbtools.config.step_config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CAC
 from nbtools.ui.html import comparison_html, describe_error, flags_html, summary_html
 from nbtools.config.scenarios import SCENARIOS
 from nbtools.ui.timeline import Timeline, compare_figure
+from nbtools.report.html import export_html
 
 DEFAULT = "scenario default"      # widget value standing for None (the scenario decides)
 # Fields whose None (the scenario's default) a widget shows as this value.
@@ -367,7 +368,6 @@ class Panel:
     def export(self):
         """export_html of the whole history (plus the current A/B pair) to the path given."""
         path = Path(self.export_path.value).expanduser()
-        from nbtools.report.html import export_html
         pair = (self.compare_a.value, self.compare_b.value)
         try:
             out = export_html(path, self.lab.history, notes=self.export_notes.value,

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from nbtools.results.views import register
+from nbtools.common.display_mode import static_mode
 
 
 @register("lab.panel")
 def lab_panel(lab, cfg=None, workload=None):
     """The widgets in a live kernel; in an export (NBTOOLS_STATIC) nothing could drive
     them, so the panel is its static summary and timeline instead."""
-    from nbtools.common.display_mode import static_mode
     if static_mode():
         from nbtools.ui.html import StaticPanel
         return StaticPanel(lab, cfg)
