@@ -59,7 +59,7 @@ def test_public_face():
 
 
 @pytest.mark.parametrize("kind", ["run.plot", "run.html", "comparison.plot", "comparison.html",
-                                  "lab.panel"])
+                                  "lab.panel", "lab.progress"])
 def test_each_view_is_registered_by_its_provider(kind):
     from nbtools.results import views
     assert kind in views.PROVIDERS

@@ -133,3 +133,20 @@ def test_terminal_lines_name_each_phase_once_then_the_outcome(capsys):
     assert [e.split(": ")[1].split(" ·")[0] for e in err[:-1]] == \
         ["start", "warm-up/compile", "measured", "done"]
     assert err[-1] == line and "warm-up/compile 3.0 s" in line and "start 300 ms" in line
+
+
+def test_bars_follow_each_rank_and_leave_one_line(capsys):
+    """The widgets room's bars (what lab.run shows in a live kernel), driven directly."""
+    from nbtools.lab.progress_view import Tracker
+    from nbtools.results.views import view
+    t = Tracker([0, 1], now=0.0)
+    bars = view("lab.progress")(t, "abcd1234")
+    t.update({0: {"phase": "warm-up/compile", "step": 2, "of": 4}, 1: {"phase": "measured"}},
+             now=5.0)
+    bars.update(5.0)
+    # phase 1 plus one of its four steps done; phase 2 just begun
+    assert bars.bars[0].value == 125 and bars.bars[1].value == 200
+    assert "warm-up/compile step 2/4" in bars.labels[0].value
+    assert "warm-up/compile · 5 s" in bars.head.value
+    bars.close("run abcd1234: done in 6.0 s")
+    assert bars.widget.comm is None      # closed: nothing left to draw in the saved notebook

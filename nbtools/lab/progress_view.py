@@ -6,11 +6,13 @@ are measured here, when a rank is first seen in a phase, so engine clocks do not
 """
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from typing import Callable, Optional
 
 from nbtools.common.display_mode import static_mode
+from nbtools.results.views import view
 from nbtools.engine.progress import KEY, PHASES
 
 _HEARTBEAT_S = 10.0        # text mode: a line at least this often while nothing changes
@@ -106,27 +108,15 @@ class View:
 
     def __init__(self, ranks, run_id: str = "", sink: Optional[Callable[[str], None]] = None):
         self.tracker, self.run_id, self.sink = Tracker(ranks), run_id, sink
-        self.widget = self.handle = None
+        self.bars = self.handle = None
         self._last_line, self._last_phase = 0.0, None
         if sink is None and _kernel():
             if _widgets():
-                self._make_widget()
+                # a bar per rank: the widgets room draws it (nbtools/widgets/progress.py)
+                self.bars = view("lab.progress")(self.tracker, run_id)
             else:
                 from IPython.display import display
-                self.handle = display(_Text(f"run {run_id}: start"), display_id=True)
-
-    def _make_widget(self) -> None:
-        import ipywidgets as W
-        from IPython.display import display
-        self.head = W.HTML(f"<b>run {self.run_id}</b>: start")
-        self.bars = {r: W.IntProgress(value=0, min=0, max=100 * (len(PHASES) - 1),
-                                      layout=W.Layout(width="220px"))
-                     for r in self.tracker.ranks}
-        self.labels = {r: W.Label(self.tracker.rank_text(r)) for r in self.tracker.ranks}
-        self.widget = W.VBox([self.head] + [W.HBox([self.bars[r], self.labels[r]])
-                                            for r in self.tracker.ranks])
-        self.widget.add_class("nbtools-progress")
-        self.handle = display(self.widget, display_id=True)
+                self.handle = display(TextLine(f"run {run_id}: start"), display_id=True)
 
     def update(self, states: dict) -> None:
         now = time.monotonic()
@@ -134,16 +124,11 @@ class View:
         text = f"run {self.run_id}: {self.tracker.text(now)}"
         if self.sink is not None:
             self.sink(text)
-        elif self.widget is not None:
-            self.head.value = (f"<b>run {self.run_id}</b>: {self.tracker.phase()} · "
-                               f"{now - self.tracker.t0:.0f} s")
-            for r in self.tracker.ranks:
-                # phases, and steps inside a phase as a fraction of one
-                self.bars[r].value = int(100 * _position(self.tracker.state[r]))
-                self.labels[r].value = self.tracker.rank_text(r, now)
+        elif self.bars is not None:
+            self.bars.update(now)
         elif self.handle is not None:
             if changed or now - self._last_line >= 1.0:      # in place: every change
-                self.handle.update(_Text(text))
+                self.handle.update(TextLine(text))
                 self._last_line = now
         elif self.tracker.phase() != self._last_phase or now - self._last_line >= _HEARTBEAT_S:
             # a terminal keeps every line: one per phase of the run, and a heartbeat
@@ -156,17 +141,17 @@ class View:
         line = f"run {self.run_id}: {self.tracker.summary(outcome)}"
         if self.sink is not None:
             self.sink(line)
+        elif self.bars is not None:
+            self.bars.close(line)
+            self.bars = None
         elif self.handle is not None:
-            self.handle.update(_Text(line))
-            if self.widget is not None:
-                self.widget.close()
-                self.widget = None
+            self.handle.update(TextLine(line))
         else:
             print(line, file=sys.stderr, flush=True)
         return line
 
 
-class _Text:
+class TextLine:
     """Plain text as a display object (print() cannot be updated in place)."""
 
     def __init__(self, text: str):
@@ -180,7 +165,7 @@ def _secs(s: float) -> str:
     return f"{s:.1f} s" if s >= 1 else f"{s * 1e3:.0f} ms"
 
 
-def _position(st) -> float:
+def position(st) -> float:
     if not st or st.get("phase") not in PHASES:
         return 0.0
     i = PHASES.index(st["phase"])
@@ -199,10 +184,4 @@ def _kernel() -> bool:
 
 def _widgets() -> bool:
     """A live front end draws widgets; an export (NBTOOLS_STATIC) keeps text only."""
-    if static_mode():
-        return False
-    try:
-        import ipywidgets  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return not static_mode() and importlib.util.find_spec("ipywidgets") is not None

@@ -1,4 +1,5 @@
-"""The lab's panel, registered where ``lab.panel()`` looks it up (nbtools/results/views.py)."""
+"""The lab's widgets, registered where the lab looks them up (nbtools/results/views.py): the
+panel (``lab.panel()``) and the progress bars ``lab.run`` shows in a live kernel."""
 from __future__ import annotations
 
 from nbtools.results.views import register
@@ -14,3 +15,9 @@ def lab_panel(lab, cfg=None, workload=None):
         return StaticPanel(lab, cfg)
     from nbtools.widgets.panel import Panel
     return Panel(lab, cfg, step_fn=workload).widget
+
+
+@register("lab.progress")
+def lab_progress(tracker, run_id: str):
+    from nbtools.widgets.progress import ProgressBars
+    return ProgressBars(tracker, run_id)
