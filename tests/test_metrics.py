@@ -154,6 +154,9 @@ def test_the_ranks_differ_so_a_combine_shows(pair):
         # one rank or the mean instead is off by more than any surface's rounding
         rate, rates = combine(s, "items_per_s", run.config), s["items_per_s"]
         assert all(rate > 1.02 * r for r in (rates.max(), rates.mean())), (rate, rates)
+        # ddp-train's workload does not give its FLOPs: no TFLOP/s, not a measured-looking 0
+        assert s["tflops"].isna().all(), s["tflops"].tolist()
+    assert "tflops" not in pair[0].compare(a, b).table["metric"].tolist()
 
 
 @pytest.mark.slow

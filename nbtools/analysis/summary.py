@@ -100,8 +100,11 @@ def build(steps, events, compile_events, reports: dict, cfg) -> pd.DataFrame:
                          _items=items, _flops=flops,
                          check_max_rel=chk.get("max_rel", np.nan)))
     base = base.merge(pd.DataFrame(rows), on="rank", how="left")
-    base["items_per_s"] = base["_items"] / (base["step_ms"] / 1e3)
-    base["tflops"] = base["_flops"] / (base["step_ms"] / 1e3) / 1e12
+    # a workload that does not say its items or FLOPs (0, the default) has no throughput to
+    # show: NaN ("-"), not 0 TFLOP/s, which read as a measurement
+    per_s = base["step_ms"] / 1e3
+    base["items_per_s"] = base["_items"].where(base["_items"] > 0) / per_s
+    base["tflops"] = base["_flops"].where(base["_flops"] > 0) / per_s / 1e12
     base = base.drop(columns=["_items", "_flops"])
     if len(events):
         base = base.merge(timeline_columns(events, steps), on="rank", how="left")
