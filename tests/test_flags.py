@@ -14,6 +14,8 @@ from nbtools.analysis import flags as F
 from nbtools.ui.html import summary_html
 from nbtools.analysis.straggler import attribute
 
+from lab_steps import break_line, step_with_break  # noqa: E402  (tests/ is on sys.path)
+
 FAST = dict(warmup=1, steps=2, profiled=1)
 SLEEP_S = 0.02
 COMPILE_FLAGS = {"ran-eagerly", "ddp-graph-breaks", "graph-breaks", "recompiles",
@@ -50,16 +52,6 @@ def _no_compile(ctx):
 def _compiled(ctx):
     import torch
     return ctx.compile(lambda x: (x * 2).sin().sum())(torch.ones(8))
-
-
-def _with_break(ctx):
-    import torch
-
-    def f(x):
-        y = x * 2
-        print("inside the compiled function")   # the graph break
-        return y + 1
-    return ctx.compile(f)(torch.ones(8)).sum()
 
 
 def _two_shapes(ctx):
@@ -176,14 +168,12 @@ def test_ran_eagerly_names_compile_outside_ddp_and_compile_inside_is_silent(lab)
 
 # -- graph breaks, recompiles, divergence --------------------------------------------------
 def test_graph_breaks_flag_names_the_line_and_is_not_repeated_on_reuse(lab):
-    import inspect
-    run = lab.run(_with_break, StepConfig(compile="default", backend="eager", **FAST))
+    run = lab.run(step_with_break, StepConfig(compile="default", backend="eager", **FAST))
     flag = flagged(run, "graph-breaks")
     assert len(flag) == 1, run.flags
-    lines, start = inspect.getsourcelines(_with_break)
-    line = start + next(i for i, t in enumerate(lines) if "the graph break" in t)
+    line = break_line()
     assert f":{line}" in flag[0] and "print" in flag[0], flag
-    again = lab.run(_with_break, StepConfig(compile="default", backend="eager",
+    again = lab.run(step_with_break, StepConfig(compile="default", backend="eager",
                                             **{**FAST, "steps": 3}))
     assert states(again) == ["reused", "reused"]
     assert "graph-breaks" not in ids(again), again.flags

@@ -4,6 +4,8 @@ import pytest
 
 from nbtools import ConfigError, Lab, StepConfig, export_html
 
+from lab_steps import break_line, step_with_break  # noqa: E402  (tests/ is on sys.path)
+
 FAST = dict(warmup=1, steps=2, profiled=0)
 
 
@@ -78,23 +80,11 @@ def test_varlen_dynamic_compiles_at_most_twice(lab, dynamic):
     assert not len(run.compile_events[run.compile_events["kind"] == "limit_hit"])
 
 
-def _step_with_break(ctx):
-    import torch
-
-    def f(x):
-        y = x * 2
-        print("inside the compiled function")   # the graph break
-        return y + 1
-    return ctx.compile(f)(torch.ones(8)).sum()
-
-
 def test_graph_break_reported_with_its_source_line(lab):
-    import inspect
-    run = lab.run(_step_with_break, StepConfig(compile="default", backend="eager", **FAST))
+    run = lab.run(step_with_break, StepConfig(compile="default", backend="eager", **FAST))
     br = run.compile_events[run.compile_events["kind"] == "graph_break"]
     assert set(br["rank"]) == {0, 1}
-    lines, start = inspect.getsourcelines(_step_with_break)
-    line = start + next(i for i, t in enumerate(lines) if "the graph break" in t)
+    line = break_line()
     assert br["frame"].str.endswith(f":{line}").all(), (line, br["frame"].tolist())
     assert br["reason"].str.contains("print").all()
 

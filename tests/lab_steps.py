@@ -1,0 +1,20 @@
+"""Custom steps several test files run on a lab (they travel to the engines by value)."""
+from __future__ import annotations
+
+import inspect
+
+
+def step_with_break(ctx):
+    import torch
+
+    def f(x):
+        y = x * 2
+        print("inside the compiled function")   # the graph break
+        return y + 1
+    return ctx.compile(f)(torch.ones(8)).sum()
+
+
+def break_line() -> int:
+    """The source line of step_with_break's graph break: what the records must name."""
+    lines, start = inspect.getsourcelines(step_with_break)
+    return start + next(i for i, t in enumerate(lines) if "the graph break" in t)
