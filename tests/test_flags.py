@@ -12,7 +12,7 @@ import pytest
 from nbtools import Lab, StepConfig, export_html, load_traces
 from nbtools.analysis import flags as F
 from nbtools.ui.html import summary_html
-from nbtools.analysis.straggler import attribute
+from nbtools.analysis.straggler import attribute, verdict_text
 
 from lab_steps import break_line, step_with_break  # noqa: E402  (tests/ is on sys.path)
 
@@ -251,6 +251,22 @@ def test_balanced_ranks_name_no_straggler(lab):
     run = lab.run(_balanced, StepConfig(capture="full", warmup=1, steps=2, profiled=8))
     assert not {"straggler", "step-spread"} & set(ids(run)), run.flags
     assert run.summary["wait_ms"].notna().all()
+
+
+def test_five_identical_runs_give_one_straggler_verdict_or_none_resolved(lab):
+    # on two busy CPU cores the last rank to arrive changes from run to run by luck: a
+    # straggler is named only with evidence (late in most steps beyond the steps' noise), so
+    # identical runs agree, or say that none is resolved
+    texts = []
+    for _ in range(5):
+        run = lab.run(_balanced, StepConfig(capture="full", warmup=1, steps=2, profiled=8))
+        assert run.ok, run.errors
+        texts.append(verdict_text(attribute(run.events)))
+        named = flagged(run, "straggler")
+        assert not named or named[0].startswith(f"straggler: {texts[-1]}"), (named, texts)
+    ranks = {re.match(r"rank (\d+)", t).group(1) for t in texts if t.startswith("rank ")}
+    assert len(ranks) <= 1, texts
+    assert all(t.startswith(("no straggler resolved", "rank ")) for t in texts), texts
 
 
 def test_step_spread_without_collectives_says_why_no_rank_is_named(lab):

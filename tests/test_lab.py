@@ -170,8 +170,9 @@ def test_sweep_repeats_in_rounds_and_spread_summarises_them(lab, capsys):
     from nbtools.claims import helpers as X
     base = StepConfig(scenario="tp-mlp-infer", size="small", warmup=0, steps=3, profiled=0)
     runs = X.sweep(lab, base, repeats=2, batch=[1, 2])
-    # round after round, so a drifting machine spreads over every config
-    assert [r.config.batch for r in runs] == [1, 2, 1, 2]
+    # round after round, every other one reversed (ABBA), so a drifting machine spreads over
+    # every config
+    assert [r.config.batch for r in runs] == [1, 2, 2, 1]
     out = capsys.readouterr().out
     assert "batch=1 #0" in out and "batch=2 #1" in out
     sp = X.spread(runs).set_index("batch")
@@ -190,5 +191,5 @@ def test_sweep_repeats_in_rounds_and_spread_summarises_them(lab, capsys):
     # explicit configs (fields that do not form a cross product), in rounds too
     cfgs = [base, base.replace(batch=3, seed=1)]
     runs = X.rounds(lab, cfgs, repeats=2)
-    assert [(r.config.batch, r.config.seed) for r in runs] == [(None, 0), (3, 1)] * 2
+    assert [(r.config.batch, r.config.seed) for r in runs] == [(None, 0), (3, 1), (3, 1), (None, 0)]
     assert X.table(runs, ["step_ms"], combine=True)["n"].tolist() == [2, 2]

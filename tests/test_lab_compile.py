@@ -234,7 +234,7 @@ def test_run_cli_keeps_the_compile_cache_and_repeats_in_rounds(tmp_path, capsys)
     out = capsys.readouterr().out
     started = [line.split("batch=")[1].split()[0] for line in out.splitlines()
                if line.startswith("-> ")]
-    assert started == ["1", "2", "1", "2"], started
+    assert started == ["1", "2", "2", "1"], started     # ABBA: every other round reversed
     spread = out.split("over identical runs:")[1].strip().splitlines()
     assert spread[0].split()[:2] == ["batch", "median"] and len(spread) == 3, spread
     assert all(line.split()[-2] == "2" for line in spread[1:]), spread     # n runs each

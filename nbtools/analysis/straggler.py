@@ -93,6 +93,15 @@ def attribute(events: pd.DataFrame) -> dict | None:
     # one rank last 5 times in 6 by luck), or the main cause of waiting in every step with
     # at least 3 times the others' worst step (a lateness that repeats step after step)
     consistent = step_share == 1.0 and len(mine) >= 2 and mine.min() > 3 * rest.max()
+    # Evidence: late in most profiled steps by more than the steps' own noise (how much a
+    # rank's profiled step times scatter). On two busy CPU cores identical runs put rank 0
+    # last in one run and rank 1 in the next by less than that noise: luck, not a straggler.
+    noise = _step_noise_ns(events)
+    late_steps = float(np.mean(mine > np.maximum(rest, noise)))
+    out["evidence"] = dict(rank=ranks[cand], late_steps=late_steps, steps=len(mine),
+                           noise_ms=noise / 1e6, late_ms=float(np.median(mine)) / 1e6)
+    if late_steps <= 0.5:
+        return out
     # One profiled step cannot tell a lateness that repeats from a one-off (notebook 06 on
     # 2 x H200 with profiled=1: rank 1 entered its only profiled step 221 ms late, longer
     # than the 192-ms unprofiled step): a verdict needs two steps or more.
@@ -116,6 +125,22 @@ def attribute(events: pd.DataFrame) -> dict | None:
         kind=_kind(names),
         waits={r: float(w) / 1e6 for r, w in wait_step.items() if r != ranks[cand]})
     return out
+
+
+def verdict_text(att: dict | None) -> str:
+    """The straggler verdict in words: the named rank's sentence, or "no straggler resolved"
+    with the evidence that fell short."""
+    if att is None:
+        return "no straggler resolved: no collective was matched on every rank"
+    if att.get("straggler"):
+        return sentence(att["straggler"])
+    ev = att.get("evidence")
+    if not ev:
+        return "no straggler resolved"
+    return (f"no straggler resolved: the likeliest, rank {ev['rank']}, was late by more than "
+            f"the steps' noise ({ev['noise_ms']:.3g} ms) in {ev['late_steps']:.0%} of "
+            f"{ev['steps']} profiled steps (median {ev['late_ms']:.3g} ms)"
+            + ("" if ev["late_steps"] <= 0.5 else "; not often or long enough beyond chance"))
 
 
 def sentence(verdict: dict) -> str:
@@ -209,6 +234,17 @@ def _chance(k: int, n: int, ranks: int) -> float:
     from math import comb
     p = 1.0 / ranks
     return min(1.0, ranks * sum(comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1)))
+
+
+def _step_noise_ns(events: pd.DataFrame) -> float:
+    """The profiled steps' own noise: per rank, 1.4826 x the median absolute deviation of its
+    step times (a standard deviation that one slow step cannot inflate), the largest rank's."""
+    st = step_times(events, spans=False)
+    if not len(st):
+        return 0.0
+    mad = st.groupby("rank")["dur_ns"].apply(
+        lambda d: float(np.median(np.abs(d - np.median(d)))))
+    return 1.4826 * float(mad.max())
 
 
 def _median_step_ms(events: pd.DataFrame) -> float:

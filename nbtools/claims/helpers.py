@@ -29,6 +29,7 @@ from nbtools.analysis.counts import (collective_events, collectives, compile_sig
 from nbtools.claims.recorded import recorded_h200
 from nbtools.lab.sweeps import (COLUMNS, compile_counts, rounds, speedup, spread, sweep, table,
                      varying_fields)
+from nbtools.lab.ab import verdicts
 
 # The notebooks' surface; listing it also tells pyflakes these imports are the point.
 __all__ = [
@@ -37,7 +38,7 @@ __all__ = [
     "RankDivergenceStep",
     # sweeps
     "COLUMNS", "sweep", "rounds", "varying_fields", "table", "spread", "compile_counts",
-    "speedup",
+    "speedup", "verdicts",
     # run_counts
     "collective_events", "ranges", "collectives", "graph_capture", "sync_counts",
     "sync_totals", "lockstep", "compile_signatures", "signatures_equal", "tokens_per_s",

@@ -192,9 +192,11 @@ def _main(argv) -> int:
                        help="keep the ranks' inductor caches in DIR across labs (default: a cold "
                             "cache per lab)")
         if name == "run":
-            p.add_argument("--repeats", type=int, default=1, metavar="N",
-                           help="run the whole sweep N times, round after round, and print how "
-                                "far identical runs are apart")
+            p.add_argument("--repeats", "--rounds", type=int, default=1, metavar="N",
+                           help="run the whole sweep N times, round after round (every other "
+                                "round reversed: ABBA), and print how far identical runs are "
+                                "apart; with two configs (an A/B such as --compile off,default) "
+                                "also the verdict: B over A with its 95 %% interval")
             _add_field_args(p)
     v = sub.add_parser("view", help="print the runs saved in a history folder")
     v.add_argument("folder", nargs="?", default="nbtools-runs")
@@ -341,7 +343,9 @@ def _parse_params(items) -> dict:
 
 
 def _cmd_run(args) -> int:
+    from nbtools.lab.ab import pair_from_runs
     from nbtools.lab.lab import Lab
+    from nbtools.lab.sweeps import in_rounds
     _need_folder(args.history, "history folder", must_exist=False)
     _need_writable_parent(args.html)
     if args.cmd == "run":
@@ -350,7 +354,8 @@ def _cmd_run(args) -> int:
         if args.repeats < 1:
             print(f"--repeats {args.repeats}: give a whole number >= 1", file=sys.stderr)
             return 2
-        cfgs = cfgs * args.repeats                 # in rounds: drift spreads over every config
+        # in rounds, every other one reversed (ABBA): drift spreads over every config
+        cfgs = [c for k in range(args.repeats) for c in in_rounds(cfgs, k)]
     t = time.perf_counter()
     with Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,
              echo=not args.quiet, compile_cache=args.compile_cache) as lab:
@@ -366,6 +371,9 @@ def _cmd_run(args) -> int:
         from nbtools.lab.sweeps import spread
         print("\nstep_ms of the slowest rank over identical runs:")
         print(spread(runs).round(3).to_string(index=False))
+        if len({r.config for r in runs}) == 2:   # an A/B: the verdict every surface shows
+            print("\nA/B verdict (step_ms, B over A, 95 % interval over rounds): "
+                  + pair_from_runs(runs).verdict.text)
     if args.html:
         _write_html(args.html, runs)
     return 0 if all(r.ok for r in runs) else 1

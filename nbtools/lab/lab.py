@@ -24,6 +24,7 @@ from nbtools.results.run import Run
 from nbtools.lab.errors import LabClosed, RunFailed, RunTimeout  # noqa: F401  (users catch them here)
 from nbtools.config.workload import Workload, check_run, to_payload
 from nbtools.results.comparison import Comparison
+from nbtools.lab import ab as ab_rounds
 from nbtools.results.views import view
 
 
@@ -321,7 +322,12 @@ class Lab:
 
     # -- conveniences ----------------------------------------------------------------------
     def compare(self, a, b):
+        """Two runs (or history ids); ``.verdict`` covers their steps only, no drift."""
         return Comparison(self._resolve(a), self._resolve(b))
+
+    def ab(self, a, b, rounds: int = 5, metric: str = "step_ms"):
+        """A/B in interleaved rounds with a verdict and its interval (lab/ab.py)."""
+        return ab_rounds.ab(self, a, b, rounds=rounds, metric=metric)
 
     def _resolve(self, r) -> Run:
         if isinstance(r, Run):

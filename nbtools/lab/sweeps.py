@@ -24,8 +24,9 @@ def sweep(lab, base: StepConfig, repeats: int = 1, **field_values) -> list:
     """One run per combination of the given fields' values (cross product, in the order
     given), e.g. ``sweep(lab, cfg, compile=["off", "default"], batch=[1, 8])``.
 
-    ``repeats`` runs the whole cross product that many times, round after round, so drift
-    of the machine spreads over every config instead of landing on one; ``spread(runs)``
+    ``repeats`` runs the whole cross product that many times, round after round (every other
+    round in reverse: ABBA), so drift of the machine spreads over every config instead of
+    landing on one; ``spread(runs)``
     then says how far identical runs are apart (on 2 × H200, 8-30 % between runs minutes
     apart: docs/findings.md §4). A combination the config or the lab rejects is skipped
     with the reason printed, before anything runs; a run that fails is kept (its Run has
@@ -40,7 +41,8 @@ def sweep(lab, base: StepConfig, repeats: int = 1, **field_values) -> list:
 
 
 def rounds(lab, configs, repeats: int = 1) -> list:
-    """Run ``configs`` in order, the whole list ``repeats`` times (round after round), with
+    """Run ``configs`` in order, the whole list ``repeats`` times (round after round, every
+    other round in reverse: ABBA, see ``in_rounds``), with
     ``sweep``'s handling of failures; ``table(runs, ..., combine=True)`` or ``spread(runs)``
     then reduce identical configs to their median. A config the lab rejects raises
     ConfigError before anything runs."""
@@ -51,7 +53,14 @@ def _in_rounds(lab, todo, repeats: int) -> list:
     if not isinstance(repeats, int) or repeats < 1:
         raise ConfigError(f"repeats={repeats!r}: give a whole number >= 1")
     return [_run_one(lab, what, checked, f" #{k}" if repeats > 1 else "")
-            for k in range(repeats) for what, checked in todo]
+            for k in range(repeats) for what, checked in in_rounds(todo, k)]
+
+
+def in_rounds(todo: list, k: int) -> list:
+    """Round ``k``'s order: as given in even rounds, reversed in odd ones (A B, B A, A B, ...:
+    ABBA). A machine that drifts across a round (warming up, a neighbour job starting) then
+    favours no config: the one way rounds run here, in sweeps, ``rounds`` and ``lab.ab``."""
+    return list(todo) if k % 2 == 0 else list(reversed(todo))
 
 
 def _run_one(lab, what: str, checked, tag: str):

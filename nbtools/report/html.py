@@ -60,14 +60,16 @@ _TEMPLATE = """{% from macros import embed %}
 def export_html(path, runs, notes: str = "", title: str = "torch-nbtools findings",
                 comparisons=(), *, width: int | None = None, backend: str = "canvas") -> Path:
     """Write one offline HTML file for ``runs`` (a Run, a list, or any iterable of Runs,
-    such as ``lab.history``) and the (run_a, run_b) pairs in ``comparisons``."""
+    such as ``lab.history``) and ``comparisons``: (run_a, run_b) pairs or Comparisons
+    (``lab.ab(...)``: its verdict over rounds with its interval)."""
     from nbtools.ui.timeline import Timeline, compare_figure
 
     runs, title = _as_runs(runs), scrub(title)
     clean = {id(r): scrubbed(r) for r in runs}
     by_id = {r.run_id: r for r in runs}
-    pairs = [tuple(by_id[x] if isinstance(x, str) else x for x in p) for p in comparisons]
-    for r in (x for p in pairs for x in p):
+    pairs = [p if isinstance(p, Comparison) else
+             Comparison(*(by_id[x] if isinstance(x, str) else x for x in p)) for p in comparisons]
+    for r in (x for p in pairs for x in (p.a, p.b)):
         clean.setdefault(id(r), scrubbed(r))
 
     parts: list = [("html", f"<h1>{_e(title)}</h1><p class='muted'>{len(runs)} run(s) · "
@@ -92,9 +94,9 @@ def export_html(path, runs, notes: str = "", title: str = "torch-nbtools finding
         parts.append(("html", "<h3>Compile events</h3>" + _compile_table(c)))
     if pairs:
         parts.append(("html", "<h2>A/B comparisons</h2>"))
-    for j, (a, b) in enumerate(pairs):
-        ca, cb = clean[id(a)], clean[id(b)]
-        parts.append(("html", _compare_header(ca, cb)))
+    for j, cmp in enumerate(pairs):
+        ca, cb = clean[id(cmp.a)], clean[id(cmp.b)]
+        parts.append(("html", _compare_header(dataclasses.replace(cmp, a=ca, b=cb))))
         lay = compare_figure(ca, cb, width=width, backend=backend, live=False)
         lay.name = f"compare-{j}"
         roots.append(lay)
@@ -241,14 +243,17 @@ def _config_table(runs) -> str:
     return _matrix(runs, rows)
 
 
-def _compare_header(a: Run, b: Run) -> str:
-    out = [f"<h3>A #{_e(a.run_id)} vs B #{_e(b.run_id)}</h3>"]
+def _compare_header(cmp: Comparison) -> str:
+    a, b = cmp.a, cmp.b
+    rounds = f" · {cmp.rounds} rounds (ABBA), the runs nearest each side's median shown" \
+        if cmp.runs_a is not None else ""
+    out = [f"<h3>A #{_e(a.run_id)} vs B #{_e(b.run_id)}{rounds}</h3>"]
     if a.config is not None and b.config is not None:
         diff = a.config.diff(b.config)
         out.append("<p>Config: " + (", ".join(f"<b>{_e(k)}</b> {_e(va)} → {_e(vb)}"
                                                for k, (va, vb) in diff.items()) or "identical")
                    + "</p>")
-    out.append(compared_html(Comparison(a, b)))     # the panel's numbers, the panel's table
+    out.append(compared_html(cmp))     # the panel's verdict, numbers and table
     out.append("<p class='muted'>Timelines aligned at each run's first profiled step; events "
                "narrower than a pixel are merged as in each run's own timeline.</p>")
     return "".join(out)

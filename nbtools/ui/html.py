@@ -11,7 +11,7 @@ import re
 
 from nbtools.lab.errors import LabClosed, RunTimeout
 from nbtools.results.torch_trace import link_html
-from nbtools.ui.summary_view import metric_rows, summary_table
+from nbtools.ui.summary_view import BAD, GOOD, metric_rows, summary_table
 
 FLAG_STYLE = "color:#a40000"
 
@@ -86,16 +86,31 @@ def comparison_html(cmp) -> str:
             + "<p>time per category per profiled step and rank (ms)</p>" + cats)
 
 
+def verdict_html(cmp) -> str:
+    """The verdict sentence (analysis/verdict.py), coloured only when resolved: the line the
+    panel, a notebook cell, the report and the CLI all print."""
+    v = cmp.verdict
+    colour = {True: GOOD, False: BAD}.get(v.good, "#444")
+    return (f"<p class='nbtools-verdict'><b>verdict ({html.escape(v.metric)}, B over A, 95 % "
+            f"interval)</b>: <span style='color:{colour}'>{html.escape(v.text)}</span></p>")
+
+
 def compared_html(cmp) -> str:
-    """The compared metrics of an A/B pair (``cmp.table``), each run's number as
-    analysis.metrics.combine makes it: what the panel, a notebook cell and the report show."""
+    """The verdict, then the compared metrics of an A/B pair (``cmp.table``), each run's number
+    as analysis.metrics.combine makes it (the median over rounds under lab.ab), a change
+    coloured only where its interval excludes no change: what the panel, a notebook cell and
+    the report show."""
     t = cmp.table
     if not len(t):
-        return ""
-    return ("<p>each run's number per metric, its ranks combined as the metric defines "
-            "(hover a metric for its meaning and how)</p>"
+        return verdict_html(cmp)
+    over = "the median over rounds of each run's number" if cmp.runs_a is not None else \
+        "each run's number"
+    return (verdict_html(cmp)
+            + f"<p>{over} per metric, its ranks combined as the metric defines (hover a "
+            "metric for its meaning and how); a change is coloured only when resolved (its "
+            "95 % interval excludes no change)</p>"
             + metric_rows([(r["metric"], r) for r in t.to_dict("records")],
-                          ("a", "b", "delta", "ratio")))
+                          ("a", "b", "delta", "ratio", "interval")))
 
 
 class StaticPanel:

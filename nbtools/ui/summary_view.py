@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import math
 
+import numpy as np
 import pandas as pd
 
 from nbtools.analysis import metrics
@@ -117,23 +118,30 @@ def summary_table(summary: pd.DataFrame) -> str:
 def metric_rows(rows, value_cols) -> str:
     """A table with one row per metric (``rows``: (metric, {column: value}) pairs), each
     metric explained on hover with how its ranks were combined, its values formatted as the
-    summary's are, and a change coloured by whether it is better or worse."""
+    summary's are, and a change coloured by whether it is better or worse only where the row
+    says ``resolved`` (its interval excludes no change; column ``interval`` shows ``low``-
+    ``high``). A row without a verdict is never coloured: one run a side is no evidence."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in ["metric"] + list(value_cols))
     body = []
     for metric, values in rows:
         how = metrics.how(metric)
         tip = html.escape(metrics.explain(metric) + (f" · a run's number: {how}" if how else ""),
                           quote=True)
-        cells = "".join(f"<td{_colour(c, metric, v)}>{html.escape(_signed(c, metric, v))}</td>"
+        ok = values.get("resolved") is True or values.get("resolved") is np.True_
+        cells = "".join(f"<td{_colour(c, metric, v) if ok else ''}>"
+                        f"{html.escape(_signed(c, metric, v, values))}</td>"
                         for c, v in ((c, values.get(c)) for c in value_cols))
         body.append(f"<tr><th title='{tip}'>{html.escape(metric)}</th>{cells}</tr>")
     return _STYLE + f"<table class='nbtools-tbl'><tr>{head}</tr>{''.join(body)}</table>"
 
 
-_GOOD, _BAD = "#1a7f37", "#a40000"
+GOOD, BAD = "#1a7f37", "#a40000"
 
 
-def _signed(col: str, metric: str, value) -> str:
+def _signed(col: str, metric: str, value, values=None) -> str:
+    if col == "interval":
+        lo, hi = (values or {}).get("low"), (values or {}).get("high")
+        return "—" if _nan(lo) or _nan(hi) else f"{lo:.2f}-{hi:.2f}×"
     text = cell(metric, value)
     if col == "delta" and not _nan(value) and value > 0:
         return "+" + text
@@ -148,4 +156,4 @@ def _colour(col: str, metric: str, value) -> str:
     if col != "delta" or not way or _nan(value) or value == 0:
         return ""
     good = (value > 0) == (way == "higher")
-    return f" style='color:{_GOOD if good else _BAD}'"
+    return f" style='color:{GOOD if good else BAD}'"

@@ -20,6 +20,7 @@ import ipywidgets as W  # noqa: E402
 
 from nbtools.ui.bokehjs import LiveBokehModel, ensure_loaded
 from nbtools.analysis.metrics import combine
+from nbtools.lab.ab import compare_in_rounds
 from nbtools.lab.errors import RunFailed
 from nbtools.config.step_config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,
                      CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, PARALLEL,
@@ -195,6 +196,10 @@ class Panel:
         self.compare_b = W.Dropdown(options=[], description="B", layout=W.Layout(width="360px"))
         self.compare_button = _button("Compare A / B", self.compare, "nbtools-compare",
                                       icon="columns")
+        # 1: the two runs as they are; more: their configs again in ABBA rounds (lab.ab)
+        self.compare_rounds = W.BoundedIntText(value=1, min=1, max=50, description="rounds",
+                                               layout=W.Layout(width="140px"))
+        self.comparison = None     # the last Comparison (its rounds go into the export)
         self.compare_html, self.compare_box, self.compare_view = _html(), W.VBox([]), None
         self.export_path = W.Text(value=str(export_path), description="export to",
                                   layout=W.Layout(width="520px"))
@@ -213,7 +218,7 @@ class Panel:
             W.HBox([self.error, self.restart_button]), self.flags, self.summary,
             self.timeline_view, log_box,
             W.HTML("<b>history</b>"), W.HBox([self.history_list, self.load_button]),
-            W.HBox([self.compare_a, self.compare_b, self.compare_button]),
+            W.HBox([self.compare_a, self.compare_b, self.compare_rounds, self.compare_button]),
             self.compare_html, self.compare_box,
             W.HTML("<b>export</b>"), W.HBox([self.export_path, self.export_button]),
             self.export_notes, self.export_status])
@@ -353,8 +358,10 @@ class Panel:
             self._set_error("pick two runs (A and B) to compare")
             return None
         try:
-            cmp = self.lab.compare(a, b)
+            cmp = compare_in_rounds(self.lab, a, b, self.compare_rounds.value, self.step_fn)
             self.compare_html.value = comparison_html(cmp)
+            self.comparison = cmp
+            self._refresh_history()
             view = LiveBokehModel(compare_figure(cmp.a, cmp.b, width=self.width))
         except Exception as e:  # noqa: BLE001
             self._set_error(f"compare failed: {type(e).__name__}: {html.escape(str(e))}")
@@ -371,7 +378,8 @@ class Panel:
         pair = (self.compare_a.value, self.compare_b.value)
         try:
             out = export_html(path, self.lab.history, notes=self.export_notes.value,
-                              comparisons=[pair] if all(pair) and pair[0] != pair[1] else ())
+                              comparisons=[self.comparison] if self.comparison is not None
+                              else [pair] if all(pair) and pair[0] != pair[1] else ())
         except Exception as e:  # noqa: BLE001
             self._set_error(f"export failed: {type(e).__name__}: {html.escape(str(e))}")
             return None
