@@ -45,7 +45,10 @@ def test_rounds_run_abba_and_the_verdict_has_every_field(lab, ab):
     assert v.resolved == (v.low > 1 or v.high < 1)
     a = [r.summary["step_ms"].max() for r in ab.runs_a]
     b = [r.summary["step_ms"].max() for r in ab.runs_b]
-    assert v.ratio == pytest.approx(sorted(b)[1] / sorted(a)[1])   # medians of 3
+    assert v.ratio == pytest.approx(sorted(y / x for x, y in zip(a, b))[1])  # median round
+    t = ab.table.set_index("metric")
+    assert t.at["step_ms", "a"] == pytest.approx(sorted(a)[1])
+    assert t.at["step_ms", "ratio"] == v.ratio and t.at["step_ms", "low"] == v.low
     assert v.text.endswith("3 rounds)") and ("no difference resolved" in v.text) != v.resolved
     # the runs shown (table, timeline) are each side's median run
     assert ab.a.summary["step_ms"].max() == sorted(a)[1]

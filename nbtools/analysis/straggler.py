@@ -93,10 +93,13 @@ def attribute(events: pd.DataFrame) -> dict | None:
     # one rank last 5 times in 6 by luck), or the main cause of waiting in every step with
     # at least 3 times the others' worst step (a lateness that repeats step after step)
     consistent = step_share == 1.0 and len(mine) >= 2 and mine.min() > 3 * rest.max()
-    # Evidence: late in most profiled steps by more than the steps' own noise (how much a
-    # rank's profiled step times scatter). On two busy CPU cores identical runs put rank 0
+    # Evidence: late in most profiled steps by more than the steps' own noise: how much the
+    # other ranks' steps scatter once their wait for the candidate is taken out (their own
+    # work: scheduling jitter, not the candidate's lateness, which a noise taken over whole
+    # steps would count against itself). On two busy CPU cores identical runs put rank 0
     # last in one run and rank 1 in the next by less than that noise: luck, not a straggler.
-    noise = _step_noise_ns(events)
+    waits_by_step = pd.DataFrame(wait, columns=ranks).groupby(steps).sum()
+    noise = _step_noise_ns(events, waits_by_step.drop(columns=ranks[cand]))
     late_steps = float(np.mean(mine > np.maximum(rest, noise)))
     out["evidence"] = dict(rank=ranks[cand], late_steps=late_steps, steps=len(mine),
                            noise_ms=noise / 1e6, late_ms=float(np.median(mine)) / 1e6)
@@ -236,15 +239,18 @@ def _chance(k: int, n: int, ranks: int) -> float:
     return min(1.0, ranks * sum(comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1)))
 
 
-def _step_noise_ns(events: pd.DataFrame) -> float:
-    """The profiled steps' own noise: per rank, 1.4826 x the median absolute deviation of its
-    step times (a standard deviation that one slow step cannot inflate), the largest rank's."""
+def _step_noise_ns(events: pd.DataFrame, waits: pd.DataFrame) -> float:
+    """The profiled steps' own noise: for each rank in ``waits`` (columns: ranks, index:
+    steps, ns waited in collectives), 1.4826 x the median absolute deviation over steps of its
+    step time less its wait (a standard deviation one slow step cannot inflate); the largest."""
     st = step_times(events, spans=False)
-    if not len(st):
-        return 0.0
-    mad = st.groupby("rank")["dur_ns"].apply(
-        lambda d: float(np.median(np.abs(d - np.median(d)))))
-    return 1.4826 * float(mad.max())
+    out = 0.0
+    for r in waits.columns:
+        mine = st[st["rank"] == r].set_index("step")["dur_ns"]
+        own = (mine - waits[r].reindex(mine.index).fillna(0)).to_numpy(np.float64)
+        if len(own):
+            out = max(out, 1.4826 * float(np.median(np.abs(own - np.median(own)))))
+    return out
 
 
 def _median_step_ms(events: pd.DataFrame) -> float:

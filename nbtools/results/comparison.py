@@ -55,7 +55,8 @@ class Comparison:
     def table(self) -> pd.DataFrame:
         """One row per metric (metrics.COMPARED): A and B, each the run's number as
         metrics.combine makes it from the ranks (under lab.ab the median over rounds), B - A,
-        B / A, and the verdict's interval ``low``-``high`` and ``resolved``: a surface colours
+        B / A (under lab.ab the verdict's: the median of the rounds' B/A), and the verdict's
+        interval ``low``-``high`` and ``resolved``: a surface colours
         a change only where it is resolved. Metrics neither run has are left out."""
         rows = []
         for m in COMPARED:
@@ -63,8 +64,10 @@ class Comparison:
             if np.isnan(va) and np.isnan(vb):
                 continue
             v = self.verdict_on(m)
-            rows.append(dict(metric=m, a=va, b=vb, delta=vb - va,
-                             ratio=vb / va if va not in (0,) and not np.isnan(va) else np.nan,
+            ratio = vb / va if va not in (0,) and not np.isnan(va) else np.nan
+            if self.runs_a is not None and np.isfinite(v.ratio):
+                ratio = v.ratio      # the verdict's (the median round's B/A), inside its interval
+            rows.append(dict(metric=m, a=va, b=vb, delta=vb - va, ratio=ratio,
                              low=v.low, high=v.high, resolved=v.resolved))
         return pd.DataFrame(rows)
 
