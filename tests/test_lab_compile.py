@@ -235,8 +235,12 @@ def test_run_cli_keeps_the_compile_cache_and_repeats_in_rounds(tmp_path, capsys)
     started = [line.split("batch=")[1].split()[0] for line in out.splitlines()
                if line.startswith("-> ")]
     assert started == ["1", "2", "2", "1"], started     # ABBA: every other round reversed
-    spread = out.split("over identical runs:")[1].strip().splitlines()
+    spread = out.split("over identical runs:")[1].strip().split("\n\n")[0].splitlines()
     assert spread[0].split()[:2] == ["batch", "median"] and len(spread) == 3, spread
     assert all(line.split()[-2] == "2" for line in spread[1:]), spread     # n runs each
+    # two configs: an A/B, and its verdict as lab.ab prints it (2 rounds: says too few)
+    verdict = out.split("A/B verdict (step_ms, B over A, 95 % interval over rounds): ")[1]
+    assert verdict.splitlines()[0].endswith(
+        "(2 rounds: too few for a trustworthy interval, run 5)"), verdict
     assert sorted(p.name for p in (tmp_path / "cc").iterdir()) == ["rank0", "rank1"]
     assert main(argv[:-5] + ["--repeats", "0"]) == 2
