@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -34,7 +34,6 @@ class Verdict:
     rounds: int                 # rounds with a value on both sides (1: single runs)
     text: str
     failed: int = 0             # rounds dropped because a side failed or had no value
-    notes: tuple = field(default=())
 
     def __str__(self) -> str:
         return self.text
