@@ -263,12 +263,15 @@ def compare_figure(run_a, run_b, **kw):
     va = np.array([float(ca.get(c, 0.0)) for c in cats])
     vb = np.array([float(cb.get(c, 0.0)) for c in cats])
     delta = vb - va
+    # one grey: a category's delta of two runs' profiled steps has no interval, and a colour
+    # reads as a verdict (the verdict with its interval is the comparison's table)
     src = ColumnDataSource(dict(category=cats, a=va, b=vb, delta=delta,
-                                color=np.where(delta > 0, "#d62728", "#2ca02c").astype(object)))
+                                color=np.full(len(cats), "#888888", dtype=object)))
     size = dict(width=kw["width"]) if kw.get("width") else dict(sizing_mode="stretch_width")
     bar = figure(**size, height=60 + 22 * max(len(cats), 1),
                  y_range=cats[::-1] or ["none"], toolbar_location=None, tools="",
-                 title="time per category per profiled step and rank: B - A (ms; red = B slower)",
+                 title="time per category per profiled step and rank: B - A (ms; > 0: B longer; "
+                       "no interval)",
                  output_backend=kw.get("backend", "canvas"))
     bar.hbar(y="category", left=0, right="delta", height=0.7, fill_color="color",
              line_color=None, source=src)
