@@ -287,6 +287,7 @@ def picture(layout, width: int = DEFAULT_W) -> Image.Image:
     for line in lines:
         draw.text((LEFT, y + 4), line, fill="#666", font=font)
         y += 16
+    out.info["skipped"] = sorted(skipped)
     return out
 
 
