@@ -32,6 +32,18 @@ def _figures(path) -> list:
             for o in c.get("outputs", []) if FIGURE_MIME in o.get("data", {})]
 
 
+class _Tab(_Page):
+    """Another tab on a notebook that is already open (its kernel is running: no chooser,
+    and the kernel's name also shows, hidden, in the running-sessions list)."""
+
+    def __init__(self, browser, server, name: str):
+        self.server, self.name, self.errors = server, name, []
+        self.page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.goto(f"{server.base}/lab/tree/{name}?token={server.token}")
+        self.page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
+
+
 def _all_errors(page, into: list) -> None:
     """Every page error and console error from now on (not only Bokeh's)."""
     page.on("pageerror", lambda e: into.append(f"page error: {e}"))
@@ -60,7 +72,7 @@ def test_saved_notebook_shows_figures_live_and_static(tmp_path):
         assert all("image/png" in f for f in figures), "a figure output without its picture"
 
         # a new tab on the same live kernel: every figure drawn without re-running a cell
-        second = _Page(browser, server, name)
+        second = _Tab(browser, server, name)
         errors = []
         _all_errors(second.page, errors)
         second.page.wait_for_function(
@@ -72,10 +84,12 @@ def test_saved_notebook_shows_figures_live_and_static(tmp_path):
         shot(second.page, "new-tab")
         assert not errors, errors
 
+        print("new tab drawn; shutting the kernel down", flush=True)
         # the kernel shut down: switching tabs must raise nothing ("Cannot send")
         _all_errors(first.page, errors)
         for k in _api(server.base, server.token, "/api/kernels"):
             _api(server.base, server.token, f"/api/kernels/{k['id']}", method="DELETE")
+        print("kernel deleted", flush=True)
         for pg in (first.page, second.page):
             pg.wait_for_timeout(3000)
             pg.bring_to_front()
@@ -92,6 +106,7 @@ def test_saved_notebook_shows_figures_live_and_static(tmp_path):
         assert not errors, errors
         first.page.close()
 
+        print("kernel stopped, tabs switched; reloading", flush=True)
         # a reload with the kernel gone: each figure is its static picture, with its note
         second.page.reload()
         second.page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
@@ -108,6 +123,7 @@ def test_saved_notebook_shows_figures_live_and_static(tmp_path):
         shot(second.page, "reload-no-kernel")
         assert not errors, errors
 
+        print("static pictures shown; nbconvert", flush=True)
         # nbconvert of the saved file, not executed: a picture per figure
         out = subprocess.run([PYTHON, "-m", "jupyter", "nbconvert", "--to", "html",
                               "--output-dir", str(tmp_path), str(path)],
