@@ -70,6 +70,7 @@ def test_saved_notebook_shows_figures_live_and_static(tmp_path):
         figures = _figures(path)
         assert len(figures) >= 3, f"{len(figures)} figure outputs saved (plot, compare, panel)"
         assert all("image/png" in f for f in figures), "a figure output without its picture"
+        print(f"saved {name}: {size / 1e6:.2f} MB, {len(figures)} figure outputs", flush=True)
 
         # a new tab on the same live kernel: every figure drawn without re-running a cell
         second = _Tab(browser, server, name)
@@ -132,6 +133,7 @@ def test_saved_notebook_shows_figures_live_and_static(tmp_path):
         html = (tmp_path / f"{STEM}.html").read_text()
         pictures = re.findall(r'<img [^>]*src="data:image/png;base64,', html)
         assert len(pictures) >= len(figures), f"{len(pictures)} pictures for {len(figures)} figures"
+        print(f"nbconvert: {len(pictures)} pictures for {len(figures)} figures", flush=True)
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.goto((tmp_path / f"{STEM}.html").as_uri())
         page.locator("img").nth(len(figures) - 1).scroll_into_view_if_needed()
