@@ -69,6 +69,7 @@ def ensure_venv(extras: str) -> Path:
     stamp = VENV / f".nbtools-installed-{extras or 'base'}"
     want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if stamp.exists() and stamp.read_text() == want:
+        link_jupyter_extension()
         return py
     have = torch_version(py)
     if have is None or not MIN_TORCH <= have < TORCH_BELOW:
