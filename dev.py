@@ -69,6 +69,7 @@ def ensure_venv(extras: str) -> Path:
     stamp = VENV / f".nbtools-installed-{extras or 'base'}"
     want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if stamp.exists() and stamp.read_text() == want:
+        link_jupyter_extension()
         return py
     have = torch_version(py)
     if have is None or not MIN_TORCH <= have < TORCH_BELOW:
@@ -76,8 +77,22 @@ def ensure_venv(extras: str) -> Path:
     target = f"{ROOT}[{extras}]" if extras else str(ROOT)
     sh(py, "-m", "pip", "install", "-q", "-e", target)
     sh(py, "-m", "nbtools", "kernel", "install", "--sys-prefix")
+    link_jupyter_extension()
     stamp.write_text(want)
     return py
+
+
+def link_jupyter_extension() -> None:
+    """An editable install leaves out pyproject's data-files: link the JupyterLab extension
+    and enable its server side in the venv, as the wheel installs them."""
+    labext = VENV / "share" / "jupyter" / "labextensions" / "torch-nbtools"
+    labext.parent.mkdir(parents=True, exist_ok=True)
+    if labext.is_symlink() or labext.exists():
+        labext.unlink() if labext.is_symlink() else shutil.rmtree(labext)
+    labext.symlink_to(ROOT / "nbtools" / "ui" / "labextension", target_is_directory=True)
+    conf = VENV / "etc" / "jupyter" / "jupyter_server_config.d"
+    conf.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "jupyter-config" / "jupyter_server_config.d" / "torch-nbtools.json", conf)
 
 
 def ensure_chromium() -> None:

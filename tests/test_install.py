@@ -97,6 +97,13 @@ def test_wheel_holds_the_package_data_and_licence(installed):
     text = zipfile.ZipFile(installed["wheel"]).read(meta).decode()
     assert "License-Expression: BSD-3-Clause" in text
     assert "Provides-Extra: lab" in text and "Provides-Extra: export" in text
+    # the JupyterLab extension and its server side, installed and enabled with the wheel
+    data = "torch_nbtools-" + installed["wheel"].name.split("-")[1] + ".data/data/"
+    for path in ("share/jupyter/labextensions/torch-nbtools/package.json",
+                 "share/jupyter/labextensions/torch-nbtools/static/remoteEntry.js",
+                 "etc/jupyter/jupyter_server_config.d/torch-nbtools.json"):
+        assert data + path in names, path
+        assert (installed["venv"] / path).is_file(), f"{path} not installed"
 
 
 def test_installed_version_comes_from_the_wheel(installed):

@@ -32,6 +32,17 @@ def test_warnings_are_set_apart_and_errors_stay():
     assert "rank 0, 1" in html and "1 library warning" in html
 
 
+def test_kinetos_thread_line_is_a_plain_note_not_an_error():
+    """Printed by the first profiled run on an engine (torch imported on the warm-up
+    thread, profiling on the main one): shown folded, once, in words, never as an ERROR."""
+    from nbtools.lab.engine_output import KINETO_NOTE
+    line = ("ERROR: External init callback must run in same thread as registerClient "
+            "(-848995456 != -861829440)")
+    show, warn = split([line, "RuntimeError: boom"])
+    assert show == ["RuntimeError: boom"] and warn == [KINETO_NOTE]
+    assert "ERROR" not in warnings_html({0: warn, 1: warn})
+
+
 def test_tracker_names_the_phase_the_run_waits_on():
     t = Tracker([0, 1], now=0.0)
     t.update({0: dict(phase="measured", step=2, of=3, phases={"start": 1.0}),

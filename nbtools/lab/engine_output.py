@@ -17,11 +17,28 @@ import re
 _GLOG_WARNING = re.compile(r"^\[?W\d{4} \d\d:\d\d:\d\d")
 
 
+# Kineto's line on the first profiled run of an engine: torch registered its profiler client
+# on the thread that imported torch (the engine's warm-up thread, engine/liveness.py), and
+# the profiler starts on the engine's main thread. torch's client has nothing to initialise
+# (its init() is empty), so nothing is lost. Initialising Kineto early on the warm-up
+# thread would silence it, but newer torch decides there whether Kineto traces GPUs from
+# the activities asked for, so a CPU-only start could cost the GPU trace.
+_KINETO_THREAD = re.compile(r"^ERROR: External init callback must run in same thread as "
+                            r"registerClient")
+KINETO_NOTE = ("Kineto (the profiler's library) notes that torch was imported on another "
+               "thread than the one profiling (the engine imports torch in the background "
+               "to start sooner). Harmless: torch's profiler has nothing to set up there, "
+               "and the trace is complete.")
+
+
 def split(lines: list) -> tuple[list, list]:
     """(lines to show, warning lines) of one rank's stderr."""
     show, warn = [], []
     for line in lines:
-        (warn if _GLOG_WARNING.match(line) else show).append(line)
+        if _KINETO_THREAD.match(line):
+            warn.append(KINETO_NOTE)
+        else:
+            (warn if _GLOG_WARNING.match(line) else show).append(line)
     return show, warn
 
 

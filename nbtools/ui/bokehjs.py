@@ -1,5 +1,10 @@
 """BokehJS in the page, never in the notebook file.
 
+Where the torch-nbtools JupyterLab extension is installed (the wheel installs it; see
+ui/labext.py), the page loads the installed bokeh's BokehJS itself, once, the first time a
+figure needs it, and a new tab or a reload draws every figure: nothing is sent per output.
+Elsewhere (a front end without the extension) the fallback below applies.
+
 jupyter_bokeh's widget (BokehModel) draws with the page's ``window.Bokeh``; its
 labextension does not bring BokehJS (4.1: its view calls ``window.Bokeh.require`` in its
 constructor, so a figure shown before anything loaded BokehJS fails with "Cannot read
@@ -40,6 +45,15 @@ def loader_js() -> str:
             f"{body}\n}})();")
 
 
+@functools.lru_cache(maxsize=1)
+def extension_installed() -> bool:
+    """The torch-nbtools JupyterLab extension is where this environment's Jupyter looks."""
+    from pathlib import Path
+    from jupyter_core.paths import jupyter_path
+    return any((Path(p) / "torch-nbtools" / "package.json").exists()
+               for p in jupyter_path("labextensions"))
+
+
 def ensure_loaded() -> None:
     """Load BokehJS into the page that shows the next output (no-op outside a kernel)."""
     try:
@@ -50,6 +64,8 @@ def ensure_loaded() -> None:
     ip = get_ipython()
     if ip is None or getattr(ip, "kernel", None) is None or static_mode():
         return           # static copies carry BokehJS themselves
+    if extension_installed():
+        return           # the page loads BokehJS itself
     js = loader_js()
     display_id = f"nbtools-bokehjs-{uuid.uuid4().hex}"
     # Both types: JupyterLab/Notebook 7 run the bokeh one (jupyter_bokeh's renderer, rank 0),

@@ -1,10 +1,35 @@
 """How a figure shows in a notebook: live (a jupyter_bokeh widget, so zoom refines the
 timeline in Python) or static (inline Bokeh HTML, what an offline export needs: widget JS
 would otherwise come from a CDN). ``NBTOOLS_STATIC=1`` selects static; the notebook
-exporter sets it."""
+exporter sets it.
+
+A live output is also a document: beside the widget view it carries a PNG of the figure
+(ui/picture.py), a line of text, and ``FIGURE_MIME``, which the torch-nbtools JupyterLab
+extension renders as the live view while the widget's model is in the kernel and as the
+picture otherwise (kernel stopped, notebook reopened). nbconvert, GitHub and nbviewer
+know neither widget view nor FIGURE_MIME and show the PNG."""
 from __future__ import annotations
 
 from nbtools.common.display_mode import static_mode
+
+
+FIGURE_MIME = "application/vnd.nbtools.figure.v1+json"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def document_bundle(bundle: dict, layout, what: str = "figure") -> dict:
+    """A widget's mimebundle plus what shows it without a kernel: the layout's picture, a
+    text line, and the extension's mimetype (which names the widget it stands for)."""
+    from nbtools.ui.picture import NOTE, png
+    import base64
+    view = bundle.get(WIDGET_MIME)
+    if view is None:
+        return bundle
+    out = dict(bundle)
+    out["image/png"] = base64.b64encode(png(layout)).decode("ascii")
+    out["text/plain"] = f"<torch-nbtools {what}> {NOTE}"
+    out[FIGURE_MIME] = {"model_id": view["model_id"], "what": what}
+    return out
 
 
 def static_html(layout) -> str:
@@ -51,7 +76,8 @@ class Figure:
         if static_mode():
             return {"text/html": static_html(self.layout)}
         from nbtools.ui.bokehjs import LiveBokehModel   # loads BokehJS into the page, not the .ipynb
-        return LiveBokehModel(self.layout)._repr_mimebundle_(include=include, exclude=exclude)
+        bundle = LiveBokehModel(self.layout)._repr_mimebundle_(include=include, exclude=exclude)
+        return document_bundle(bundle, self.layout)
 
     def save(self, path) -> str:
         from bokeh.io import save

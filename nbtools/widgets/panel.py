@@ -19,6 +19,7 @@ require("ipywidgets", "jupyter_bokeh", why="lab.panel()")   # a script install l
 import ipywidgets as W  # noqa: E402
 
 from nbtools.ui.bokehjs import LiveBokehModel, ensure_loaded
+from nbtools.ui.display import document_bundle
 from nbtools.analysis.metrics import combine
 from nbtools.lab.ab import compare_in_rounds
 from nbtools.lab.errors import RunFailed
@@ -94,7 +95,9 @@ class _PanelBox(W.VBox):
         for view in (self.panel.timeline_view, self.panel.compare_view):
             if view is not None:
                 view.refresh()
-        return super()._repr_mimebundle_(**kwargs)
+        # without a kernel: the last run's timeline and summary as a picture
+        return document_bundle(super()._repr_mimebundle_(**kwargs), self.panel.timeline.layout,
+                               "panel")
 
 
 def _button(description: str, action: Callable, cls: str = "", **kw) -> W.Button:

@@ -1,0 +1,286 @@
+/* torch-nbtools' JupyterLab extension: a figure that is a document.
+ *
+ * Written by hand as a module-federation container (what JupyterLab 4 loads for a prebuilt
+ * extension: `_JUPYTERLAB[name]` with `init(shareScope)` and `get(module)`), so the wheel
+ * ships it without a JavaScript build. It uses only modules the page already shares.
+ *
+ * - Renders `application/vnd.nbtools.figure.v1+json` outputs (each also carries the
+ *   jupyter_bokeh widget view, a PNG and a line of text): the live widget while its model
+ *   is in the kernel, else the PNG, with a line saying it is static. BokehJS is loaded from
+ *   the installed bokeh (served by the nbtools.ui.labext server extension) once per page,
+ *   the first time a figure needs it.
+ * - On Save, each live figure's PNG is replaced by what BokehJS draws now, so the saved
+ *   file shows the figure as last seen.
+ * - A jupyter_bokeh view whose kernel is gone drops its messages instead of throwing
+ *   "Cannot send" from every resize.
+ */
+var _JUPYTERLAB;
+(function () {
+  "use strict";
+  var NAME = "torch-nbtools";
+  var FIGURE = "application/vnd.nbtools.figure.v1+json";
+  var WIDGET = "application/vnd.jupyter.widget-view+json";
+  var BUNDLES = ["bokeh.min.js", "bokeh-gl.min.js", "bokeh-widgets.min.js", "bokeh-tables.min.js"];
+  var NOTE = "Static picture of the figure as last drawn: re-run the cell for the live, zoomable view.";
+  var scope = null;
+  var bokehLoading = null;
+
+  function shared(pkg) {
+    var versions = scope && scope[pkg];
+    if (!versions) return Promise.reject(new Error(pkg + " is not shared in this page"));
+    var keys = Object.keys(versions);
+    var pick = keys.filter(function (k) { return versions[k].loaded; })[0] || keys[keys.length - 1];
+    return Promise.resolve(versions[pick].get()).then(function (factory) { return factory(); });
+  }
+
+  function baseUrl() {
+    var el = document.getElementById("jupyter-config-data");
+    var url = el ? JSON.parse(el.textContent || "{}").baseUrl || "/" : "/";
+    return url.endsWith("/") ? url : url + "/";
+  }
+
+  function script(src) {
+    return new Promise(function (resolve, reject) {
+      var s = document.createElement("script");
+      s.src = src;
+      s.onload = resolve;
+      s.onerror = function () { reject(new Error("could not load " + src)); };
+      document.head.appendChild(s);
+    });
+  }
+
+  // BokehJS of the installed bokeh, once per page (in order: the extensions need the core).
+  function loadBokeh() {
+    if (window.Bokeh && window.Bokeh.require) return Promise.resolve();
+    if (!bokehLoading) {
+      var root = baseUrl() + "nbtools/bokehjs/";
+      bokehLoading = BUNDLES.reduce(function (p, f) {
+        return p.then(function () { return script(root + f); });
+      }, Promise.resolve());
+      bokehLoading.catch(function () { bokehLoading = null; });
+    }
+    return bokehLoading;
+  }
+
+  function sleep(ms) { return new Promise(function (r) { setTimeout(r, ms); }); }
+
+  // The figure's Bokeh root views in `node`, drawn into one PNG with the static note.
+  function snapshot(node) {
+    if (!window.Bokeh || !window.Bokeh.index) return null;
+    var views = Array.from(window.Bokeh.index.all_views()).filter(function (v) {
+      return v.el && node.contains(v.el) && !(v.parent && v.parent.el && node.contains(v.parent.el));
+    });
+    var layers = [];
+    views.forEach(function (v) {
+      try { if (typeof v.export === "function") layers.push(v.export("png", false).canvas); }
+      catch (e) { /* a view that cannot export: the Python picture stays */ }
+    });
+    layers = layers.filter(function (c) { return c && c.width > 0 && c.height > 0; });
+    if (!layers.length) return null;
+    var w = Math.max.apply(null, layers.map(function (c) { return c.width; }));
+    var h = layers.reduce(function (a, c) { return a + c.height; }, 0) + 22;
+    var out = document.createElement("canvas");
+    out.width = w; out.height = h;
+    var ctx = out.getContext("2d");
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, w, h);
+    var y = 0;
+    layers.forEach(function (c) { ctx.drawImage(c, 0, y); y += c.height; });
+    ctx.fillStyle = "#666"; ctx.font = "11px sans-serif";
+    ctx.fillText(NOTE, 70, y + 14);
+    return out.toDataURL("image/png").split(",")[1];
+  }
+
+  function makeFactory(lumino, rendermime, placeholder, live) {
+    class FigureRenderer extends lumino.Panel {}
+    FigureRenderer.prototype.init = function (options) {
+      this.addClass("nbtools-figure");
+      this.mimeType = options.mimeType;
+      this._picture = new lumino.Widget();
+      this._picture.addClass("nbtools-figure-static");
+      this._picture.hide();
+      this.addWidget(this._picture);
+      this._inner = null;
+      this._modelId = null;
+      this._model = null;
+      this._observer = null;
+      live.add(this);
+      return this;
+    };
+
+    FigureRenderer.prototype.isLive = function () {
+      return !!(this._inner && !this._inner.isDisposed && this._inner.isVisible !== false
+                && this._inner.node.childElementCount > 0);
+    };
+
+    FigureRenderer.prototype._settle = function () {
+      var live = this.isLive();
+      if (live) this._picture.hide(); else this._picture.show();
+      if (this._inner && !live && this._inner.node.childElementCount === 0
+          && /Error/.test(this._inner.node.textContent || "")) this._inner.hide();
+    };
+
+    FigureRenderer.prototype._drawPicture = function (data) {
+      var png = data["image/png"];
+      var node = this._picture.node;
+      node.textContent = "";
+      if (png) {
+        var img = document.createElement("img");
+        img.src = "data:image/png;base64," + png;
+        img.alt = NOTE;
+        img.style.maxWidth = "100%";
+        node.appendChild(img);
+      } else {
+        var p = document.createElement("pre");
+        p.textContent = data["text/plain"] || NOTE;
+        node.appendChild(p);
+      }
+    };
+
+    FigureRenderer.prototype.renderModel = function (model) {
+      var self = this;
+      this._model = model;
+      var data = model.data;
+      this._drawPicture(data);
+      var view = data[WIDGET] || {};
+      if (this._inner && this._modelId === view.model_id) { this._settle(); return Promise.resolve(); }
+      if (this._inner) { this._inner.dispose(); this._inner = null; }
+      this._modelId = view.model_id;
+      // The picture shows unless the live view appears soon (no flash of it when it does).
+      var shown = setTimeout(function () { self._settle(); }, 1500);
+      return this._goLive(view).catch(function (e) {
+        console.debug("torch-nbtools: figure stays static:", e && e.message);
+      }).then(function () { clearTimeout(shown); self._settle(); });
+    };
+
+    FigureRenderer.prototype._goLive = async function (view) {
+      if (!view.model_id) throw new Error("no widget model id");
+      // jupyterlab-manager registers the notebook's widget renderer once its session is
+      // ready; a renderer made before that would never get a manager.
+      for (var i = 0; i < 600 && rendermime.getFactory(WIDGET) === placeholder; i++) await sleep(100);
+      if (rendermime.getFactory(WIDGET) === placeholder) throw new Error("no widget manager");
+      var inner = rendermime.createRenderer(WIDGET);
+      var manager = inner._manager ? await inner._manager.promise : null;
+      if (manager && !manager.restoredStatus) {
+        await new Promise(function (resolve) {
+          manager.restored.connect(function () { resolve(); });
+          setTimeout(resolve, 60000);
+        });
+      }
+      // Asking the manager first keeps a model that is gone (kernel stopped or restarted)
+      // from showing "model not found" and a console error.
+      if (manager && (!manager.restoredStatus || !manager.has_model(view.model_id))) {
+        inner.dispose();
+        throw new Error("widget model " + view.model_id + " is not in this kernel");
+      }
+      await loadBokeh();
+      if (this.isDisposed || this._modelId !== view.model_id) { inner.dispose(); return; }
+      this._inner = inner;
+      this.addWidget(inner);
+      var self = this;
+      this._observer = new MutationObserver(function () { self._settle(); });
+      this._observer.observe(inner.node, {childList: true, attributes: true,
+                                          attributeFilter: ["class"]});
+      var mime = {data: {}, metadata: {}, trusted: true, setData: function () {}};
+      mime.data[WIDGET] = view;
+      await inner.renderModel(mime);
+    };
+
+    FigureRenderer.prototype.snapshot = function () {
+      if (!this.isLive() || !this._model || typeof this._model.setData !== "function") return;
+      var png = snapshot(this._inner.node);
+      if (!png || png === this._model.data["image/png"]) return;
+      var data = Object.assign({}, this._model.data);
+      data["image/png"] = png;
+      this._model.setData({data: data});
+    };
+
+    FigureRenderer.prototype.dispose = function () {
+      if (this.isDisposed) return;
+      live.delete(this);
+      if (this._observer) this._observer.disconnect();
+      lumino.Panel.prototype.dispose.call(this);   // Panel's own (the class adds none)
+    };
+
+    return {safe: false, mimeTypes: [FIGURE],
+            createRenderer: function (options) { return new FigureRenderer().init(options); }};
+  }
+
+  // jupyter_bokeh 4.1's view sends every document change to the kernel; once the kernel is
+  // gone its comm throws "Cannot send" from each resize or tab switch. The figure keeps
+  // what it drew; the message has nowhere to go.
+  function quietBokehView(mod) {
+    var View = mod && mod.BokehView;
+    if (!View || View.prototype.__nbtools_quiet) return;
+    var base = Object.getPrototypeOf(View.prototype).send;
+    View.prototype.send = function () {
+      try { return base.apply(this, arguments); }
+      catch (e) {
+        if (e && /Cannot send/.test(e.message)) return undefined;
+        throw e;
+      }
+    };
+    View.prototype.__nbtools_quiet = true;
+  }
+
+  // JupyterLab writes the kernel's language_info (Python's exact version among it) into the
+  // notebook as the kernel starts, which marks a just-opened tutorial modified. When that is
+  // the only difference from the file as loaded or last saved, it stays unmodified (the
+  // next save still writes it).
+  function keepCleanOnLanguageInfo(context) {
+    var saved = null;
+    function body() {
+      var nb = context.model.toJSON();
+      var meta = Object.assign({}, nb.metadata);
+      delete meta.language_info;
+      return JSON.stringify(Object.assign({}, nb, {metadata: meta}));
+    }
+    context.ready.then(function () {
+      saved = body();
+      context.model.metadataChanged.connect(function (model, change) {
+        if (change.key !== "language_info" || saved === null) return;
+        setTimeout(function () {            // after JupyterLab's own dirty update
+          if (model.dirty && body() === saved) model.dirty = false;
+        }, 0);
+      });
+    });
+    context.saveState.connect(function (_, state) { if (state === "completed") saved = body(); });
+  }
+
+  var plugin = {
+    id: NAME + ":figures",
+    autoStart: true,
+    activate: function (app) {
+      shared("@bokeh/jupyter_bokeh").then(quietBokehView).catch(function () {});
+      return shared("@lumino/widgets").then(function (lumino) {
+        app.docRegistry.addWidgetExtension("Notebook", {
+          createNew: function (panel, context) {
+            var rendermime = panel.content.rendermime;
+            var live = new Set();
+            rendermime.addFactory(makeFactory(lumino, rendermime, rendermime.getFactory(WIDGET),
+                                              live), -20);
+            keepCleanOnLanguageInfo(context);
+            context.saveState.connect(function (_, state) {
+              if (state !== "started") return;
+              live.forEach(function (r) {
+                try { r.snapshot(); } catch (e) { console.debug("torch-nbtools: snapshot", e); }
+              });
+            });
+          }
+        });
+      });
+    }
+  };
+
+  var container = {
+    init: function (shareScope) { scope = shareScope; },
+    get: function (module) {
+      if (module !== "./extension" && module !== "./index") {
+        return Promise.reject(new Error('Module "' + module + '" does not exist in container.'));
+      }
+      return Promise.resolve(function () { return {__esModule: true, default: [plugin]}; });
+    }
+  };
+  _JUPYTERLAB = typeof _JUPYTERLAB === "undefined" ? {} : _JUPYTERLAB;
+  _JUPYTERLAB[NAME] = container;
+  window._JUPYTERLAB = _JUPYTERLAB;
+})();

@@ -1,0 +1,84 @@
+"""The static picture a saved notebook shows without a kernel (ui/picture.py): drawn from
+the Bokeh models themselves, for whatever figure it is given, and carried by every live
+figure output beside the widget view (ui/display.py)."""
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+from bokeh.layouts import column, row
+from bokeh.models import TabPanel, Tabs
+from bokeh.plotting import figure
+from PIL import Image
+
+from nbtools.ui import picture
+from nbtools.ui.display import FIGURE_MIME, WIDGET_MIME, Figure
+
+from test_timeline import synthetic_run
+
+
+def _coloured(img, box=None) -> int:
+    rgb = np.asarray((img.crop(box) if box else img).convert("RGB"), np.int16)
+    return int(((rgb.max(axis=2) - rgb.min(axis=2)) > 60).sum())
+
+
+def _red(img) -> int:
+    rgb = np.asarray(img.convert("RGB"), np.int16)
+    return int(((rgb[..., 0] > 200) & (rgb[..., 1] < 60) & (rgb[..., 2] < 60)).sum())
+
+
+def test_every_known_glyph_draws_inside_the_current_ranges():
+    """One figure per glyph kind, each drawing only red: every one leaves red pixels; a
+    glyph outside the figure's x-range leaves none (the current ranges, not the data's)."""
+    kinds = {
+        "quad": lambda f: f.quad(left=[1], right=[3], bottom=[1], top=[3], color="red"),
+        "rect": lambda f: f.rect(x=[2], y=[2], width=[2], height=[2], color="red"),
+        "vbar": lambda f: f.vbar(x=[2], top=[3], width=1, color="red"),
+        "hbar": lambda f: f.hbar(y=[2], right=[3], height=1, color="red"),
+        "segment": lambda f: f.segment(x0=[0], y0=[0], x1=[4], y1=[4], color="red", line_width=3),
+        "scatter": lambda f: f.scatter(x=[2], y=[2], size=20, color="red"),
+        "line": lambda f: f.line(x=[0, 2, 4], y=[0, 4, 0], color="red", line_width=3),
+        "patch": lambda f: f.patch(x=[0, 4, 2], y=[0, 0, 4], color="red"),
+        "varea": lambda f: f.varea(x=[0, 4], y1=[0, 0], y2=[3, 3], color="red"),
+        "text": lambda f: f.text(x=[1], y=[2], text=["WWWW"], text_color="red"),
+    }
+    for name, add in kinds.items():
+        f = figure(width=300, height=200, x_range=(0, 4), y_range=(0, 4))
+        add(f)
+        img = picture.picture(f)
+        assert _red(img) > 10, f"{name}: nothing drawn"
+        assert img.info["skipped"] == [], name
+        off = figure(width=300, height=200, x_range=(10, 20), y_range=(0, 4))
+        add(off)
+        assert _red(picture.picture(off)) == 0, f"{name}: drawn outside the x-range"
+
+
+def test_layouts_tabs_and_unknown_glyphs():
+    a = figure(width=300, height=150, x_range=(0, 1), y_range=(0, 1))
+    a.quad(left=[0], right=[1], bottom=[0], top=[1], color="red")
+    b = figure(width=300, height=150, x_range=(0, 1), y_range=(0, 1))
+    b.wedge(x=[0.5], y=[0.5], radius=0.3, start_angle=0, end_angle=1)
+    layout = column(row(a), Tabs(tabs=[TabPanel(child=b, title="b")]))
+    img = picture.picture(layout)
+    assert img.height >= 300 and _red(img) > 1000
+    assert img.info["skipped"] == ["Wedge"]
+
+
+def test_timeline_picture_shows_each_rank_and_the_note():
+    """The real timeline (whatever glyphs it uses): coloured boxes, within its size."""
+    from nbtools.ui.timeline import Timeline
+    img = Image.open(io.BytesIO(picture.png(Timeline(synthetic_run()).layout)))
+    assert img.width >= 600 and img.height > 200
+    assert _coloured(img) > 20_000, "the timeline picture holds no boxes"
+
+
+def test_a_figure_output_carries_its_picture_beside_the_widget():
+    from nbtools.ui.timeline import Timeline
+    fig = Figure(Timeline(synthetic_run()).layout)
+    bundle = fig._repr_mimebundle_()
+    assert WIDGET_MIME in bundle and FIGURE_MIME in bundle
+    assert bundle[FIGURE_MIME]["model_id"] == bundle[WIDGET_MIME]["model_id"]
+    png = base64.b64decode(bundle["image/png"])
+    assert Image.open(io.BytesIO(png)).width >= 600 and len(png) < 300_000
+    assert "re-run the cell" in bundle["text/plain"]
