@@ -2,11 +2,12 @@
 the profiled ones with torch.profiler (parsed here, on the engine, into compact columns)."""
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
 
-from nbtools.engine import progress
+from nbtools.engine import machine, progress, quiet
 from nbtools.analysis import tables
 from nbtools.engine.apply import range_ctx
 from nbtools.config.step_config import StepConfig
@@ -37,13 +38,30 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
     plan = [("warmup", cfg.warmup), ("measured", cfg.steps)]
     profiled = cfg.profiled if cfg.capture == "full" else 0
     plan.append(("profiled", profiled))
-    i = 0
-    prof = None
     windows = []
-    last = None
+    sampler = machine.Sampler(device.type)
+    with contextlib.ExitStack() as timed:   # quiet.timed_steps: the measured and profiled steps
+        prof, last = _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows,
+                             timed, sampler)
+    out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=_scalar(last),
+               machine=sampler.result())
+    if prof is not None:
+        from nbtools.trace.load import events_from_profiler
+        progress.publish("parse")
+        t = time.perf_counter()
+        out["events"] = events_from_profiler(prof, rank, windows)
+        out["parse_s"] = time.perf_counter() - t
+    return out
+
+
+def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, sampler):
+    i, prof, last, quieted = 0, None, None, False
     for phase, n in plan:
         if n == 0:
             continue
+        if phase != "warmup" and not quieted:
+            timed.enter_context(quiet.timed_steps(recorder, cfg.warmup > 0, sampler))
+            quieted = True
         if phase == "profiled":
             acts = [torch.profiler.ProfilerActivity.CPU]
             if cuda:
@@ -52,7 +70,8 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
             prof.__enter__()
         try:
             for k in range(n):
-                progress.publish(progress.STEP_PHASE[phase], k + 1, n)
+                if k == 0 or quiet.publish_step(phase):
+                    progress.publish(progress.STEP_PHASE[phase], k + 1, n)
                 inputs, target = batch(i)
                 recorder.set_step(i)
                 t0 = time.time_ns()
@@ -83,14 +102,7 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
             if prof is not None and phase == "profiled":
                 prof.__exit__(None, None, None)
         recorder.set_step(-1)
-    out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=_scalar(last))
-    if prof is not None:
-        from nbtools.trace.load import events_from_profiler
-        progress.publish("parse")
-        t = time.perf_counter()
-        out["events"] = events_from_profiler(prof, rank, windows)
-        out["parse_s"] = time.perf_counter() - t
-    return out
+    return prof, last
 
 
 def _step_range(cfg: StepConfig, i: int, phase: str):
