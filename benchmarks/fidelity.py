@@ -181,6 +181,8 @@ class Plain:
         ctx = mp.get_context("spawn")
         self.jobs = [ctx.Queue() for _ in range(world)]
         self.results = ctx.Queue()
+        # as the lab does for CPU ranks (pool.py): before torch starts in the children
+        os.environ["OMP_NUM_THREADS"] = str(threads)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -217,7 +219,15 @@ def lab_run(lab, case, warmup, steps, profiled, switches) -> list:
     run = lab.run(workload(case, lab.device_type), cfg)
     st = run.steps[run.steps["phase"] == "measured"]
     per_step = st.assign(ms=st["dur_ns"] / 1e6).groupby("step")["ms"].max()
-    return per_step.tolist(), run.flags
+    state = [c for c in ("host_load", "sm_clock_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz",
+                         "gpu_temp_c", "gpu_power_w", "throttle", "gpu_other_procs")
+             if c in run.summary]
+    return per_step.tolist(), run.flags, run.summary[["rank"] + state]
+
+
+def _device_name():   # on the engine: the client itself keeps off the GPU
+    import torch
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
 def stats(xs):
@@ -247,12 +257,13 @@ def main():
         world = lab.world_size
         threads = max(1, (os.cpu_count() or 1) // world)
         plain = Plain(world, threads) if "plain" in variants else None
-        print(f"device {lab.device_type} ({lab.placements[0].gpu if lab.device_type == 'cuda' else 'cpu'}), "
+        gpu = lab.client[lab.rank_to_engine[0]].apply_sync(_device_name)
+        print(f"device {lab.device_type} ({gpu}), "
               f"{world} rank(s), torch {torch.__version__}, rounds {a.rounds}, warm-up "
               f"{a.warmup}, measured {a.steps}, profiled {a.profiled} (lab)", flush=True)
         times = {(c, v): [] for c in cases for v in variants}
         rounds = {(c, v): [] for c in cases for v in variants}
-        flags = {}
+        flags, machine = {}, {}
         try:
             for rnd in range(a.rounds):
                 order = variants if rnd % 2 == 0 else variants[::-1]
@@ -261,9 +272,10 @@ def main():
                         if v == "plain":
                             got = plain.run(c, a.warmup, a.steps)
                         else:
-                            got, fl = lab_run(lab, c, a.warmup, a.steps, a.profiled,
-                                              quiet.BEFORE if v == "before" else quiet.DEFAULTS)
-                            flags[(c, v)] = fl
+                            got, fl, state = lab_run(
+                                lab, c, a.warmup, a.steps, a.profiled,
+                                quiet.BEFORE if v == "before" else quiet.DEFAULTS)
+                            flags[(c, v)], machine[(c, v)] = fl, state
                         times[(c, v)] += got
                         rounds[(c, v)].append(statistics.median(got))
                 print(f"round {rnd + 1} done ({time.time() - t0:.0f} s)", flush=True)
@@ -282,6 +294,9 @@ def main():
             for f in flags.get((c, v), []):
                 if identify(f) in ("host-busy", "clock-low", "gpu-shared"):
                     print(f"{'':<20}! {f}")
+    for (c, v), state in machine.items():
+        if v == "after":
+            print(f"\nmachine during the last 'after' run of {c}:\n{state.to_string(index=False)}")
     print(f"total {time.time() - t0:.0f} s")
 
 

@@ -39,12 +39,12 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
     profiled = cfg.profiled if cfg.capture == "full" else 0
     plan.append(("profiled", profiled))
     windows = []
-    sampler = machine.Sampler(device.type)
+    sampler = machine.Sampler(device.type) if quiet.SETTINGS["sample_machine"] else None
     with contextlib.ExitStack() as timed:   # quiet.timed_steps: the measured and profiled steps
         prof, last = _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows,
                              timed, sampler)
     out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=_scalar(last),
-               machine=sampler.result())
+               machine=sampler.result() if sampler is not None else None)
     if prof is not None:
         from nbtools.trace.load import events_from_profiler
         progress.publish("parse")

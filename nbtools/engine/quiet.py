@@ -21,6 +21,9 @@ against a plain script with each switch at its old setting (``BEFORE``) and at i
 - ``frame_hook_after_warmup``: the compile recorder's count of compiled-frame entries
   (a Python call per entry) stays on only for the warm-up steps, which already tell
   whether compiled code ran; off for the timed steps. Kept on when there is no warm-up.
+- ``sample_machine``: sample the machine's state over the timed steps (engine/machine.py).
+  Not a cost removed but one added: on by default, off in ``BEFORE`` (the engine had no
+  sampler), so the benchmark's 'after' pays for it.
 """
 from __future__ import annotations
 
@@ -29,9 +32,9 @@ import gc
 import threading
 
 DEFAULTS = dict(progress_steps=False, gc_freeze=True, slow_watchers=True,
-                frame_hook_after_warmup=True)
+                frame_hook_after_warmup=True, sample_machine=True)
 BEFORE = dict(progress_steps=True, gc_freeze=False, slow_watchers=False,
-              frame_hook_after_warmup=False)
+              frame_hook_after_warmup=False, sample_machine=False)
 """What the engine did before these switches (benchmarks/fidelity.py's 'before')."""
 SETTINGS = dict(DEFAULTS)
 WATCH_TIMED_S = 2.0
