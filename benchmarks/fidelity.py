@@ -181,8 +181,10 @@ class Plain:
         ctx = mp.get_context("spawn")
         self.jobs = [ctx.Queue() for _ in range(world)]
         self.results = ctx.Queue()
-        # as the lab does for CPU ranks (pool.py): before torch starts in the children
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+        # as the lab does for CPU ranks (pool.py; GPU engines keep torch's default): before
+        # torch starts in the children
+        if not torch.cuda.is_available():
+            os.environ["OMP_NUM_THREADS"] = str(threads)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -245,7 +247,9 @@ def main():
     ap.add_argument("--profiled", type=int, default=2, help="profiled steps per lab run "
                     "(after its measured ones, as in normal use; 0: capture off)")
     ap.add_argument("--cases", default=",".join(CASES))
-    ap.add_argument("--variants", default="plain,before,after")
+    ap.add_argument("--variants", default="plain,before,after",
+                    help="plain, before, after, noprof (after with capture off: no "
+                    "profiled steps in any run)")
     a = ap.parse_args()
     from nbtools import Lab
     from nbtools.analysis.flags import identify
@@ -273,7 +277,7 @@ def main():
                             got = plain.run(c, a.warmup, a.steps)
                         else:
                             got, fl, state = lab_run(
-                                lab, c, a.warmup, a.steps, a.profiled,
+                                lab, c, a.warmup, a.steps, 0 if v == "noprof" else a.profiled,
                                 quiet.BEFORE if v == "before" else quiet.DEFAULTS)
                             flags[(c, v)], machine[(c, v)] = fl, state
                         times[(c, v)] += got
