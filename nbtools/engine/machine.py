@@ -107,7 +107,9 @@ class Sampler:
     def __init__(self, device_type: str):
         self.device_type = device_type
         self.gpu = _gpu() if device_type == "cuda" else None
-        self.samples = {k: [] for k in SAMPLE_KEYS}
+        # GPU columns only where there is a GPU to read: NaN columns would fill a saved run
+        keys = SAMPLE_KEYS if self.gpu is not None else SAMPLE_KEYS[:2]
+        self.samples = {k: [] for k in keys}
         self._stop = threading.Event()
         self._thread = None
         self.procs_before = self.procs_after = []
@@ -132,7 +134,7 @@ class Sampler:
                 row.update(self.gpu.sample())
             except Exception:
                 pass
-        for k in SAMPLE_KEYS:
+        for k in self.samples:
             self.samples[k].append(row[k])
 
     def stop(self) -> dict:
