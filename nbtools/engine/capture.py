@@ -28,15 +28,21 @@ def init_for_cuda_graphs() -> None:
         _graphs_initialised = True
 
 
-def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict:
+def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
+              own_step: bool = True) -> dict:
     """Returns the steps table (wire form), the events table (wire form, profiled steps)
-    and timing numbers. Step i's inputs are made before its clock starts."""
+    and timing numbers. Step i's inputs are made before its clock starts. ``own_step``:
+    the step is a user's function (it may capture CUDA graphs itself)."""
     cuda = device.type == "cuda"
-    if cuda:
+    profiled = cfg.profiled if cfg.capture == "full" else 0
+    # Only where a graph may be captured or a profile taken: this starts a profiler session,
+    # and an engine that never profiles stays as a plain script is (benchmarks/fidelity.py's
+    # 'noprof' side tests whether a session leaves a cost behind). Any compile or a user's
+    # own step may capture graphs, which must come after it.
+    if cuda and (profiled or cfg.compiled or cfg.cudagraph != "off" or own_step):
         init_for_cuda_graphs()
     rows = dict(rank=[], step=[], phase=[], ts_ns=[], dur_ns=[])
     plan = [("warmup", cfg.warmup), ("measured", cfg.steps)]
-    profiled = cfg.profiled if cfg.capture == "full" else 0
     plan.append(("profiled", profiled))
     windows = []
     sampler = machine.Sampler(device.type) if quiet.SETTINGS["sample_machine"] else None
