@@ -72,7 +72,7 @@ def test_every_listed_metric_is_defined_and_combinable():
             m = metrics.METRICS[c]
             assert m.combine in ("max", "mean", "rate") and metrics.explain(c), c
     for m in metrics.METRICS.values():
-        assert m.combine in ("max", "mean", "rate", "") and m.better in ("lower", "higher", "")
+        assert m.combine in ("max", "min", "mean", "rate", "") and m.better in ("lower", "higher", "")
         assert not m.weight or m.weight in metrics.METRICS
     assert metrics.ABBREVIATIONS["cbusy%"] == "compute_busy_pct"
     assert metrics.explain("items/s").startswith("items_per_s")

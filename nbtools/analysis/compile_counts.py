@@ -14,6 +14,25 @@ import hashlib
 COMPILE_KINDS = ("compile", "recompile", "backward_compile")
 
 
+def wall_s(rows) -> float:
+    """Wall seconds one rank spent compiling: the union of its compile rows' intervals
+    (dicts, or a DataFrame with ts_ns and dur_ns), so a compile nested in another (a
+    backward compiled inside a forward's frame) counts once. Across ranks take the largest
+    (the ranks compile side by side), never the sum."""
+    if hasattr(rows, "to_dict"):
+        rows = rows[["ts_ns", "dur_ns"]].to_dict("records")
+    spans = sorted((int(r["ts_ns"]), int(r["ts_ns"]) + int(r["dur_ns"])) for r in rows)
+    total, end = 0, None
+    for lo, hi in spans:
+        if end is None or lo >= end:
+            total += hi - lo
+            end = hi
+        elif hi > end:
+            total += hi - end
+            end = hi
+    return total / 1e9
+
+
 # What a rank's compile signature is made of: the events whose sequence says which graphs
 # it compiled (cudagraph records and compile times may differ between ranks without that)
 SIGNATURE_KINDS = ("compile", "recompile", "compile_failed", "graph_break", "limit_hit")
@@ -48,7 +67,7 @@ def rank_counts(rows, graphs_counted: int, errors: int) -> dict:
         "cudagraph_rerecords": kinds.count("cudagraph_rerecord"),
         "cudagraph_skips": kinds.count("cudagraph_skip"),
         "limit_hit": "limit_hit" in kinds,
-        "compile_s": round(sum(r["dur_ns"] for r in rows if r["kind"] in COMPILE_KINDS) / 1e9, 6),
+        "compile_s": round(wall_s([r for r in rows if r["kind"] in COMPILE_KINDS]), 6),
         "compile_times": times,  # compile id -> ms: total ⊇ backend ⊇ inductor ⊇ codegen; dynamo, bwd
         "signature": sig,        # [kind, frame name, ops, guards] in time order
         "signature_hash": sig_hash,

@@ -94,6 +94,26 @@ REGISTRY = (
          "none: torch writes it only while it compiles.",
          "Turn compile on, or change a setting that makes the engine compile again "
          "(cache='fresh' with another config); run.torch_trace lists the logs there are."),
+    Flag("clock-low", "rank {rank}: SM clock {mhz} of {max} MHz during steps {steps}: {why}",
+         "While the named steps were timed, NVML read this rank's GPU at an SM clock below "
+         "90 % of its maximum, for the reasons NVML gave (power cap, thermal slowdown, an "
+         "applications-clocks setting, ...). Its step times are then the slower clock's, "
+         "and an A/B pair with one side throttled compares the clocks, not the configs.",
+         "Read sm_clock_mhz, gpu_power_w and gpu_temp_c in the summary; rerun when the GPU "
+         "has cooled or nothing else draws power; compare in interleaved rounds so drift "
+         "lands on both sides."),
+    Flag("gpu-shared", "another process used GPU {gpu}: {n} process(es) besides rank "
+         "{rank}'s engine",
+         "NVML listed other compute processes on this rank's GPU before or after its timed "
+         "steps: they can take SMs, memory bandwidth and memory from the step.",
+         "Find them with nvidia-smi and stop them, or give the lab GPUs of its own."),
+    Flag("host-busy", "host busy: load {load} per core on {host} while rank(s) {ranks} "
+         "timed steps",
+         "Over the timed steps the host had more runnable tasks than cores (sampled from "
+         "/proc/stat; the lab's own engines count): a step's threads waited for a core, so "
+         "host-bound steps read slower and noisier than on a quiet machine.",
+         "Rerun on a quieter host, fewer ranks per host, or fewer threads per rank; treat "
+         "differences smaller than the steps' spread as noise."),
     Flag("check-differs", "rank {rank}: compiled {what} differs from eager by {rel} (max abs "
          "{abs})",
          "check=True ran the first step compiled and eagerly on the same inputs and weights; "

@@ -20,7 +20,7 @@ class Metric:
     unit: str        # "ms", "s", "µs", "%", "MB", "/s", "" ...
     kind: str        # "key" (shown first), "more" (behind the details toggle), "gpu" (GPU
                      # ranks only: hidden when every rank ran on CPU), "gpukey" (GPU only, first)
-    combine: str     # over ranks: "max", "mean", "rate" (see combine), "" (a label: not combined)
+    combine: str     # over ranks: "max", "min", "mean", "rate" (see combine), "" (a label)
     better: str      # "lower", "higher", "" (neither: a description, not a goal)
     text: str        # the explanation (tooltips, legends)
     short: str = ""  # the header in narrow tables (the CLI); the name when empty
@@ -51,6 +51,8 @@ def _m(name, unit, kind, combine, better, text, **kw) -> Metric:
 #   shares of "arrived last" add up to 100 over ranks, so a mean only dilutes them with the
 #   world size; the largest says how much the waiting rank lost and how often one rank was late.
 # - mean for the breakdown of a step (compute_ms, comm_ms, exposed_comm_ms, idle_ms, memcpy_ms)
+#   and the window they are parts of (profiled_window_ms: the mean of sums is the sum of means,
+#   so the run's parts still fit in the run's window)
 #   and the busy shares: one rank's components add up to its step; the max of each taken
 #   separately mixes ranks (the straggler has the most compute, its peers the most exposed
 #   communication) into a step no rank ran, with exposed_comm_ms above comm_ms. The mean
@@ -81,8 +83,9 @@ _ALL = (
     _m("profiler_noise_pct", "%", "more", "max", "lower", "half the p10-p90 spread of the "
        "measured (and profiled) steps, relative to step_ms: differences smaller than this "
        "are noise"),
-    _m("compile_s", "s", "key", "max", "lower", "seconds spent compiling in this run (Dynamo + "
-       "backend, forward and backward), per rank"),
+    _m("compile_s", "s", "key", "max", "lower", "wall seconds spent compiling in this run "
+       "(Dynamo + backend, forward and backward; a compile nested in another counts once), "
+       "per rank; the run's is the slowest rank's, not a sum: the ranks compile side by side"),
     _m("compiles", "", "more", "max", "", "graphs compiled in this run (first compiles and "
        "recompiles)"),
     _m("recompiles", "", "key", "max", "lower", "compiles caused by a failed guard (a new "
@@ -114,16 +117,22 @@ _ALL = (
     _m("compute_busy_pct", "%", "key", "mean", "higher", "share of the busy span (first to "
        "last kernel, or operator on CPU ranks) with compute running (cbusy% in the CLI)",
        short="cbusy%"),
-    _m("compute_ms", "ms", "more", "mean", "lower", "compute time per profiled step"),
+    _m("profiled_window_ms", "ms", "key", "mean", "lower", "the profiled step the parts "
+       "(compute_ms, comm_ms, exposed_comm_ms, idle_ms) are measured in: mean over the "
+       "profiled steps of the step range, widened to the end of the step's own GPU work; "
+       "compute_ms + exposed_comm_ms + idle_ms fit inside it", short="window_ms"),
+    _m("compute_ms", "ms", "more", "mean", "lower", "compute time per profiled step (mean over "
+       "the profiled steps, each measured inside its step; streams overlapping count once)"),
     _m("comm_ms", "ms", "more", "mean", "lower", "communication time per profiled step (NCCL "
-       "kernels on GPU, gloo collectives on CPU)"),
+       "kernels on GPU, gloo collectives on CPU; mean over the profiled steps)"),
     _m("memcpy_ms", "ms", "gpu", "mean", "lower", "host/device copy time per profiled step"),
     _m("overlap_pct", "%", "key", "mean", "higher", "share of communication that ran while "
        "compute ran", short="overlap%", weight="comm_ms"),
     _m("exposed_comm_ms", "ms", "key", "mean", "lower", "exposed communication: communication "
-       "time per profiled step with no compute running beside it — what the step waits on"),
+       "time per profiled step with no compute running beside it — what the step waits on "
+       "(a part of comm_ms; shown beside profiled_window_ms, the step it is part of)"),
     _m("idle_ms", "ms", "more", "mean", "lower", "time per profiled step inside the busy span "
-       "with nothing running"),
+       "with nothing running (compute_ms + exposed_comm_ms + idle_ms <= profiled_window_ms)"),
     _m("graph_coverage_pct", "%", "gpukey", "mean", "higher", "share of kernel time launched "
        "by CUDA-graph replay (graph% in the CLI)", short="graph%"),
     _m("kernels", "", "gpu", "max", "", "kernels (GPU) or operator ranges (CPU) in the "
@@ -144,6 +153,25 @@ _ALL = (
     _m("annotated_step_ms", "ms", "more", "max", "lower", "median length of those step ranges"),
     _m("host", "", "more", "", "", "the machine the rank ran on"),
     _m("cache", "", "more", "", "", "compile-cache policy: fresh (reset per config) or continue"),
+    # the machine's state over the timed steps (engine/machine.py samples, analysis/machine.py)
+    _m("host_load", "/core", "more", "max", "lower", "runnable tasks per core on the rank's host, "
+       "mean over the timed steps (sampled from /proc/stat; the lab's own engines count): "
+       "above 1 a step's threads waited for a core; the run's is the busiest host's"),
+    _m("sm_clock_mhz", "MHz", "gpu", "max", "higher", "median SM clock over the timed steps "
+       "(NVML); the run's is the fastest rank's, read beside sm_clock_min_mhz", short="sm_MHz"),
+    _m("sm_clock_min_mhz", "MHz", "gpu", "min", "higher", "lowest SM clock sampled in a timed "
+       "step; the run's is the slowest rank's (a throttled rank slows every step)"),
+    _m("sm_clock_max_mhz", "MHz", "gpu", "max", "", "the GPU's maximum SM clock (NVML)"),
+    _m("gpu_temp_c", "°C", "gpu", "max", "lower", "hottest GPU temperature sampled over the "
+       "timed steps"),
+    _m("gpu_power_w", "W", "gpu", "max", "", "median GPU power draw over the timed steps"),
+    _m("throttle", "", "gpu", "", "", "NVML's reasons for a clock below 90 % of its maximum "
+       "during a timed step (power cap, thermal, ...); empty when none was low"),
+    _m("clock_low_steps", "", "gpu", "", "", "the timed steps during which the SM clock was "
+       "below 90 % of its maximum"),
+    _m("gpu_other_procs", "", "gpu", "max", "lower", "processes on this rank's GPU besides "
+       "its engine (NVML, before and after the timed steps)"),
+    _m("gpu_index", "", "gpu", "", "", "the GPU's index as NVML and nvidia-smi number it"),
     # table()'s token columns (analysis/counts.py tokens_per_s; per rank, then combined here)
     _m("tokens_per_s", "/s", "more", "rate", "higher", "real (unpadded) tokens per second: "
        "summed tokens over summed measured step time, recompiles inside the steps included",
@@ -159,11 +187,12 @@ METRICS: dict = {m.name: m for m in _ALL}
 # comparison, GPU-only numbers on CPU ranks) are left out where the surface shows them.
 COMPARED = ("step_ms", "p90_ms", "items_per_s", "tflops", "compile_s", "compiles",
             "recompiles", "graph_breaks", "graphs", "gpu_busy_pct", "compute_busy_pct",
-            "cpu_busy_pct", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms", "overlap_pct",
-            "graph_coverage_pct", "wait_ms", "peak_mem_mb", "rss_mb")
+            "cpu_busy_pct", "profiled_window_ms", "compute_ms", "comm_ms", "exposed_comm_ms",
+            "idle_ms", "overlap_pct", "graph_coverage_pct", "wait_ms", "peak_mem_mb", "rss_mb")
 """A/B comparison: Comparison.table, the panel, a notebook cell, the report."""
 TABLE = ("step_ms", "p90_ms", "items_per_s", "compile_s", "compiles", "recompiles",
-         "graph_breaks", "graphs", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
+         "graph_breaks", "graphs", "profiled_window_ms", "compute_ms", "comm_ms",
+         "exposed_comm_ms", "overlap_pct",
          "compute_busy_pct", "gpu_busy_pct", "cpu_busy_pct", "graph_coverage_pct", "peak_mem_mb")
 """``table(runs)``'s default columns (one row per run)."""
 CLI = ("step_ms", "p10_ms", "p90_ms", "items_per_s", "compile_s", "recompiles", "graphs",
@@ -176,6 +205,7 @@ HISTORY = ("step_ms", "recompiles")
 ABBREVIATIONS = {m.short: m.name for m in _ALL if m.short}
 
 _HOW = {"max": "the largest over ranks",
+        "min": "the smallest over ranks",
         "mean": "the mean over ranks",
         "rate": "every rank's work per step (one rank's items under tp, whose ranks share a "
                 "batch) over the slowest rank's step_ms; under parallel=none, whose ranks do "
@@ -197,6 +227,8 @@ def combine(summary: pd.DataFrame, metric: str, config=None) -> float:
     v = pd.to_numeric(summary[metric], errors="coerce")
     if rule == "max":
         return float(v.max())
+    if rule == "min":
+        return float(v.min())
     if rule == "mean":
         if m is not None and m.weight and m.weight in summary:
             w = pd.to_numeric(summary[m.weight], errors="coerce")

@@ -368,11 +368,19 @@ def top_kernels(events: pd.DataFrame, n: int = 20) -> pd.DataFrame:
 
 
 def category_ms(events: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
-    """Event time per category, per profiled step and rank (ms). Nested CPU ranges each
-    count: this is where time went by kind, not a busy fraction. Without a steps table,
-    per rank."""
+    """Time per event category per profiled step and rank (ms), each instant counted once
+    per lane: nested CPU ranges of one category on one thread (an op inside an op) count
+    once, the same category on two lanes (two streams, two threads) counts on each. Without
+    a steps table, per rank."""
     if not len(events):
         return pd.Series(dtype=float)
+    cat = events["category"].astype(str)
+    key = pd.MultiIndex.from_arrays([events["rank"].to_numpy(), events["lane"].astype(str),
+                                     cat.to_numpy()])
+    codes, uniq = pd.factorize(key)
+    ts = events["ts_ns"].to_numpy(np.int64)
+    ns = union_ns(codes.astype(np.int64), ts, ts + events["dur_ns"].to_numpy(np.int64),
+                  len(uniq))
+    tot = pd.Series(ns, index=uniq.get_level_values(2)).groupby(level=0).sum()
     rows = int((steps["phase"] == "profiled").sum()) if len(steps) else 0
-    tot = events.groupby(events["category"].astype(str), observed=True)["dur_ns"].sum()
     return tot / 1e6 / (rows or max(int(events["rank"].nunique()), 1))

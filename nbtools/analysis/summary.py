@@ -5,13 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis.compile_counts import COMPILE_KINDS
+from nbtools.analysis.breakdown import rank_table
+from nbtools.analysis.compile_counts import COMPILE_KINDS, wall_s
 from nbtools.analysis import flags as F
-from nbtools.analysis.step_metrics import per_rank
+from nbtools.analysis import machine
 from nbtools.analysis.straggler import attribute, sentence
-
-# analysis.per_rank columns that are totals over the profiled window: shown per step
-_PER_STEP = ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms", "idle_ms", "syncs")
 
 
 def step_stats(steps: pd.DataFrame, phase: str = "measured") -> pd.DataFrame:
@@ -61,12 +59,9 @@ def profiler_overhead(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def timeline_columns(events, steps) -> pd.DataFrame:
-    """analysis.per_rank, with the totals over the profiled window shown per profiled step."""
-    n_prof = steps[steps["phase"] == "profiled"].groupby("rank").size()
-    pr = per_rank(events)
-    for col in _PER_STEP:
-        if col in pr:
-            pr[col] = pr[col] / pr["rank"].map(n_prof).fillna(1).clip(lower=1).to_numpy()
+    """analysis.per_rank, with the step's parts (breakdown.PARTS) as means over the profiled
+    steps, each measured inside its step, beside the window they fit in."""
+    pr = rank_table(events, steps)
     att = attribute(events)   # wait_ms, last_pct: who waits for whom in collectives
     if att is not None:
         pr = pr.merge(att["per_rank"], on="rank", how="left")
@@ -84,8 +79,7 @@ def build(steps, events, compile_events, reports: dict, cfg) -> pd.DataFrame:
         rep = reports[r]
         counts = (rep.get("compile") or {}).get("counts", {})
         ce = compile_events[compile_events["rank"] == r] if len(compile_events) else compile_events
-        compile_s = float(ce.loc[ce["kind"].isin(COMPILE_KINDS), "dur_ns"].sum()) / 1e9 \
-            if len(ce) else 0.0
+        compile_s = wall_s(ce[ce["kind"].isin(COMPILE_KINDS)]) if len(ce) else 0.0
         items, flops = rep.get("items_per_step", 0), rep.get("flops_per_step", 0.0)
         chk = rep.get("check") or {}
         rows.append(dict(rank=r, host=rep.get("host", ""), compile_s=compile_s,
@@ -108,6 +102,9 @@ def build(steps, events, compile_events, reports: dict, cfg) -> pd.DataFrame:
     base = base.drop(columns=["_items", "_flops"])
     if len(events):
         base = base.merge(timeline_columns(events, steps), on="rank", how="left")
+    state = machine.columns(reports, steps)
+    if len(state):
+        base = base.merge(state, on="rank", how="left")
     base["cache"] = cfg.cache if cfg is not None else ""
     return base
 
@@ -136,6 +133,7 @@ def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None,
     unused = sorted({u for rep in reports.values() for u in rep.get("unused", [])})
     out += [F.make("unused", what=u) for u in unused]
     out += _timing_flags(summary, events)
+    out += machine.flags(summary)
     for r, rep in sorted(reports.items()):
         chk = rep.get("check")
         if chk and (not chk.get("finite", True) or chk.get("max_rel", 0) > 5e-2):

@@ -2,11 +2,12 @@
 the profiled ones with torch.profiler (parsed here, on the engine, into compact columns)."""
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
 
-from nbtools.engine import progress
+from nbtools.engine import machine, progress, quiet
 from nbtools.analysis import tables
 from nbtools.engine.apply import range_ctx
 from nbtools.config.step_config import StepConfig
@@ -27,23 +28,46 @@ def init_for_cuda_graphs() -> None:
         _graphs_initialised = True
 
 
-def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict:
+def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
+              own_step: bool = True) -> dict:
     """Returns the steps table (wire form), the events table (wire form, profiled steps)
-    and timing numbers. Step i's inputs are made before its clock starts."""
+    and timing numbers. Step i's inputs are made before its clock starts. ``own_step``:
+    the step is a user's function (it may capture CUDA graphs itself)."""
     cuda = device.type == "cuda"
-    if cuda:
+    profiled = cfg.profiled if cfg.capture == "full" else 0
+    # Only where a graph may be captured or a profile taken: this starts a profiler session,
+    # and an engine that never profiles stays as a plain script is (benchmarks/fidelity.py's
+    # 'noprof' side tests whether a session leaves a cost behind). Any compile or a user's
+    # own step may capture graphs, which must come after it.
+    if cuda and (profiled or cfg.compiled or cfg.cudagraph != "off" or own_step):
         init_for_cuda_graphs()
     rows = dict(rank=[], step=[], phase=[], ts_ns=[], dur_ns=[])
     plan = [("warmup", cfg.warmup), ("measured", cfg.steps)]
-    profiled = cfg.profiled if cfg.capture == "full" else 0
     plan.append(("profiled", profiled))
-    i = 0
-    prof = None
     windows = []
-    last = None
+    sampler = machine.Sampler(device.type) if quiet.SETTINGS["sample_machine"] else None
+    with contextlib.ExitStack() as timed:   # quiet.timed_steps: the measured and profiled steps
+        prof, last = _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows,
+                             timed, sampler)
+    out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=_scalar(last),
+               machine=sampler.result() if sampler is not None else None)
+    if prof is not None:
+        from nbtools.trace.load import events_from_profiler
+        progress.publish("parse")
+        t = time.perf_counter()
+        out["events"] = events_from_profiler(prof, rank, windows)
+        out["parse_s"] = time.perf_counter() - t
+    return out
+
+
+def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, sampler):
+    i, prof, last, quieted = 0, None, None, False
     for phase, n in plan:
         if n == 0:
             continue
+        if phase != "warmup" and not quieted:
+            timed.enter_context(quiet.timed_steps(recorder, cfg.warmup > 0, sampler))
+            quieted = True
         if phase == "profiled":
             acts = [torch.profiler.ProfilerActivity.CPU]
             if cuda:
@@ -52,7 +76,8 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
             prof.__enter__()
         try:
             for k in range(n):
-                progress.publish(progress.STEP_PHASE[phase], k + 1, n)
+                if k == 0 or quiet.publish_step(phase):
+                    progress.publish(progress.STEP_PHASE[phase], k + 1, n)
                 inputs, target = batch(i)
                 recorder.set_step(i)
                 t0 = time.time_ns()
@@ -83,14 +108,7 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
             if prof is not None and phase == "profiled":
                 prof.__exit__(None, None, None)
         recorder.set_step(-1)
-    out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=_scalar(last))
-    if prof is not None:
-        from nbtools.trace.load import events_from_profiler
-        progress.publish("parse")
-        t = time.perf_counter()
-        out["events"] = events_from_profiler(prof, rank, windows)
-        out["parse_s"] = time.perf_counter() - t
-    return out
+    return prof, last
 
 
 def _step_range(cfg: StepConfig, i: int, phase: str):

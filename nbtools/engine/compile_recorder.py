@@ -144,6 +144,14 @@ class CompileRecorder:
         self._hits.start()
         self._active = True
 
+    def pause_frame_hits(self) -> bool:
+        """Stop counting compiled-frame entries (a Python call each) until resume; see
+        engine/quiet.py. Returns whether it was paused."""
+        return self._active and self._hits.pause()
+
+    def resume_frame_hits(self) -> None:
+        self._hits.resume()
+
     def set_step(self, step: int) -> None:
         """The step now executing (-1 outside steps). Events take it from their timestamp."""
         self._step_ts.append(time.time_ns())

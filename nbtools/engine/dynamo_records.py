@@ -166,6 +166,22 @@ class FrameHits:
         return self.hits, self.misses
 
 
+    def pause(self) -> bool:
+        """Take the hook out for a while (the timed steps), keeping the counts; False when
+        it was not ours to take out (then resume is not needed)."""
+        prev = _set_guard_hook(self._prev)
+        if prev is self:
+            return True
+        if prev is not _UNAVAILABLE:
+            _set_guard_hook(prev)
+        return False
+
+    def resume(self) -> None:
+        """Put the hook back after pause(), counts kept."""
+        prev = _set_guard_hook(self)
+        if prev is not self._prev and prev is not _UNAVAILABLE:
+            self._lost = True       # someone replaced the hook meanwhile: the count is unknown
+
     def remove(self) -> None:
         """Put back the hook that was there before ours (if ours is still the one)."""
         prev = _set_guard_hook(self._prev)

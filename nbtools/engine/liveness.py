@@ -70,8 +70,9 @@ def client_alive(pid: int) -> bool:
 
 
 def _watch(pid: int) -> None:
+    from nbtools.engine.quiet import poll_interval
     while client_alive(pid):
-        time.sleep(POLL_S)
+        time.sleep(poll_interval(POLL_S))
     _die()
 
 

@@ -195,7 +195,8 @@ class PeerWatch:
     def _loop(self):
         import torch.distributed as dist
         key = f"failed/{self.run_id}"
-        while not self.stop.wait(0.25):
+        from nbtools.engine.quiet import poll_interval
+        while not self.stop.wait(poll_interval(0.25)):
             try:
                 if _S.store.check([key]):
                     self.peer_error = _S.store.get(key).decode()

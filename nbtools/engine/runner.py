@@ -83,7 +83,7 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
     import torch
     from nbtools.engine import capture
     from nbtools.analysis.compile_counts import outcome
-    from nbtools.config.workload import check_run, from_payload
+    from nbtools.config.workload import Workload, check_run, from_payload
     user_fn, source_key = from_payload(user_fn)   # keyed on the bytes: no stale code
     if checked_for != _S.device.type:
         # No lab checked it for this device. Unchecked, CPU ranks would run fp16 autocast
@@ -111,7 +111,8 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
         if cfg.check:
             check = _check(prep, batch(0))
         _S.reports.clear()     # the same list object the custom step's ctx appends to
-        timings = capture.run_steps(cfg, prep.step, batch, dev, rec, _S.rank)
+        own = user_fn is not None and not isinstance(user_fn, Workload)
+        timings = capture.run_steps(cfg, prep.step, batch, dev, rec, _S.rank, own_step=own)
         if watch.peer_error:
             raise RuntimeError(f"stopped because a peer failed ({watch.peer_error})")
     result = dict(timings)

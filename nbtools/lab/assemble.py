@@ -34,7 +34,7 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
                                          "model_built_at",
                                          "peak_mem_mb", "shapes", "engine_s", "parse_s",
                                          "last_value", "unused", "warnings",
-                                         "step_items")}
+                                         "step_items", "machine")}
              for r, rep in reports.items()}
     rows = pd.DataFrame([row for r in sorted(ok) for row in ok[r].get("reports") or []])
     run = Run(config=cfg, steps=steps, events=events, compile_events=comp, env=env,

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis import tables
-from nbtools.analysis import step_metrics as analysis
+from nbtools.analysis.breakdown import rank_table
 from nbtools.analysis.step_metrics import step_times
 from nbtools.trace.kineto import GPU_KINDS, RAW, build
 from nbtools.trace.kineto import classify  # noqa: F401  (re-exported: tests import it from here)
@@ -111,7 +111,8 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB) -> dict:
         frames.append(tables.from_wire(tables.EVENT_COLUMNS, wire))
         info[r] = _info(f, meta, len(frames[-1]), flags)
     events = tables.concat(frames, tables.EVENT_COLUMNS)
-    summary = analysis.per_rank(events)
+    steps = _steps_table(events)
+    summary = rank_table(events, steps)
     for r in summary.loc[summary["device"] == "cpu", "rank"]:
         flags.append(f"rank {r}: no GPU events (CPU-only trace): CPU-op busy is reported")
     world = max([i.get("world_size") or 0 for i in info.values()] + [len(info)])
@@ -119,7 +120,7 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB) -> dict:
     env = {"source": "traces", "world_size": int(world), "backend": ",".join(backends),
            "devices": sorted({d for i in info.values() for d in i.get("devices", [])}),
            "files": [f.name for f in files]}
-    return dict(config=None, events=events, steps=_steps_table(events), summary=summary,
+    return dict(config=None, events=events, steps=steps, summary=summary,
                 env=env, ranks=info, flags=flags, source="traces")
 
 

@@ -126,7 +126,7 @@ class Timeline:
     def _build_summary(self, backend):
         fig = figure(height=90, output_backend=backend, **self._size,
                      y_range=Range1d(0.5, -0.5),
-                     x_range=Range1d(0, 1), x_axis_label="ms (from run.summary)",
+                     x_range=Range1d(0, 1), x_axis_label="ms per profiled step (run.summary: profiled_window_ms, its parts)",
                      toolbar_location=None, tools="")
         fig.ygrid.grid_line_color = None
         fig.yaxis.ticker = FixedTicker(ticks=[])

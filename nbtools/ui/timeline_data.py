@@ -23,8 +23,12 @@ COMPILE_STYLE = {               # kind -> (marker, colour)
 }
 SUMMARY_STACK = (("compute_ms", "compute", "#1f77b4"),
                  ("exposed_comm_ms", "exposed communication", "#d62728"),
-                 ("idle_ms", "idle", "#e0e0e0"))
-SUMMARY_TEXT = (("gpu_busy_pct", "busy {:.0f}%"), ("comm_ms", "comm {:.3g} ms"),
+                 ("idle_ms", "idle", "#e0e0e0"),
+                 # the rest of the step window: outside the busy span (host time before the
+                 # first kernel, copies alone), so each bar totals the step it names
+                 ("other_ms", "rest of the step", "#f7f7f7"))
+SUMMARY_TEXT = (("profiled_window_ms", "step {:.3g} ms"), ("gpu_busy_pct", "busy {:.0f}%"),
+                ("comm_ms", "comm {:.3g} ms"),
                 ("exposed_comm_ms", "exposed {:.3g} ms"), ("idle_ms", "idle {:.3g} ms"))
 
 
@@ -277,11 +281,13 @@ def summary_data(summary: pd.DataFrame, ranks: list) -> dict:
     out = dict(y=np.arange(len(ranks), dtype=np.int32), text=[])
     by_rank = summary.drop_duplicates("rank").set_index("rank") if "rank" in summary.columns \
         else summary
-    for f, _, _ in SUMMARY_STACK:
+    for f in [f for f, _, _ in SUMMARY_STACK[:-1]] + ["profiled_window_ms"]:
         col = by_rank[f] if f in by_rank.columns else None
         out[f] = np.array([float(col.get(r, np.nan)) if col is not None else np.nan
                            for r in ranks], float)
         out[f] = np.nan_to_num(out[f], nan=0.0)
+    parts = sum(out[f] for f, _, _ in SUMMARY_STACK[:-1])
+    out["other_ms"] = np.clip(out.pop("profiled_window_ms") - parts, 0.0, None)
     out["text_x"] = sum(out[f] for f, _, _ in SUMMARY_STACK)
     for r in ranks:
         parts = []

@@ -1,0 +1,92 @@
+"""Parts of a profiled step inside their whole: per rank, the step breakdown (compute,
+communication, exposed communication, idle) and the step window it is a breakdown of, and
+time per event category counted once per lane. Pure: no torch, no bokeh.
+
+Why per step, then the mean: each part is measured inside one profiled step (the step's own
+events; GPU work belongs to the step whose CPU call launched it), where compute + exposed
+communication + idle fit inside the step's window by construction (all three are disjoint
+parts of the step's busy span). Means add up, so the per-rank means keep the inequality;
+medians of parts would not. The window is the step range widened to the end of the step's
+own GPU work (a GPU that lags the host finishes the step after the CPU range closes), so it
+is the whole the parts are shares of, and it is shown beside them (``profiled_window_ms``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from nbtools.analysis.step_metrics import per_rank, per_step, step_times
+
+PARTS = ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms", "idle_ms", "syncs")
+"""Per profiled step and rank: means over the rank's profiled steps."""
+
+
+def step_windows(events: pd.DataFrame) -> pd.DataFrame:
+    """rank, step, window_ms: each step's range widened to cover the step's own events."""
+    cols = ["rank", "step", "window_ms"]
+    ev = events[events["step"].to_numpy() >= 0]
+    if not len(ev):
+        return pd.DataFrame(columns=cols)
+    own = ev.assign(end=ev["ts_ns"] + ev["dur_ns"]).groupby(
+        ["rank", "step"], observed=True).agg(lo=("ts_ns", "min"), hi=("end", "max"))
+    rng = step_times(events).set_index(["rank", "step"])
+    rng = rng.assign(end=rng["ts_ns"] + rng["dur_ns"])
+    both = own.join(rng[["ts_ns", "end"]], how="left")
+    lo = np.fmin(both["lo"].to_numpy(float), both["ts_ns"].to_numpy(float))
+    hi = np.fmax(both["hi"].to_numpy(float), both["end"].to_numpy(float))
+    out = both.reset_index()[["rank", "step"]]
+    out["window_ms"] = (hi - lo) / 1e6
+    return out
+
+
+def breakdown(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per rank: PARTS as means over its profiled steps, and profiled_window_ms (the
+    mean step window those parts fit in). A rank whose events carry no step numbers (a
+    foreign trace without step ranges) gets its totals over the whole trace divided by its
+    profiled steps (1 when unknown), and its event span so divided as the window."""
+    cols = ["rank", *PARTS, "profiled_window_ms"]
+    if not len(events):
+        return pd.DataFrame(columns=cols)
+    ps = per_step(events)
+    win = step_windows(events)
+    stepped = ps.merge(win, on=["rank", "step"], how="inner")
+    means = stepped.groupby("rank")[[*PARTS, "window_ms"]].mean().reset_index()
+    means = means.rename(columns={"window_ms": "profiled_window_ms"})
+    rest = sorted(set(events["rank"].astype(int)) - set(means["rank"].astype(int)))
+    if rest:
+        ev = events[events["rank"].isin(rest)]
+        pr = per_rank(ev)
+        n_prof = steps[steps["phase"] == "profiled"].groupby("rank").size() if len(steps) \
+            else pd.Series(dtype=int)
+        n = pr["rank"].map(n_prof).fillna(1).clip(lower=1).to_numpy()
+        end = ev["ts_ns"] + ev["dur_ns"]
+        span = end.groupby(ev["rank"]).max() - ev["ts_ns"].groupby(ev["rank"]).min()
+        fill = pd.DataFrame({"rank": pr["rank"], **{p: pr[p] / n for p in PARTS},
+                             "profiled_window_ms": pr["rank"].map(span).to_numpy() / 1e6 / n})
+        means = pd.concat([means, fill], ignore_index=True) if len(means) else fill
+    return means[cols].sort_values("rank").reset_index(drop=True)
+
+
+def violations(summary: pd.DataFrame, tol_ms: float = 1e-6) -> list[str]:
+    """Where a summary's parts exceed their whole, as sentences (empty: every part fits).
+    Checked per rank: exposed_comm_ms <= comm_ms and compute_ms + exposed_comm_ms + idle_ms
+    <= profiled_window_ms."""
+    out = []
+    for _, r in summary.iterrows():
+        g = {k: float(r.get(k, np.nan)) for k in ("comm_ms", "exposed_comm_ms", "compute_ms",
+                                                   "idle_ms", "profiled_window_ms")}
+        if g["exposed_comm_ms"] > g["comm_ms"] + tol_ms:
+            out.append(f"rank {r['rank']}: exposed_comm_ms {g['exposed_comm_ms']:.6g} > "
+                       f"comm_ms {g['comm_ms']:.6g}")
+        parts = g["compute_ms"] + g["exposed_comm_ms"] + g["idle_ms"]
+        if parts > g["profiled_window_ms"] + tol_ms:
+            out.append(f"rank {r['rank']}: compute + exposed + idle {parts:.6g} ms > "
+                       f"profiled_window_ms {g['profiled_window_ms']:.6g}")
+    return out
+
+
+def rank_table(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """per_rank's columns with the step's parts (PARTS) replaced by their per-step means and
+    the window they fit in: what every summary shows (a run's, loaded traces')."""
+    pr = per_rank(events).drop(columns=list(PARTS))
+    return pr.merge(breakdown(events, steps), on="rank", how="left")

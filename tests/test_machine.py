@@ -1,0 +1,114 @@
+"""The machine's state is part of the run (engine/machine.py samples it, analysis/machine.py
+makes columns and flags), and what else the engine does beside the timed steps is
+switchable (engine/quiet.py)."""
+from __future__ import annotations
+
+import gc
+
+import pandas as pd
+import pytest
+
+from nbtools.analysis import flags as F
+from nbtools.analysis import machine as M
+from nbtools.engine import machine, quiet
+
+MS = 1_000_000
+
+
+def _steps(rank, first=0, n=10, dur_ms=100):
+    return pd.DataFrame({"rank": rank, "step": range(first, first + n), "phase": "measured",
+                         "ts_ns": [i * 100 * MS for i in range(n)], "dur_ns": dur_ms * MS})
+
+
+def _report(sm, reasons, procs=((11, 500.0),), pid=11, gpu=0, running=None):
+    n = len(sm)
+    return {"machine": dict(cores=16, pid=pid, gpu_index=gpu, sm_max_mhz=1980.0,
+                            power_limit_w=700.0, gpu_procs=[list(p) for p in procs],
+                            samples=dict(ts_ns=[i * 100 * MS + 50 * MS for i in range(n)],
+                                         procs_running=running or [4.0] * n, sm_mhz=sm,
+                                         temp_c=[60.0] * n, power_w=[650.0] * n,
+                                         reasons=reasons))}
+
+
+def test_a_throttled_rank_and_a_shared_gpu_are_named():
+    sm = [1980.0] * 3 + [1410.0] * 3 + [1980.0] * 3 + [1410.0]
+    reasons = [0] * 3 + [0x4] * 3 + [0] * 3 + [0x4]
+    reports = {0: _report([1980.0] * 10, [0] * 10, procs=((11, 500.0), (99, 2000.0)), gpu=3),
+               1: _report(sm, reasons)}
+    steps = pd.concat([_steps(0), _steps(1)])
+    cols = M.columns(reports, steps)
+    r1 = cols.set_index("rank").loc[1]
+    assert r1["sm_clock_min_mhz"] == 1410 and r1["throttle"] == "power cap"
+    assert r1["clock_low_steps"] == "3-5, 9"
+    summary = cols.assign(host="gpuhost")
+    got = M.flags(summary)
+    assert got == ["rank 1: SM clock 1410 of 1980 MHz during steps 3-5, 9: power cap",
+                   "another process used GPU 3: 1 process(es) besides rank 0's engine"]
+    assert [F.identify(f) for f in got] == ["clock-low", "gpu-shared"]
+    assert (cols["host_load"] == 0.25).all()        # 4 runnable tasks on 16 cores
+
+
+def test_a_clock_low_outside_the_timed_steps_and_a_quiet_host_say_nothing():
+    # the low sample lands after the last step ended: an idle GPU clocks down
+    rep = _report([1980.0] * 10 + [345.0], [0] * 10 + [0x1])
+    rep["machine"]["samples"]["ts_ns"][-1] = 5_000 * MS
+    cols = M.columns({0: rep}, _steps(0))
+    assert cols.loc[0, "clock_low_steps"] == "" and M.flags(cols.assign(host="h")) == []
+
+
+def test_a_busy_host_is_named_once_per_host():
+    reports = {r: _report([1980.0] * 4, [0] * 4, running=[40.0, 52.0, 48.0, 44.0])
+               for r in (0, 1)}
+    cols = M.columns(reports, pd.concat([_steps(0), _steps(1)])).assign(host="h1")
+    assert M.flags(cols) == ["host busy: load 2.9 per core on h1 while rank(s) 0, 1 timed steps"]
+
+
+def test_the_cpu_sampler_reads_the_host_and_needs_no_nvml():
+    s = machine.Sampler("cpu").start()
+    got = s.stop()
+    assert got["nvml"] == "" and "sm_max_mhz" not in got
+    assert set(got["samples"]) == {"ts_ns", "procs_running"}   # no NaN GPU columns to save
+    assert len(got["samples"]["ts_ns"]) >= 2
+    assert all(x >= 1 for x in got["samples"]["procs_running"])   # this process runs
+    assert machine.procs_running() >= 1
+
+
+def test_switches_are_checked_and_restored():
+    with pytest.raises(ValueError, match="unknown switch"):
+        quiet.configure(progress=False)
+    try:
+        assert quiet.configure(**quiet.BEFORE)["gc_freeze"] is False
+        with quiet.timed_steps():
+            assert gc.get_freeze_count() == 0 and quiet.poll_interval(0.25) == 0.25
+    finally:
+        quiet.configure(**quiet.DEFAULTS)
+    with quiet.timed_steps():
+        assert gc.get_freeze_count() > 0              # the engine's objects are not re-walked
+        assert quiet.poll_interval(0.25) == quiet.WATCH_TIMED_S
+    assert gc.get_freeze_count() == 0 and quiet.poll_interval(0.25) == 0.25
+    assert quiet.publish_step("warmup") and not quiet.publish_step("measured")
+
+
+def test_the_frame_counter_pauses_for_the_timed_steps_and_keeps_its_count():
+    torch = pytest.importorskip("torch")
+    from nbtools.engine.compile_recorder import CompileRecorder
+    f = torch.compile(lambda x: x * 2 + 1, backend="eager")
+    rec = CompileRecorder()
+    rec.install()
+    rec.start_run()
+    try:
+        x = torch.ones(4)
+        f(x)
+        f(x)
+        before = rec._hits.read()[0]
+        assert before >= 1
+        with quiet.timed_steps(rec, warmed=True):
+            for _ in range(5):
+                f(x)
+        assert rec._hits.read()[0] == before          # not counted while paused
+        f(x)
+        assert rec._hits.read()[0] == before + 1      # counting again, nothing lost
+    finally:
+        rec.finish_run(0)
+        rec.uninstall()
+        torch.compiler.reset()
