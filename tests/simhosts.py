@@ -122,10 +122,12 @@ class SimHosts:
                 ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", script],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
             lines += [f"Host {h}", f"  HostName {self.addr[h]}"]
-        lines += ["Host " + " ".join(self.names), "  User root",
+        # a name for an address on the private /24 where no host answers: a host that is down
+        lines += ["Host simhost-gone", f"  HostName {self.net}.250"]
+        lines += ["Host " + " ".join(self.names) + " simhost-gone", "  User root",
                   f"  IdentityFile {key}", "  IdentitiesOnly yes",
                   "  StrictHostKeyChecking no", "  UserKnownHostsFile /dev/null",
-                  "  BatchMode yes", "  LogLevel ERROR", "  ConnectTimeout 10"]
+                  "  BatchMode yes", "  LogLevel ERROR", "  ConnectTimeout 5"]
         (self.tmp / "ssh_config").write_text("\n".join(lines) + "\n")
         for h in self.names:
             self._wait_sshd(h)
@@ -165,6 +167,26 @@ class SimHosts:
                            .decode(errors="replace").strip())
             except OSError:
                 pass
+        return out
+
+    def listening(self, host: str) -> set:
+        """Addresses anything inside the host's namespace listens on (TCP, v4 and v6), from
+        the namespace's own /proc/<pid>/net tables."""
+        import ipaddress
+        out = set()
+        for name in ("tcp", "tcp6"):
+            try:
+                rows = Path(f"/proc/{self.sshd[host].pid}/net/{name}").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                local, state = row.split()[1], row.split()[3]
+                if state != "0A":           # LISTEN
+                    continue
+                raw = bytes.fromhex(local.split(":")[0])
+                # the kernel prints each 32-bit word in host (little-endian) order
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                out.add(str(ipaddress.ip_address(raw)))
         return out
 
     # -- removing -----------------------------------------------------------------------

@@ -23,10 +23,10 @@ from nbtools import Lab, StepConfig  # noqa: E402
 from nbtools.lab.errors import RunFailed  # noqa: E402
 from nbtools.lab.hosts import SSH  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(why_not() is not None, reason=str(why_not()))]
+pytestmark = pytest.mark.slow
 
 SMALL = dict(warmup=1, steps=2, profiled=1)
-ENGINE = "ipyparallel.engine"
+ENGINE = "-m ipyparallel.engine --"   # the engine, not its nanny
 
 
 def _engines(sim, host):
@@ -56,6 +56,8 @@ def _listening(pids) -> set:
 
 @pytest.fixture(scope="module")
 def sim():
+    if why_not() is not None:
+        pytest.skip(why_not())
     with SimHosts(2) as s:
         yield s
 
@@ -78,15 +80,18 @@ def test_four_ranks_on_two_hosts(lab, sim):
 
 
 def test_listening_only_on_the_ranks_network(lab, sim):
-    # controller (and its schedulers) and the lifeline: the client's bridge address alone
+    # controller (and its schedulers) and the lifeline: the client's bridge address (and
+    # loopback, for the controller's own internal sockets), never all interfaces
     ctrl = psutil.Process(lab.cluster.controller.pid)
-    assert _listening([ctrl.pid] + [c.pid for c in ctrl.children(recursive=True)]) \
-        == {sim.client_addr}
+    here = _listening([ctrl.pid] + [c.pid for c in ctrl.children(recursive=True)]
+                      + [os.getpid()])
+    assert sim.client_addr in here and here <= {sim.client_addr, "127.0.0.1"}, here
     assert lab.hosts.addr == sim.client_addr
-    # inside each host: the store (rank 0), gloo and sshd on the host's address, nothing
-    # on all interfaces
+    # inside each host: the store (rank 0), gloo and sshd on the host's address (the
+    # engines' nannies on loopback), nothing on all interfaces
     for h in sim.names:
-        assert _listening(sim.pids(h) + [sim.sshd[h].pid]) == {sim.addr[h]}, h
+        there = sim.listening(h)
+        assert sim.addr[h] in there and there <= {sim.addr[h], "127.0.0.1"}, (h, there)
     # the connection files keep their HMAC key and point the engines at that address
     engine_file = next(Path(lab.cluster.profile_dir, "security").glob("*engine.json"))
     info = json.loads(engine_file.read_text())
@@ -95,14 +100,17 @@ def test_listening_only_on_the_ranks_network(lab, sim):
 
 
 def test_ddp_and_fsdp2_across_hosts(lab, sim):
+    a, b = sim.names
     for scenario in ("ddp-train", "fsdp2-train"):
         run = lab.run(StepConfig(scenario=scenario, **SMALL))
         assert run.ok, run.reports
         assert sorted(run.env["hosts"]) == sorted(sim.names)
-        by_rank = {r.rank: r for r in run.rank_results} if hasattr(run, "rank_results") else {}
-        assert by_rank == {} or len(by_rank) == 4
-        ev = run.events
-        assert set(ev["rank"].unique()) == {0, 1, 2, 3}, scenario
+        assert {r: run.ranks[r]["host"] for r in range(4)} == {0: a, 1: a, 2: b, 3: b}
+        assert set(run.events["rank"].unique()) == {0, 1, 2, 3}, scenario
+    # the timeline's lanes say which host each rank ran on
+    from nbtools.ui.timeline import Timeline
+    rows = Timeline(run)._rows
+    assert f"r0@{a} compile" in rows and f"r3@{b} compile" in rows
 
 
 def test_rank_killed_on_host_b_heals(lab, sim):
@@ -159,3 +167,21 @@ def test_killed_client_leaves_nothing_on_either_host(sim, tmp_path):
     finally:
         if client.poll() is None:
             client.kill()
+
+
+def test_unreachable_host_is_a_clear_error_and_leaves_nothing(sim):
+    a = sim.names[0]
+    with pytest.raises(RuntimeError, match="simhost-gone") as e:
+        Lab(engines=SSH({a: 1, "simhost-gone": 1}, ssh_args=sim.ssh_args), history=None,
+            start_timeout=60)
+    assert "ssh" in str(e.value)
+    assert _until(lambda: sim.pids(a) == [], 10), sim.cmdlines(a)
+
+
+def test_external_cluster_short_of_engines_is_a_clear_error():
+    import ipyparallel as ipp
+    with ipp.Cluster(n=1, log_level=40) as client:
+        with pytest.raises(RuntimeError, match="the cluster has 1 of 2 engines after "
+                           "start_timeout=5 s"):
+            Lab(cluster=client, n=2, history=None, start_timeout=5)
+        assert len(client.ids) == 1          # the user's engine is left alone
