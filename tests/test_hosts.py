@@ -139,6 +139,27 @@ def test_rank_killed_on_host_b_heals(lab, sim):
     assert len(lab.history) == before + 2
 
 
+def _hang_on_rank2(ctx):
+    import time
+    if ctx.rank == 2:
+        time.sleep(3600)
+
+
+def test_rank_stuck_on_host_b_is_replaced_there(lab, sim):
+    from nbtools.lab.errors import RunTimeout
+    b = sim.names[1]
+    stuck = next(p for p in lab.placements if p.rank == 2)
+    with pytest.raises(RunTimeout, match=r"rank\(s\) \[2\]"):
+        lab.run(_hang_on_rank2, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0),
+                timeout=10)
+    run = lab.run(StepConfig(scenario="ddp-train", **SMALL))
+    assert run.ok
+    now = next(p for p in lab.placements if p.rank == 2)
+    assert now.host == b and now.pid != stuck.pid
+    assert stuck.pid not in sim.pids(b)          # killed over ssh, not left sleeping
+    assert len(_engines(sim, b)) == 2
+
+
 def test_close_leaves_nothing_on_either_host(lab, sim):
     profile = Path(lab.workdir)
     lab.close()

@@ -334,8 +334,11 @@ def summary(placements) -> str:
 
 def wait_external(lab) -> list:
     """An existing cluster: wait for its engines (``n`` given to the Lab, else the
-    cluster's own ``n``), or say after start_timeout how many came from where."""
-    want = lab._n_requested or getattr(lab.cluster, "n", None) or len(lab.client.ids) or 1
+    cluster's own ``n``, else as many as its engine sets started: an SSH set's count is its
+    ``engines`` dict), or say after start_timeout how many of how many came."""
+    started = sum(getattr(es, "n", 0) or 0 for es in getattr(lab.cluster, "engines", {}).values())
+    want = (lab._n_requested or getattr(lab.cluster, "n", None) or started
+            or len(lab.client.ids) or 1)
     try:
         lab.client.wait_for_engines(want, timeout=lab.start_timeout, interactive=False)
     except TimeoutError:
