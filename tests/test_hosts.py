@@ -206,3 +206,44 @@ def test_external_cluster_short_of_engines_is_a_clear_error():
                            "start_timeout=5 s"):
             Lab(cluster=client, n=2, history=None, start_timeout=5)
         assert len(client.ids) == 1          # the user's engine is left alone
+
+
+def _kill_rank1(ctx):
+    import os
+    import signal
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_external_ssh_cluster_is_waited_for_and_a_dead_engine_named(sim, tmp_path, capsys):
+    """The issue's own steps: ipyparallel's SSH cluster started by the user, then
+    Lab(cluster=c): all its engines, not the first to register; a dead one named."""
+    import ipyparallel as ipp
+    a, b = sim.names
+    c = ipp.Cluster(engines="ssh", controller_ip=sim.client_addr, log_level=40,
+                    profile_dir=str(tmp_path / "ipython"))
+    try:
+        c.start_controller_sync()
+        c.start_engines_sync(n=2, engines={a: 1, b: 1}, ssh_args=sim.ssh_args,
+                             scp_args=sim.ssh_args, remote_python=sys.executable)
+        lab = Lab(cluster=c, history=tmp_path / "history", start_timeout=120)
+        assert "2 ranks on 2 hosts" in capsys.readouterr().err
+        assert {p.host for p in lab.placements} == {a, b}
+        with pytest.raises(RunFailed):
+            lab.run(_kill_rank1, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0))
+        with pytest.raises(RuntimeError, match=rf"rank 1 \(engine \d+ on {b}\) died or stopped "
+                           "answering; this lab did not start its cluster"):
+            lab.run(StepConfig(scenario="ddp-train", **SMALL))
+        assert len(lab.history) == 1
+        lab.close()
+    finally:
+        try:
+            c.stop_cluster_sync()
+        except Exception:
+            pass            # ipyparallel's SSH stop of the dead engine (its behaviour)
+        for h in sim.names:
+            for pid in sim.pids(h):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
