@@ -36,6 +36,8 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
                                          "last_value", "unused", "warnings",
                                          "step_items", "machine")}
              for r, rep in reports.items()}
+    for p in lab.placements:    # where each rank ran: the timeline's per-host lanes
+        ranks.setdefault(p.rank, {})["host"] = p.host
     rows = pd.DataFrame([row for r in sorted(ok) for row in ok[r].get("reports") or []])
     run = Run(config=cfg, steps=steps, events=events, compile_events=comp, env=env,
               status="ok" if not errors else "failed", errors=errors, ranks=ranks,

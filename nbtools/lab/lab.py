@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from nbtools.engine import process_group, runner as engine
-from nbtools.lab import gather, placement
+from nbtools.lab import gather, hosts, placement
 from nbtools.lab.assemble import assemble, first_error
 from nbtools.lab import reaper
 from nbtools.lab import recovery
@@ -66,6 +66,7 @@ class Lab:
         self._guard = reaper.Guard()        # nothing the lab starts outlives this process
         self._guard.folder(self.workdir)
         self.spares, self.pool = spares, None
+        self.hosts = None                   # engines on other hosts (lab/hosts.py)
         self._replace: set = set()          # ranks whose engines are swapped before the next run
         self._n_requested = n
         self.cluster = self.client = None
@@ -87,10 +88,12 @@ class Lab:
                 self.client = self._external if isinstance(self._external, ipp.Client) \
                     else self._external.connect_client_sync()
                 self.cluster = None if isinstance(self._external, ipp.Client) else self._external
-                ids = sorted(self.client.ids)
+                ids = hosts.wait_external(self)
             else:
                 ids = self._launch(ipp)
             self._join(ids)
+            if len({p.host for p in self.placements}) > 1 or self._external is not None:
+                print(hosts.summary(self.placements), file=sys.stderr)
             if self.pool is not None:
                 self.pool.fill_spares(max(p.local_world for p in self.placements))
         except BaseException:
@@ -102,6 +105,10 @@ class Lab:
     def _launch(self, ipp) -> list:
         """Controller and engines on this lab's own profile folder (inside workdir, so the
         connection files and logs go with the lab); every process is told to the guard."""
+        if hosts.wanted(self.engines):
+            spec = self.engines if isinstance(self.engines, hosts.SSH) else hosts.SSH(self.engines)
+            self.hosts = hosts.Hosts(self, spec)
+            return self.hosts.launch(ipp)
         n, gpus = self._count()
         from nbtools.lab.launchers import EngineSetLauncher
         local = self.engines == "local"
@@ -196,7 +203,7 @@ class Lab:
     def needs_restart(self) -> bool:
         """True when the next run will restart every engine: a rank failed beyond repair
         on engines this lab did not start (its own engines are swapped for spares)."""
-        return bool(self._replace) and self.pool is None
+        return bool(self._replace) and self.pool is None and self.hosts is None
 
     def close(self) -> None:
         self.closed = True
@@ -223,6 +230,8 @@ class Lab:
                 pass
         elif self.client is not None and ext and not graceful:
             self.client.shutdown(hub=False, block=False)  # external engines: ask them to go
+        if self.hosts is not None:
+            self.hosts.stop()
         if not ext:
             reaper.kill(self._guard.pids)
             self._guard.pids.clear()

@@ -1,4 +1,5 @@
-"""ipyparallel's local engine launcher, keeping the engine's exit status.
+"""ipyparallel's engine launchers as the lab needs them: the local one keeping the engine's
+exit status, the SSH one stopping cleanly when an engine is already gone.
 
 ipyparallel reaps a local engine with psutil in a waiter thread and hands the exit code
 only to its event loop (which a synchronous client may not be running), and its Popen then
@@ -7,8 +8,12 @@ died ("killed by SIGKILL"), so the waiter's process handle records it.
 """
 from __future__ import annotations
 
+import threading
+
 import psutil
+from ipyparallel.cluster import launcher as _ipp_launcher
 from ipyparallel.cluster.launcher import LocalEngineLauncher, LocalEngineSetLauncher
+from ipyparallel.cluster.shellcmd import ShellCommandSend
 
 
 class _Recording(psutil.Process):
@@ -29,3 +34,73 @@ class EngineLauncher(LocalEngineLauncher):
 
 class EngineSetLauncher(LocalEngineSetLauncher):
     launcher_class = EngineLauncher
+
+
+# (ssh command, args, location, python) -> a ShellCommandSend that already knows the host's
+# shell; (location, profile folder) already created
+_SENDERS: dict = {}
+_PROFILES: set = set()
+_LOCK = threading.Lock()
+
+
+class SSHEngineLauncher(_ipp_launcher.SSHEngineLauncher):
+    """ipyparallel's SSH engine launcher, with the host's checks done once per host.
+
+    ipyparallel asks each new engine's host for its shell, its python and a profile folder
+    (three ssh logins, ~1 s each on a loaded machine, one remote IPython import) before
+    the one login that starts it. Per host these answers do not change, so a lab of 8
+    engines per host (or a heal) pays them once. The connection info reaches the engine
+    in its environment ($IPP_CONNECTION_INFO, sent over ssh's stdin, never argv), so no
+    connection file needs copying."""
+
+    @property
+    def ssh_sender(self):
+        key = (tuple(self.ssh_cmd), tuple(self.ssh_args), self.location, self.remote_python)
+        with _LOCK:
+            if key not in _SENDERS:
+                _SENDERS[key] = ShellCommandSend(self.ssh_cmd, self.ssh_args + [self.location],
+                                                 self.remote_python, log=self.log)
+            return _SENDERS[key]
+
+    def start(self, hostname=None, user=None, port=None):
+        if hostname is not None:
+            self.hostname = hostname
+        if user is not None:
+            self.user = user
+        if port is not None and "-p" not in self.ssh_args:
+            self.ssh_args += ["-p", str(port)]
+        sender = self.ssh_sender
+        with _LOCK:
+            if not sender.shell_info:
+                sender.get_shell_info()
+                sender.has_python()
+            if (self.location, self.remote_profile_dir) not in _PROFILES:
+                sender.check_output_python_module(
+                    ["IPython", "profile", "create", "--profile-dir", self.remote_profile_dir])
+                _PROFILES.add((self.location, self.remote_profile_dir))
+        self.send_files()
+        self.pid = sender.cmd_start(self.program + self.program_args, env=self.get_env(),
+                                    output_file=self.remote_output_file)
+        self.notify_start({"host": self.location, "pid": self.pid})
+        self._start_waiting()
+        self.fetch_files()
+
+    def signal(self, sig):
+        """ipyparallel signals the recorded remote pid over ssh and raises there when the
+        process is already gone (ProcessLookupError in its remote helper): gone is what a
+        stop wanted."""
+        try:
+            super().signal(sig)
+        except Exception:
+            pass
+
+
+class SSHEngineSetLauncher(_ipp_launcher.SSHEngineSetLauncher):
+    launcher_class = SSHEngineLauncher
+
+
+def forget_profiles(prefix: str) -> None:
+    """The lab's per-host folders go with its engines: a restarted lab creates them again."""
+    with _LOCK:
+        for key in [k for k in _PROFILES if k[1].startswith(prefix)]:
+            _PROFILES.discard(key)

@@ -24,8 +24,8 @@ INTERRUPT_GRACE_S = 2.0
 
 def dead_ranks(lab, ars: dict, known: dict, finished_too: bool = False) -> dict:
     """rank -> 'killed by SIGKILL' / 'exit code 3' for ranks whose engine process is gone
-    (only engines this lab launched: their exit status is ours to read)."""
-    if lab.pool is None:
+    (only engines this lab launched: their exit status, or their lifeline, is ours to read)."""
+    if lab.pool is None and lab.hosts is None:
         return {}
     out = {}
     for r, ar in ars.items():
@@ -37,8 +37,7 @@ def dead_ranks(lab, ars: dict, known: dict, finished_too: bool = False) -> dict:
                 continue        # it answered: whatever happened after is not this run's
             except Exception:
                 pass
-        slot = lab.pool.by_engine(lab.rank_to_engine[r])
-        status = slot.exit_status() if slot is not None else None
+        status = _status(lab, lab.rank_to_engine[r])
         if status is not None:
             out[r] = status
     return out
@@ -49,10 +48,34 @@ def gone(lab) -> set:
     listed = set(lab.client.ids)
     out = set()
     for r, e in lab.rank_to_engine.items():
-        slot = lab.pool.by_engine(e) if lab.pool is not None else None
-        if e not in listed or (slot is not None and slot.exit_status() is not None):
+        if e not in listed or _status(lab, e) is not None:
             out.add(r)
     return out
+
+
+def _status(lab, eid):
+    """How this engine ended ('killed by SIGKILL', 'its process (pid 7 on node2) ended'),
+    or None while it runs or when the lab cannot tell (engines it did not start)."""
+    if lab.pool is not None:
+        slot = lab.pool.by_engine(eid)
+        return slot.exit_status() if slot is not None else None
+    if lab.hosts is not None:
+        return lab.hosts.dead(eid)
+    return None
+
+
+def _external_dead(lab) -> None:
+    """Engines of a cluster this lab did not start cannot be restarted by it: say which
+    host and engine went and how to bring them back, before anything else is stopped."""
+    # the controller may still list a dead engine for a few heartbeats: the run already
+    # said which ranks died (EngineError) or stopped answering
+    where = {p.rank: p.host for p in lab.placements}
+    names = ", ".join(f"rank {r} (engine {lab.rank_to_engine[r]} on {where.get(r, '?')})"
+                      for r in sorted(lab._replace))
+    raise RuntimeError(f"{names} died or stopped answering; this lab did not start its "
+                       "cluster, so it cannot restart them: stop them and start as many "
+                       "engines there again (for example cluster.start_engines_sync(n=...)), "
+                       "then lab.restart(); the history is kept.")
 
 
 def before_run(lab) -> None:
@@ -60,6 +83,12 @@ def before_run(lab) -> None:
     if lab.client is None:
         raise RuntimeError("the lab is closed; start a new Lab() (history is on disk)")
     lab._replace |= gone(lab)     # an engine can also die between runs
+    if lab.hosts is not None and lab._replace:
+        lab.hosts.heal(lab._replace)     # raises one sentence when a host cannot
+        lab._pg_broken, lab._replace = False, set()
+        return
+    if lab.needs_restart and lab._external is not None:
+        _external_dead(lab)
     if lab.needs_restart:
         print("restarting the engines after the last run's fault", file=sys.stderr)
         lab.restart()

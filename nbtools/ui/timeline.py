@@ -158,13 +158,16 @@ class Timeline:
         depth = (events.groupby(["rank", "lane"], observed=True)["depth"].max().to_dict()
                  if len(events) else {})
         rows, lane_y = [], {}          # a lane's first row; its nested ranges go below it
+        on = {r: (run.ranks.get(r) or run.ranks.get(str(r)) or {}).get("host") for r in ranks}
+        several = len(set(on.values()) - {None}) > 1      # ranks on several hosts: say which
         for r in ranks:
+            who = f"r{r}@{on[r]}" if several and on[r] else f"r{r}"
             lane_y[(r, "compile")] = len(rows)
-            rows.append(f"r{r} compile")
+            rows.append(f"{who} compile")
             lanes = events.loc[events["rank"] == r, "lane"].unique().tolist()
             for lane in sorted(map(str, lanes), key=lane_sort_key):
                 lane_y[(r, lane)] = len(rows)
-                rows += [f"r{r} {lane}"] * (int(depth.get((r, lane), 0)) + 1)
+                rows += [f"{who} {lane}"] * (int(depth.get((r, lane), 0)) + 1)
         self._rows, self._lane_y, self._prepared = rows, lane_y, events
         self._step_ts = step_starts(run.steps)
 

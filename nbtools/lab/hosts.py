@@ -1,0 +1,349 @@
+"""A lab over several hosts: engines started through ipyparallel's SSH launcher, one engine
+set per (host, local rank) so a dead rank is restarted alone on its own host, a
+controller listening only on the ranks' network, and a lifeline connection per engine
+that ends every remote engine when the lab closes or its client dies.
+
+``Lab(engines=SSH({"node1": 4, "node2": 4}))`` (or just the dict) starts it; an existing
+cluster (``Lab(cluster=c)``) is only waited for and described (``wait_external``).
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Optional
+
+STARTUP = ("import nbtools.engine.lifeline as _nbf; _nbf.start(); "
+           "import nbtools.engine.liveness as _nbl; _nbl.start()")
+
+
+@dataclass
+class SSH:
+    """Engines per host over ssh. ``ssh_args`` go to every ssh and scp call (``-F config``,
+    ``-i key``, ``-p port``); ``python`` is the interpreter on the hosts (same path
+    everywhere, with nbtools installed): by default this client's."""
+    hosts: dict
+    ssh_args: list = field(default_factory=list)
+    python: str = sys.executable
+
+    def __post_init__(self):
+        if not self.hosts or not all(isinstance(n, int) and n > 0 for n in self.hosts.values()):
+            raise ValueError(f"SSH hosts must map host names to engine counts (> 0), got "
+                             f"{self.hosts!r}; e.g. SSH({{'node1': 4, 'node2': 4}})")
+
+
+def wanted(engines) -> bool:
+    return isinstance(engines, (SSH, dict))
+
+
+class Lifeline:
+    """Client side: one listening socket on the ranks' network; each remote engine holds a
+    connection (token pid hostname). A closed connection is a dead engine."""
+
+    def __init__(self, addr: str):
+        self.sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
+        self.sock.bind((addr, 0))
+        self.sock.listen(256)
+        self.port = self.sock.getsockname()[1]
+        self.engines: dict = {}       # token -> dict(pid, host, conn, alive)
+        self.lock = threading.Lock()
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.sock, selectors.EVENT_READ)
+        self.closed = False
+        threading.Thread(target=self._loop, name="nbtools-lifeline", daemon=True).start()
+
+    def _loop(self) -> None:
+        buffers: dict = {}
+        while not self.closed:
+            try:
+                events = self.sel.select(0.5)
+            except (OSError, ValueError):
+                return
+            for key, _ in events:
+                if key.fileobj is self.sock:
+                    try:
+                        conn, _ = self.sock.accept()
+                    except OSError:
+                        continue
+                    _keepalive(conn)
+                    buffers[conn] = b""
+                    self.sel.register(conn, selectors.EVENT_READ)
+                    continue
+                conn = key.fileobj
+                try:
+                    data = conn.recv(256)
+                except OSError:
+                    data = b""
+                if data:
+                    buffers[conn] += data
+                    if b"\n" in buffers[conn]:
+                        token, pid, host = buffers[conn].split(b"\n")[0].decode().split()
+                        with self.lock:
+                            self.engines[token] = dict(pid=int(pid), host=host, conn=conn,
+                                                       alive=True)
+                    continue
+                self.sel.unregister(conn)
+                conn.close()
+                with self.lock:
+                    for e in self.engines.values():
+                        if e["conn"] is conn:
+                            e["alive"] = False
+
+    def get(self, token: str) -> Optional[dict]:
+        with self.lock:
+            return self.engines.get(token)
+
+    def close(self) -> None:
+        """Every engine holding a connection ends itself on the end-of-file."""
+        self.closed = True
+        with self.lock:
+            for e in self.engines.values():
+                try:
+                    e["conn"].close()
+                except OSError:
+                    pass
+        self.sock.close()
+
+
+def _keepalive(conn) -> None:
+    """A host that loses power sends no end-of-file: TCP keepalive probes find it gone
+    (about 11 s: 5 s idle, 3 probes 2 s apart) where the platform allows setting them."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for opt, value in (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, opt):
+            conn.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+
+
+@dataclass
+class Remote:
+    host: str
+    local_rank: int
+    token: str
+    set_id: str
+    launcher: object
+    engine_id: Optional[int] = None
+
+
+def route_address(spec: SSH, host: str, timeout: float) -> str:
+    """This client's address as ``host`` sees it (sshd's SSH_CONNECTION): the interface
+    on the ranks' network, which the controller and the lifeline listen on, alone."""
+    try:
+        out = subprocess.run(["ssh", *spec.ssh_args, host, "echo $SSH_CONNECTION"],
+                             capture_output=True, text=True, timeout=timeout,
+                             stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"ssh {host} did not answer within {timeout:.0f} s; check that "
+                           f"`ssh {' '.join(spec.ssh_args)} {host}` logs in without a "
+                           "password") from None
+    parts = out.stdout.split()
+    if out.returncode != 0 or len(parts) < 4:
+        raise RuntimeError(f"ssh {host} failed ({out.stderr.strip()[-300:] or 'no output'}); "
+                           f"check that `ssh {' '.join(spec.ssh_args)} {host}` logs in "
+                           "without a password")
+    return parts[0]
+
+
+class Hosts:
+    def __init__(self, lab, spec: SSH):
+        self.lab, self.spec = lab, spec
+        self.remotes: list = []
+        self.retired: set = set()
+        self.lifeline: Optional[Lifeline] = None
+        self.addr = ""
+
+    # -- starting -------------------------------------------------------------------------
+    def launch(self, ipp) -> list:
+        lab = self.lab
+        first = next(iter(self.spec.hosts))
+        self.addr = route_address(self.spec, first, lab.start_timeout)
+        from nbtools.lab.launchers import SSHEngineSetLauncher
+        lab.cluster = ipp.Cluster(n=0, engines=SSHEngineSetLauncher, log_level=40,
+                                  controller_ip=self.addr,
+                                  cluster_id=f"nbtools-{uuid.uuid4().hex[:6]}",
+                                  profile_dir=str(lab.workdir / "ipython"))
+        lab.cluster.start_controller_sync(
+            controller_cmd=[sys.executable, "-m", "nbtools.engine.liveness"],
+            environment={"NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_WARM": "0"})
+        lab._guard.watch(lab.cluster.controller.pid)
+        self.lifeline = Lifeline(self.addr)
+        for host, n in self.spec.hosts.items():
+            for lr in range(n):
+                self.start_one(host, lr)
+        lab.client = lab.cluster.connect_client_sync()
+        return self.await_engines(self.remotes)
+
+    def start_one(self, host: str, local_rank: int) -> Remote:
+        token = uuid.uuid4().hex
+        folder = f"{self.lab.workdir}/on-{host}"
+        env = {"NBTOOLS_LOCAL_RANK": str(local_rank), "PYTHONUNBUFFERED": "1",
+               "NBTOOLS_LIFELINE": f"{self.addr}:{self.lifeline.port}:{token}",
+               "NBTOOLS_REMOTE_DIR": folder}
+        try:
+            set_id = self.lab.cluster.start_engines_sync(
+                n=1, engines={host: {"n": 1, "to_send": []}}, environment=env,
+                engine_args=[f"--IPEngine.startup_command={STARTUP}"],
+                ssh_args=list(self.spec.ssh_args), scp_args=list(self.spec.ssh_args),
+                remote_python=self.spec.python, remote_profile_dir=f"{folder}/ipython")
+        except Exception as e:
+            raise RuntimeError(f"starting an engine on {host} over ssh failed: "
+                               f"{str(e).strip()[-300:]}") from None
+        launcher = self.lab.cluster.engines[set_id].launchers[f"{host}/0"]
+        remote = Remote(host, local_rank, token, set_id, launcher)
+        self.remotes.append(remote)
+        return remote
+
+    def await_engines(self, remotes: list) -> list:
+        """Engine ids of these remotes once all registered, or a clear error naming the
+        hosts whose engines did not (the caller stops everything it started)."""
+        import time
+        deadline = time.monotonic() + self.lab.start_timeout
+        while time.monotonic() < deadline:
+            self.identify()
+            missing = [r for r in remotes if r.engine_id is None]
+            dead = [r for r in missing if self.status(r) is not None]
+            if dead:
+                r = dead[0]
+                raise RuntimeError(f"the engine for local rank {r.local_rank} on {r.host} "
+                                   f"ended before registering: {self._output(r)}")
+            if not missing:
+                return [r.engine_id for r in remotes]
+            time.sleep(0.2)
+        hosts = sorted({r.host for r in remotes if r.engine_id is None})
+        raise RuntimeError(f"{sum(r.engine_id is None for r in remotes)} engine(s) on "
+                           f"{', '.join(hosts)} did not register within start_timeout="
+                           f"{self.lab.start_timeout:.0f} s (can they reach the controller "
+                           f"at {self.addr}?)")
+
+    def identify(self) -> None:
+        from nbtools.lab import placement
+        client = self.lab.client
+        known = {r.engine_id for r in self.remotes} | self.retired
+        new = [e for e in client.ids if e not in known]
+        if not new:
+            return
+        want = {}
+        for r in self.remotes:
+            line = self.lifeline.get(r.token)
+            if r.engine_id is None and line is not None:
+                want[(line["host"], line["pid"])] = r
+        ars = {e: client[e].apply_async(placement.identity) for e in new}
+        for e, ar in ars.items():
+            try:
+                ident = ar.get(timeout=10)
+            except Exception:
+                continue
+            r = want.get((ident["host"], ident["pid"]))
+            if r is not None:
+                r.engine_id = e
+
+    def _output(self, r: Remote) -> str:
+        try:
+            out = r.launcher.get_output() or ""
+        except Exception:
+            out = ""
+        return out.strip()[-400:] or "no output"
+
+    # -- faults -----------------------------------------------------------------------------
+    def by_engine(self, eid) -> Optional[Remote]:
+        return next((r for r in self.remotes if r.engine_id == eid), None)
+
+    def status(self, r: Remote) -> Optional[str]:
+        """None while its engine holds its lifeline; else why it is taken for dead."""
+        line = self.lifeline.get(r.token) if self.lifeline is not None else None
+        if line is None or line["alive"]:
+            return None
+        return f"its process (pid {line['pid']} on {line['host']}) ended"
+
+    def dead(self, eid) -> Optional[str]:
+        r = self.by_engine(eid)
+        return self.status(r) if r is not None else None
+
+    def heal(self, ranks: set) -> None:
+        """Restart these ranks' engines, each on its own host through the SSH launcher,
+        and rejoin every rank; or one sentence saying which host failed and what to do."""
+        lab = self.lab
+        ids = dict(lab.rank_to_engine)
+        fresh = {}
+        for rank in sorted(ranks):
+            old = self.by_engine(ids[rank])
+            if old is None:
+                raise RuntimeError(f"rank {rank} (engine {ids[rank]}) is not one of this "
+                                   "lab's engines; lab.restart() starts fresh ones")
+            why = self.status(old) or "it was stuck"
+            self.retire(old)
+            try:
+                fresh[rank] = self.start_one(old.host, old.local_rank)
+                new = self.await_engines([fresh[rank]])[0]
+            except RuntimeError as e:
+                raise RuntimeError(
+                    f"rank {rank}'s engine on {old.host} (local rank {old.local_rank}) died "
+                    f"({why}) and could not be restarted there ({e}); check the host "
+                    f"(`ssh {old.host}`), then lab.restart() for fresh engines on every host, "
+                    "or start a new Lab without that host. The history is kept.") from None
+            print(f"rank {rank} on {old.host}: {why}; restarted its engine there",
+                  file=sys.stderr)
+            ids[rank] = new
+        lab._join([ids[r] for r in sorted(ids)])
+
+    def retire(self, r: Remote) -> None:
+        """Its engine is killed (if still running) and forgotten by ipyparallel without a
+        stop call: ipyparallel's SSH stop signals the recorded remote pid and raises
+        ProcessLookupError there when that process is already gone."""
+        if self.status(r) is None:
+            try:
+                r.launcher.ssh_sender.cmd_kill(r.launcher.pid, 9)
+            except Exception:
+                pass
+        line = self.lifeline.get(r.token)
+        if line is not None:
+            try:
+                line["conn"].close()       # and it ends itself on the end-of-file
+            except OSError:
+                pass
+        self.lab.cluster.engines.pop(r.set_id, None)
+        self.remotes.remove(r)
+        if r.engine_id is not None:
+            self.retired.add(r.engine_id)
+
+    def stop(self) -> None:
+        if self.lifeline is not None:
+            self.lifeline.close()
+        if self.lab.cluster is not None:
+            self.lab.cluster.engines.clear()     # gone by themselves: see retire()
+        from nbtools.lab.launchers import forget_profiles
+        forget_profiles(str(self.lab.workdir))
+
+
+def summary(placements) -> str:
+    """'4 ranks on 2 hosts: node1 (ranks 0-1), node2 (ranks 2-3)'."""
+    by_host: dict = {}
+    for p in sorted(placements, key=lambda p: p.rank):
+        by_host.setdefault(p.host, []).append(p.rank)
+    parts = [f"{h} (rank {r[0]})" if len(r) == 1 else f"{h} (ranks {r[0]}-{r[-1]})"
+             if r == list(range(r[0], r[-1] + 1)) else f"{h} (ranks {r})"
+             for h, r in by_host.items()]
+    n = len(by_host)
+    return (f"{len(placements)} ranks on {n} host{'s' if n != 1 else ''}: "
+            + ", ".join(parts))
+
+
+def wait_external(lab) -> list:
+    """An existing cluster: wait for its engines (``n`` given to the Lab, else the
+    cluster's own ``n``, else as many as its engine sets started: an SSH set's count is its
+    ``engines`` dict), or say after start_timeout how many of how many came."""
+    started = sum(getattr(es, "n", 0) or 0 for es in getattr(lab.cluster, "engines", {}).values())
+    want = (lab._n_requested or getattr(lab.cluster, "n", None) or started
+            or len(lab.client.ids) or 1)
+    try:
+        lab.client.wait_for_engines(want, timeout=lab.start_timeout, interactive=False)
+    except TimeoutError:
+        have = len(lab.client.ids)
+        raise RuntimeError(f"the cluster has {have} of {want} engines after start_timeout="
+                           f"{lab.start_timeout:.0f} s; start the rest (or give Lab(n=...) "
+                           "the count you have)") from None
+    return sorted(lab.client.ids)

@@ -1,0 +1,249 @@
+"""A lab over two simulated hosts (network + UTS + mount namespaces on a private bridge,
+sshd in each) through ipyparallel's SSH launcher: 4 gloo ranks, DDP and FSDP2 steps,
+per-host ranks in the run, a rank killed on host b healed, nothing left on either host.
+
+Needs root, `ip` and sshd (tests/simhosts.py says which is missing); CI runs as root.
+Only addresses on the private /24 the test made are contacted.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from simhosts import SimHosts, why_not  # noqa: E402
+
+from nbtools import Lab, StepConfig  # noqa: E402
+from nbtools.lab.errors import RunFailed  # noqa: E402
+from nbtools.lab.hosts import SSH  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SMALL = dict(warmup=1, steps=2, profiled=1)
+ENGINE = "-m ipyparallel.engine --"   # the engine, not its nanny
+
+
+def _engines(sim, host):
+    return [c for c in sim.cmdlines(host) if ENGINE in c]
+
+
+def _until(cond, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.2)
+    return cond()
+
+
+def _listening(pids) -> set:
+    out = set()
+    for pid in pids:
+        try:
+            for c in psutil.Process(pid).net_connections(kind="inet"):
+                if c.status == psutil.CONN_LISTEN:
+                    out.add(c.laddr.ip)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.fixture(scope="module")
+def sim():
+    if why_not() is not None:
+        pytest.skip(why_not())
+    with SimHosts(2) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def lab(sim, tmp_path_factory):
+    lab = Lab(engines=SSH({h: 2 for h in sim.names}, ssh_args=sim.ssh_args),
+              history=tmp_path_factory.mktemp("history"), timeout=180, pg_timeout=60,
+              start_timeout=120)
+    yield lab
+    lab.close()
+
+
+def test_four_ranks_on_two_hosts(lab, sim):
+    a, b = sim.names
+    assert lab.world_size == 4 and lab.device_type == "cpu"
+    hosts = {p.rank: (p.host, p.local_rank) for p in lab.placements}
+    assert hosts == {0: (a, 0), 1: (a, 1), 2: (b, 0), 3: (b, 1)}
+    assert len(_engines(sim, a)) == 2 and len(_engines(sim, b)) == 2
+
+
+def test_listening_only_on_the_ranks_network(lab, sim):
+    # controller (and its schedulers) and the lifeline: the client's bridge address (and
+    # loopback, for the controller's own internal sockets), never all interfaces
+    ctrl = psutil.Process(lab.cluster.controller.pid)
+    here = _listening([ctrl.pid] + [c.pid for c in ctrl.children(recursive=True)]
+                      + [os.getpid()])
+    assert sim.client_addr in here and here <= {sim.client_addr, "127.0.0.1"}, here
+    assert lab.hosts.addr == sim.client_addr
+    # inside each host: the store (rank 0), gloo and sshd on the host's address (the
+    # engines' nannies on loopback), nothing on all interfaces
+    for h in sim.names:
+        there = sim.listening(h)
+        assert sim.addr[h] in there and there <= {sim.addr[h], "127.0.0.1"}, (h, there)
+    # the connection files keep their HMAC key and point the engines at that address
+    engine_file = next(Path(lab.cluster.profile_dir, "security").glob("*engine.json"))
+    info = json.loads(engine_file.read_text())
+    assert len(info["key"]) >= 32 and info["signature_scheme"].startswith("hmac-")
+    assert sim.client_addr in info["interface"]
+
+
+def test_ddp_and_fsdp2_across_hosts(lab, sim):
+    a, b = sim.names
+    for scenario in ("ddp-train", "fsdp2-train"):
+        run = lab.run(StepConfig(scenario=scenario, **SMALL))
+        assert run.ok, run.reports
+        assert sorted(run.env["hosts"]) == sorted(sim.names)
+        assert {r: run.ranks[r]["host"] for r in range(4)} == {0: a, 1: a, 2: b, 3: b}
+        assert set(run.events["rank"].unique()) == {0, 1, 2, 3}, scenario
+    # the timeline's lanes say which host each rank ran on
+    from nbtools.ui.timeline import Timeline
+    rows = Timeline(run)._rows
+    assert f"r0@{a} compile" in rows and f"r3@{b} compile" in rows
+
+
+def test_rank_killed_on_host_b_heals(lab, sim):
+    a, b = sim.names
+    victim = next(p for p in lab.placements if p.rank == 3)
+    assert victim.host == b
+    before = len(lab.history)
+
+    def _kill_self(ctx):
+        import os
+        import signal
+        import torch.distributed as dist
+        if dist.get_rank() == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        dist.barrier()
+
+    with pytest.raises(RunFailed) as e:
+        lab.run(_kill_self, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0))
+    assert "rank 3" in str(e.value)
+    assert len(lab.history) == before + 1           # the failed run is kept
+    run = lab.run(StepConfig(scenario="ddp-train", **SMALL))   # healed on host b
+    assert run.ok and lab.world_size == 4
+    assert {p.rank: p.host for p in lab.placements}[3] == b
+    assert not psutil.pid_exists(victim.pid) or victim.pid not in sim.pids(b)
+    assert len(_engines(sim, b)) == 2 and len(_engines(sim, a)) == 2
+    assert len(lab.history) == before + 2
+
+
+def _hang_on_rank2(ctx):
+    import time
+    if ctx.rank == 2:
+        time.sleep(3600)
+
+
+def test_rank_stuck_on_host_b_is_replaced_there(lab, sim):
+    from nbtools.lab.errors import RunTimeout
+    b = sim.names[1]
+    stuck = next(p for p in lab.placements if p.rank == 2)
+    with pytest.raises(RunTimeout, match=r"rank\(s\) \[2\]"):
+        lab.run(_hang_on_rank2, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0),
+                timeout=10)
+    run = lab.run(StepConfig(scenario="ddp-train", **SMALL))
+    assert run.ok
+    now = next(p for p in lab.placements if p.rank == 2)
+    assert now.host == b and now.pid != stuck.pid
+    assert stuck.pid not in sim.pids(b)          # killed over ssh, not left sleeping
+    assert len(_engines(sim, b)) == 2
+
+
+def test_close_leaves_nothing_on_either_host(lab, sim):
+    profile = Path(lab.workdir)
+    lab.close()
+    for h in sim.names:
+        assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+    assert not profile.exists()
+
+
+def test_killed_client_leaves_nothing_on_either_host(sim, tmp_path):
+    script = tmp_path / "client.py"
+    script.write_text(
+        "import sys\n"
+        "from nbtools import Lab\nfrom nbtools.lab.hosts import SSH\n"
+        f"lab = Lab(engines=SSH({ {h: 1 for h in sim.names}!r}, ssh_args={sim.ssh_args!r}),"
+        " history=None, start_timeout=120)\n"
+        "print('ready', flush=True)\nsys.stdin.read()\n")
+    client = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "ready"
+        assert all(len(_engines(sim, h)) == 1 for h in sim.names)
+        os.kill(client.pid, signal.SIGKILL)
+        client.wait(10)
+        for h in sim.names:
+            assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+    finally:
+        if client.poll() is None:
+            client.kill()
+
+
+def test_unreachable_host_is_a_clear_error_and_leaves_nothing(sim):
+    a = sim.names[0]
+    with pytest.raises(RuntimeError, match="simhost-gone") as e:
+        Lab(engines=SSH({a: 1, "simhost-gone": 1}, ssh_args=sim.ssh_args), history=None,
+            start_timeout=60)
+    assert "ssh" in str(e.value)
+    assert _until(lambda: sim.pids(a) == [], 10), sim.cmdlines(a)
+
+
+def test_external_cluster_short_of_engines_is_a_clear_error():
+    import ipyparallel as ipp
+    with ipp.Cluster(n=1, log_level=40) as client:
+        with pytest.raises(RuntimeError, match="the cluster has 1 of 2 engines after "
+                           "start_timeout=5 s"):
+            Lab(cluster=client, n=2, history=None, start_timeout=5)
+        assert len(client.ids) == 1          # the user's engine is left alone
+
+
+def _kill_rank1(ctx):
+    import os
+    import signal
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_external_ssh_cluster_is_waited_for_and_a_dead_engine_named(sim, tmp_path, capsys):
+    """The issue's own steps: ipyparallel's SSH cluster started by the user, then
+    Lab(cluster=c): all its engines, not the first to register; a dead one named."""
+    import ipyparallel as ipp
+    a, b = sim.names
+    c = ipp.Cluster(engines="ssh", controller_ip=sim.client_addr, log_level=40,
+                    profile_dir=str(tmp_path / "ipython"))
+    try:
+        c.start_controller_sync()
+        c.start_engines_sync(n=2, engines={a: 1, b: 1}, ssh_args=sim.ssh_args,
+                             scp_args=sim.ssh_args, remote_python=sys.executable)
+        lab = Lab(cluster=c, history=tmp_path / "history", start_timeout=120)
+        assert "2 ranks on 2 hosts" in capsys.readouterr().err
+        assert {p.host for p in lab.placements} == {a, b}
+        with pytest.raises(RunFailed):
+            lab.run(_kill_rank1, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0))
+        with pytest.raises(RuntimeError, match=rf"rank 1 \(engine \d+ on {b}\) died or stopped "
+                           "answering; this lab did not start its cluster"):
+            lab.run(StepConfig(scenario="ddp-train", **SMALL))
+        assert len(lab.history) == 1
+        lab.close()
+    finally:
+        try:
+            c.stop_cluster_sync()
+        except Exception:
+            pass            # ipyparallel's SSH stop of the dead engine (its behaviour)
+        for h in sim.names:
+            for pid in sim.pids(h):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
