@@ -2,7 +2,7 @@
 """Set up the project's environment and run the demo or the tests: needs only Python.
 
     python3 dev.py demo     # .venv + the package, then `python -m nbtools demo --html ...`
-    python3 dev.py test     # .venv + test extras (+ Debian chromium for browser tests), the import
+    python3 dev.py test     # .venv + test extras (+ Debian chromium, sshd for browser and two-host tests), the import
                             # contracts (lint-imports), then pytest; arguments go to pytest:
     python3 dev.py test -m "not slow"   # the fast tier (under 3 minutes on 2 cores)
 
@@ -95,18 +95,24 @@ def link_jupyter_extension() -> None:
     shutil.copy(ROOT / "jupyter-config" / "jupyter_server_config.d" / "torch-nbtools.json", conf)
 
 
-def ensure_chromium() -> None:
-    """Browser tests drive Debian's chromium through Playwright (Playwright's own browser
-    download cannot work offline)."""
-    if Path(CHROMIUM).exists():
+# Debian packages the tests drive for real: chromium for the browser tests (Playwright's own
+# browser download cannot work offline), sshd/ssh for the two simulated hosts of
+# tests/test_hosts.py (ipyparallel's SSH launcher between network namespaces).
+SYSTEM_PACKAGES = {CHROMIUM: "chromium", "/usr/sbin/sshd": "openssh-server", "/usr/bin/ssh": "openssh-client"}
+
+
+def ensure_system_packages() -> None:
+    missing = [pkg for path, pkg in SYSTEM_PACKAGES.items() if not Path(path).exists()]
+    if not missing:
         return
     if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         sh("apt-get", "update", "-qq", env=env)
-        sh("apt-get", "install", "-y", "-qq", "chromium", env=env)
+        sh("apt-get", "install", "-y", "-qq", *missing, env=env)
     else:
-        print(f"warning: {CHROMIUM} is missing; the browser tests will fail. Install Debian's "
-              "chromium package (apt-get install chromium).", file=sys.stderr)
+        print(f"warning: {', '.join(missing)} missing; the browser tests fail and the simulated-host "
+              f"tests skip. Install Debian's packages: apt-get install {' '.join(missing)}",
+              file=sys.stderr)
 
 
 def main(argv) -> int:
@@ -128,7 +134,7 @@ def main(argv) -> int:
                          cwd=ROOT)
     if rc:
         return rc
-    ensure_chromium()
+    ensure_system_packages()
     return subprocess.call([str(py), "-m", "pytest", *rest], cwd=ROOT)
 
 
