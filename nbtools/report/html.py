@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.common.privacy import scrub_home
+from nbtools.common.text import valid_text
 from nbtools.config.step_config import StepConfig
 from nbtools.results.comparison import Comparison
 from nbtools.results.run import Run
@@ -103,7 +104,7 @@ def export_html(path, runs, notes: str = "", title: str = "torch-nbtools finding
     page = _page(title, parts, roots)
     out = Path(path).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    out.write_text(page, encoding="utf-8", errors="replace")   # text scrub() did not see
     return out
 
 
@@ -135,7 +136,7 @@ def _page(title, parts, roots) -> str:
 # -- privacy ---------------------------------------------------------------------------
 def scrub(text) -> str:
     """Home directories -> ~, and anything shaped like key=value secrets -> <redacted>."""
-    text = scrub_home(str(text))
+    text = scrub_home(valid_text(str(text)))   # a lone surrogate: '?', not a failed export
     return _SECRET.sub(r"\1\2<redacted>", text)
 
 
