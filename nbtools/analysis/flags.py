@@ -91,6 +91,12 @@ REGISTRY = (
          "none: torch writes it only while it compiles.",
          "Turn compile on, or change a setting that makes the engine compile again "
          "(cache='fresh' with another config); run.torch_trace lists the logs there are."),
+    Flag("not-finite", "rank(s) {ranks}: the step returned {value} at its last measured "
+         "step (not a finite number)",
+         "The loss (or the step's result) became NaN or infinite: the run diverged, so its "
+         "times measure a broken computation (NaN kernels can be faster or slower).",
+         "Lower the learning rate, check the inputs and the loss; try autocast='off' to see "
+         "whether low precision overflowed."),
     Flag("check-differs", "rank {rank}: compiled {what} differs from eager by {rel} (max abs "
          "{abs})",
          "check=True ran the first step compiled and eagerly on the same inputs and weights; "

@@ -136,6 +136,9 @@ def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None,
     unused = sorted({u for rep in reports.values() for u in rep.get("unused", [])})
     out += [F.make("unused", what=u) for u in unused]
     out += _timing_flags(summary, events)
+    bad = {r: rep.get("last_value") for r, rep in sorted(reports.items()) if rep.get("nonfinite")}
+    if bad:
+        out.append(F.make("not-finite", ranks=list(bad), value=next(iter(bad.values()))))
     for r, rep in sorted(reports.items()):
         chk = rep.get("check")
         if chk and (not chk.get("finite", True) or chk.get("max_rel", 0) > 5e-2):

@@ -2,6 +2,7 @@
 the profiled ones with torch.profiler (parsed here, on the engine, into compact columns)."""
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -83,7 +84,11 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
             if prof is not None and phase == "profiled":
                 prof.__exit__(None, None, None)
         recorder.set_step(-1)
-    out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=_scalar(last))
+    value = _scalar(last)
+    # only the last step's result is looked at: it is already synced for last_value, and a
+    # NaN loss stays NaN (it reaches the weights); a per-step check would sync every step
+    out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=value,
+               nonfinite=isinstance(last, torch.Tensor) and not math.isfinite(value))
     if prof is not None:
         from nbtools.trace.load import events_from_profiler
         progress.publish("parse")
