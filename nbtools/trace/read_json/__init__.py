@@ -15,6 +15,13 @@ import math
 import zlib
 from pathlib import Path
 
+try:   # ISA-L's inflate: the same API as zlib's, twice as fast (0.027 s vs 0.056 s CPU
+    # for the 51 MB df_index_resolver trace); zlib where it is missing
+    from isal import isal_zlib as _zlib
+    _ZLIB_ERRORS = (zlib.error, _zlib.error)
+except ImportError:  # pragma: no cover - isal is a dependency
+    _zlib, _ZLIB_ERRORS = zlib, (zlib.error,)
+
 from nbtools.trace.read_json.columns import _Columns, _hashable, _short  # noqa: F401
 from nbtools.trace.read_json.scan import TraceError, _Cutter, _Head, _loads
 
@@ -52,7 +59,7 @@ def _pieces(path: Path, problems: dict):
             while piece := fh.read(_CHUNK):
                 yield piece
             return
-        d, data = zlib.decompressobj(31), b""
+        d, data = _zlib.decompressobj(31), b""
         while True:
             if not data and not (data := fh.read(_GZ_IN)):
                 break
@@ -70,7 +77,7 @@ def _pieces(path: Path, problems: dict):
                     problems["bytes after the end of the gzip data"] = [
                         rest, _short(data[:16]), "ignored (the trace before them is complete)"]
                     return
-                d = zlib.decompressobj(31)
+                d = _zlib.decompressobj(31)
             else:
                 data = d.unconsumed_tail
         if not d.eof:
@@ -101,7 +108,7 @@ def read_trace(path, max_gb: float = MAX_GB) -> tuple[dict, _Columns]:
         if str(e).startswith(str(path)):
             raise
         raise TraceError(f"{path}: {e}") from None
-    except (OSError, EOFError, zlib.error) as e:
+    except (OSError, EOFError, *_ZLIB_ERRORS) as e:
         raise TraceError(f"{path}: cannot be read as a gzip or plain file ({e}). "
                          "If it was copied while the job wrote it, copy it again.") from None
     finally:

@@ -173,7 +173,8 @@ def _array(values, types, times: bool = False):
         a = np.asarray(values)
     except (ValueError, TypeError, OverflowError):
         return None
-    if times and a.size and a.min() <= 1 and bool in set(map(type, values)):
+    if times and a.dtype.kind in "iuf" and a.size and a.min() <= 1 \
+            and bool in set(map(type, values)):
         return None
     return a
 
