@@ -33,7 +33,7 @@ message instead of running for minutes. ``load_traces(..., max_gb=...)`` raises 
 
 # 1 MiB batches: each holds ~4,000 events, whose dicts (a few MB) die before the next batch
 # is parsed; smaller batches (256 KiB) spent a third of the load on per-batch overhead
-_CHUNK = 1 << 18
+_CHUNK = 1 << 20
 _GZ_IN = 1 << 16
 
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import re
 from itertools import compress, repeat
-from operator import eq, itemgetter, methodcaller
+from operator import eq, itemgetter
 
 import numpy as np
 
 from nbtools.trace.kineto import RAW
 
 _DIGITS = re.compile(r"-?\d+")
-_X_FIELDS = itemgetter("cat", "name", "pid", "tid", "ts", "dur")
+_X_GETS = [itemgetter(k) for k in ("cat", "name", "pid", "tid", "ts", "dur")]
 _PH = itemgetter("ph")
-_ARGS, _CORR = methodcaller("get", "args", {}), methodcaller("get", "correlation", -1)
+_get, _EMPTY = dict.get, {}   # _EMPTY is only ever a default: never written
 _INT64 = np.iinfo(np.int64)
 # µs -> ns must fit int64 (year 2262); a ts beyond that is damage, not a time
 _MAX_US = float(_INT64.max // 1000)
@@ -107,13 +107,16 @@ class _Columns:
             xs = list(compress(events, map(eq, repeat("X"), map(_PH, events))))
             if not xs:
                 return
-            rows = list(map(_X_FIELDS, xs))
-            corr = list(map(_CORR, map(_ARGS, xs)))
+            # one C-level pass per field (faster than row tuples transposed by zip), and
+            # dict.get unbound (faster than a methodcaller's bound method per event)
+            cat, name, pid, tid, ts, dur = [list(map(g, xs)) for g in _X_GETS]
+            corr = list(map(_get, map(_get, xs, repeat("args"), repeat(_EMPTY)),
+                            repeat("correlation"), repeat(-1)))
         except (KeyError, TypeError, AttributeError):
             xs, rows, corr = self._forgiving(events)
             if not rows:
                 return
-        cat, name, pid, tid, ts, dur = zip(*rows)
+            cat, name, pid, tid, ts, dur = zip(*rows)
         p = self.problems
         ts_ns, bad_ts = _to_ns(ts, p, "ts", "dropped")
         dur_ns, _ = _to_ns(dur, p, "dur", "taken as 0")
