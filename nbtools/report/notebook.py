@@ -145,14 +145,6 @@ def inject_parameters(nb, parameters: dict) -> None:
     if idx is None:
         raise ValueError("the notebook has no cell tagged 'parameters' to override; tag the "
                          "cell that sets the sizes with 'parameters'")
-    known = _assigned(nb.cells[idx].source)
-    unknown = [k for k in parameters if k not in known]
-    if unknown:
-        hint = {k: difflib.get_close_matches(k, known, 1) for k in unknown}
-        raise ConfigError("-p " + ", ".join(
-            k + (f" (did you mean {hint[k][0]}?)" if hint[k] else "") for k in unknown)
-            + f": not set in the notebook's parameters cell, so it would change nothing; "
-            f"it sets: {', '.join(sorted(known)) or 'nothing'}")
     src = "# injected parameters\n" + "\n".join(f"{k} = {v!r}" for k, v in parameters.items())
     cell = nbformat.v4.new_code_cell(src)
     cell.metadata["tags"] = ["injected-parameters"]
@@ -230,6 +222,27 @@ def export_notebook(path, output=None, execute_first: bool = True, parameters=No
         stopped.output = out
         raise stopped
     return out
+
+
+def check_parameters(path, parameters: dict) -> None:
+    """A person's ``-p NAME=...``: NAME must be set in the notebook's parameters cell, else
+    it would be injected and change nothing (a typo runs the defaults for an hour). The
+    tests' injection of one set of names into every notebook does not come through here.
+    A notebook without a parameters cell is inject_parameters' to refuse."""
+    import nbformat
+    nb = nbformat.read(str(path), as_version=4)
+    cell = next((c for c in nb.cells
+                 if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    if cell is None or not parameters:
+        return
+    known = _assigned(cell.source)
+    unknown = [k for k in parameters if k not in known]
+    if unknown:
+        hint = {k: difflib.get_close_matches(k, known, 1) for k in unknown}
+        raise ConfigError("-p " + ", ".join(
+            k + (f" (did you mean {hint[k][0]}?)" if hint[k] else "") for k in unknown)
+            + f": not set in {Path(path).name}'s parameters cell, so it would change "
+            f"nothing; that cell sets: {', '.join(sorted(known)) or 'nothing'}")
 
 
 def _assigned(source: str) -> set:
