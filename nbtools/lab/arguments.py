@@ -10,8 +10,9 @@ from pathlib import Path
 from nbtools.config.step_config import ConfigError, StepConfig
 
 # One local CPU engine is a Python process with torch imported, its gloo group, a scenario's
-# model and the profiler's buffers: about 0.5 GB resident on the CPU build (0.35-0.45 GB
-# measured per rank on the 2-CPU dev box, plus headroom for a profiled step's events).
+# model and the profiler's buffers: 387 MB resident measured (2 CPU ranks, a custom step,
+# this 2-CPU box, torch 2.13 CPU); 0.5 GB leaves room for a built-in scenario's model. With
+# spares (the default) each rank also has a warm spare engine of the same size.
 # n engines that need more than the memory available now would swap or meet the OOM killer
 # after minutes of starting (Lab(n=1000) asked for ~300 GB on a 24 GB box), so they are
 # refused before the first process starts.
@@ -37,7 +38,7 @@ def available_gb() -> float:
         return math.inf
 
 
-def check_n(n, local: bool):
+def check_n(n, local: bool, spares: bool = True):
     """None (one per GPU, or 2 CPU ranks) or a whole number of ranks this machine can hold."""
     if n is None:
         return None
@@ -51,13 +52,15 @@ def check_n(n, local: bool):
                           "one rank per GPU (2 CPU ranks without GPUs)")
     if local:
         cores = os.cpu_count() or 1
-        by_mem = int(available_gb() // ENGINE_GB)
+        per_rank = ENGINE_GB * (2 if spares else 1)
+        by_mem = int(available_gb() // per_rank)
         if n > by_mem:
             raise ConfigError(
-                f"Lab(n={n}): {n} local engines need about {n * ENGINE_GB:.0f} GB "
-                f"({ENGINE_GB} GB each) but {available_gb():.1f} GB is available; this machine "
-                f"holds at most {max(by_mem, 0)}. Use a smaller n, or engines='slurm'/'mpi' "
-                "to spread ranks over hosts.")
+                f"Lab(n={n}): {n} local ranks need about {n * per_rank:.0f} GB "
+                f"({per_rank} GB each{', with its spare' if spares else ''}) but "
+                f"{available_gb():.1f} GB is available; this machine holds at most "
+                f"{max(by_mem, 0)}. Use a smaller n (or spares=False), or engines='slurm'/"
+                "'mpi' to spread ranks over hosts.")
         if n > RANKS_PER_CORE * cores:
             raise ConfigError(
                 f"Lab(n={n}): {n} ranks on {cores} CPU core(s) is over {RANKS_PER_CORE} per "

@@ -55,7 +55,7 @@ class Lab:
                  history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
                  echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0,
                  compile_cache=None, spares: bool = True):
-        n, history = arguments.check_n(n, engines == "local" and cluster is None), \
+        n, history = arguments.check_n(n, engines == "local" and cluster is None, spares), \
             arguments.check_history(history)
         timeout, pg_timeout, start_timeout = (arguments.check_seconds(k, v) for k, v in (
             ("timeout", timeout), ("pg_timeout", pg_timeout), ("start_timeout", start_timeout)))

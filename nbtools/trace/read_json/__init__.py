@@ -31,9 +31,10 @@ rank, low enough that a damaged or hostile .gz (gigabytes of whitespace) stops w
 message instead of running for minutes. ``load_traces(..., max_gb=...)`` raises it
 (``float('inf')``: no cap)."""
 
-# 1 MiB batches: each holds ~4,000 events, whose dicts (a few MB) die before the next batch
-# is parsed; smaller batches (256 KiB) spent a third of the load on per-batch overhead
-_CHUNK = 1 << 20
+# 256 KiB batches: each holds ~1,000 events, whose dicts die before the next batch is
+# parsed. 1 MiB batches (fewer per-batch costs) took added RSS past the JSON's own size on
+# two traces (1.23x on the 9.3 MiB nccl_parser_config; docs/benchmarks.md)
+_CHUNK = 1 << 18
 _GZ_IN = 1 << 16
 
 
