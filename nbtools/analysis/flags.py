@@ -114,6 +114,12 @@ REGISTRY = (
          "host-bound steps read slower and noisier than on a quiet machine.",
          "Rerun on a quieter host, fewer ranks per host, or fewer threads per rank; treat "
          "differences smaller than the steps' spread as noise."),
+    Flag("not-finite", "rank(s) {ranks}: the step returned {value} at its last measured "
+         "step (not a finite number)",
+         "The loss (or the step's result) became NaN or infinite: the run diverged, so its "
+         "times measure a broken computation (NaN kernels can be faster or slower).",
+         "Lower the learning rate, check the inputs and the loss; try autocast='off' to see "
+         "whether low precision overflowed."),
     Flag("check-differs", "rank {rank}: compiled {what} differs from eager by {rel} (max abs "
          "{abs})",
          "check=True ran the first step compiled and eagerly on the same inputs and weights; "

@@ -134,6 +134,9 @@ def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None,
     out += [F.make("unused", what=u) for u in unused]
     out += _timing_flags(summary, events)
     out += machine.flags(summary)
+    bad = {r: rep.get("last_value") for r, rep in sorted(reports.items()) if rep.get("nonfinite")}
+    if bad:
+        out.append(F.make("not-finite", ranks=", ".join(map(str, bad)), value=next(iter(bad.values()))))
     for r, rep in sorted(reports.items()):
         chk = rep.get("check")
         if chk and (not chk.get("finite", True) or chk.get("max_rel", 0) > 5e-2):

@@ -261,8 +261,9 @@ def _main(argv) -> int:
     if args.cmd == "export":
         from nbtools.common.extras import require
         require("nbclient", "nbconvert", "nbformat", why="`nbtools export`")
-        from nbtools.report.notebook import NotebookStopped, export_notebook
+        from nbtools.report.notebook import NotebookStopped, check_parameters, export_notebook
         _check_notebook(args.notebook)
+        check_parameters(args.notebook, _parse_params(args.param))
         _need_writable_parent(args.output)
         _need_writable_parent(args.save_ipynb)
         try:

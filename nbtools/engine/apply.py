@@ -11,6 +11,7 @@ import torch
 
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.engine.materialize import Built, output_tensor, tp_parallelize
+from nbtools.engine import workload_errors as blame
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _OPTIMIZE_DDP = {"ddp_optimizer": "ddp_optimizer", "python_reducer": "python_reducer", "off": False}
@@ -168,7 +169,12 @@ def make_step(cfg: StepConfig, wl: Built, module, optimizer, device) -> tuple[Ca
             for i, dim in wl.dynamic_dims:
                 torch._dynamo.mark_dynamic(inputs[i], dim)
         with range_ctx("forward"), fwd_ac():
-            return module(*inputs)
+            try:
+                return module(*inputs)
+            except (TypeError, RuntimeError, ValueError, IndexError) as e:
+                if not blame.blames_batch(e, inputs):
+                    raise
+                raise blame.forward_failed(e, inputs) from e
 
     if not wl.train:
         def step(inputs, target):
@@ -186,7 +192,13 @@ def make_step(cfg: StepConfig, wl: Built, module, optimizer, device) -> tuple[Ca
         optimizer.zero_grad(set_to_none=True)
         out = forward(inputs)
         with range_ctx("loss"), loss_ac():
-            loss = wl.loss_fn(out, target)
+            try:
+                loss = wl.loss_fn(out, target)
+            except (TypeError, RuntimeError, ValueError, IndexError) as e:
+                if not blame.blames_loss(e):
+                    raise
+                raise blame.loss_failed(e, out, target) from e
+        blame.check_loss(loss)
         with range_ctx("backward"), bwd_ac(), backward_ctx():
             loss.backward()
         with range_ctx("optimizer"):

@@ -3,6 +3,7 @@ the profiled ones with torch.profiler (parsed here, on the engine, into compact 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 
 import torch
@@ -49,7 +50,11 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
     with contextlib.ExitStack() as timed:   # quiet.timed_steps: the measured and profiled steps
         prof, last = _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows,
                              timed, sampler)
-    out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=_scalar(last),
+    value = _scalar(last)
+    # only the last step's result is looked at: it is already synced for last_value, and a
+    # NaN loss stays NaN (it reaches the weights); a per-step check would sync every step
+    out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=value,
+               nonfinite=isinstance(last, torch.Tensor) and not math.isfinite(value),
                machine=sampler.result() if sampler is not None else None)
     if prof is not None:
         from nbtools.trace.load import events_from_profiler

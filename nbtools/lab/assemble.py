@@ -7,6 +7,7 @@ import pandas as pd
 from nbtools.analysis import summary as summ
 from nbtools.analysis import tables
 from nbtools.analysis.compile_counts import divergence
+from nbtools.common.text import valid_texts
 from nbtools.results.run import Run
 from nbtools.results.torch_trace import missing_logs_flags
 
@@ -15,6 +16,11 @@ _PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Co
 
 
 def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
+    # what the ranks send is the user's text too (ctx.report values, notes, errors): a lone
+    # surrogate in it made the reports table, and then the save, fail, losing the run
+    # (the tables' names are made valid where they are built, and are large: not walked)
+    reports = {r: {k: v if k in ("events", "steps", "compile") else valid_texts(v)
+                   for k, v in rep.items()} for r, rep in reports.items()}
     ok = {r: rep for r, rep in reports.items() if rep.get("status") == "ok"}
     steps = tables.concat([tables.from_wire(tables.STEP_COLUMNS, rep["steps"])
                            for rep in ok.values() if "steps" in rep], tables.STEP_COLUMNS)

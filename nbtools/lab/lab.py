@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from nbtools.engine import process_group, runner as engine
 from nbtools.lab import gather, hosts, placement
 from nbtools.lab.assemble import assemble, first_error
-from nbtools.lab import reaper
+from nbtools.lab import arguments, reaper
 from nbtools.lab import recovery
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.results.history import History
@@ -56,6 +56,10 @@ class Lab:
                  history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
                  echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0,
                  compile_cache=None, spares: bool = True):
+        n, history = arguments.check_n(n, engines == "local" and cluster is None, spares), \
+            arguments.check_history(history)
+        timeout, pg_timeout, start_timeout = (arguments.check_seconds(k, v) for k, v in (
+            ("timeout", timeout), ("pg_timeout", pg_timeout), ("start_timeout", start_timeout)))
         self.engines, self.timeout, self.pg_timeout, self.echo = engines, timeout, pg_timeout, echo
         self.peer_grace = peer_grace
         self.start_timeout = start_timeout
@@ -267,6 +271,7 @@ class Lab:
                 return done
             return self.check(done.fn, done.cfg, **changes) if done.fn is not None \
                 else self.check(done.cfg, **changes)
+        arguments.check_run_args(fn_or_cfg, cfg)
         fn: Optional[Callable] = None
         if isinstance(fn_or_cfg, Workload) or (callable(fn_or_cfg) and not isinstance(fn_or_cfg, StepConfig)):
             fn = fn_or_cfg
@@ -290,6 +295,7 @@ class Lab:
         either way)."""
         checked = self.check(fn_or_cfg, cfg, **changes)
         fn, cfg = checked.fn, checked.cfg
+        timeout = arguments.check_seconds("timeout", timeout, allow_none=True)
         self._check_usable()
         recovery.before_run(self)
         run_id = uuid.uuid4().hex[:8]

@@ -21,6 +21,7 @@ import pandas as pd
 
 from nbtools.analysis.compile_counts import wall_s
 from nbtools.common.privacy import scrub_home
+from nbtools.common.text import valid_text
 from nbtools.config.step_config import StepConfig
 from nbtools.results.comparison import Comparison
 from nbtools.results.run import Run
@@ -106,7 +107,7 @@ def export_html(path, runs, notes: str = "", title: str = "torch-nbtools finding
     page = _page(title, parts, roots)
     out = Path(path).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    out.write_text(page, encoding="utf-8", errors="replace")   # text scrub() did not see
     return out
 
 
@@ -138,7 +139,7 @@ def _page(title, parts, roots) -> str:
 # -- privacy ---------------------------------------------------------------------------
 def scrub(text) -> str:
     """Home directories -> ~, and anything shaped like key=value secrets -> <redacted>."""
-    text = scrub_home(str(text))
+    text = scrub_home(valid_text(str(text)))   # a lone surrogate: '?', not a failed export
     return _SECRET.sub(r"\1\2<redacted>", text)
 
 

@@ -7,10 +7,13 @@ widgets (whose JavaScript would come from a CDN), then strips every remote scrip
 """
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import time
 from pathlib import Path
+
+from nbtools.config.step_config import ConfigError
 
 KERNEL = "torch-nbtools"
 _REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc=[\"']https?://[^>]*>\s*</script>", re.I)
@@ -58,15 +61,24 @@ def execute(path, parameters: dict | None = None, timeout: int = 1800, cwd=None,
                              resources={"metadata": {"path": str(cwd or Path(path).parent)}})
     if say is not None:
         _report_cells(client, nb, say, start)
+    running = []   # the cell being run: a dead kernel leaves no output to find it by
+
+    def on_start(cell, cell_index, **_):
+        running[:] = [cell_index]
+    client.on_cell_start = on_start
     try:
         client.execute()
     except (CellExecutionError, CellControlSignal, DeadKernelError, TimeoutError,
-            KeyboardInterrupt) as e:
-        index = _last_executed(nb)
+            KeyboardInterrupt, RuntimeError) as e:
+        index = running[0] if running else _last_executed(nb)
         why = (f"it ran past its {deadline_s:.0f} s deadline"
                if deadline_s is not None and time.monotonic() - start >= deadline_s - 1
                else f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
-        raise NotebookStopped(f"{Path(path).name} stopped at cell {index}: {why}", nb, index) from e
+        if isinstance(e, DeadKernelError):
+            why += " (the kernel died: out of memory, or a crash in native code)"
+        where = f"stopped at cell {index}" if index is not None else \
+            "stopped before its first cell ran (the kernel did not start)"
+        raise NotebookStopped(f"{Path(path).name} {where}: {why}", nb, index) from e
     finally:
         if old is None:
             os.environ.pop("NBTOOLS_STATIC", None)
@@ -186,6 +198,11 @@ def export_notebook(path, output=None, execute_first: bool = True, parameters=No
     import nbformat
     path = Path(path)
     out = Path(output) if output else path.with_suffix(".html")
+    for what, target in (("output", out), ("save_ipynb", save_ipynb)):
+        if target and Path(target).expanduser().resolve() == path.expanduser().resolve():
+            raise ConfigError(f"{what} {str(target)!r} is the notebook being exported; writing "
+                              "it would replace the notebook. Give another file (-o "
+                              f"{path.with_suffix('.html').name})")
     if not execute_first:
         out.write_text(to_html(nbformat.read(str(path), as_version=4)), encoding="utf-8")
         return out
@@ -205,3 +222,40 @@ def export_notebook(path, output=None, execute_first: bool = True, parameters=No
         stopped.output = out
         raise stopped
     return out
+
+
+def check_parameters(path, parameters: dict) -> None:
+    """A person's ``-p NAME=...``: NAME must be set in the notebook's parameters cell, else
+    it would be injected and change nothing (a typo runs the defaults for an hour). The
+    tests' injection of one set of names into every notebook does not come through here.
+    A notebook without a parameters cell is inject_parameters' to refuse."""
+    import nbformat
+    nb = nbformat.read(str(path), as_version=4)
+    cell = next((c for c in nb.cells
+                 if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    if cell is None or not parameters:
+        return
+    known = _assigned(cell.source)
+    unknown = [k for k in parameters if k not in known]
+    if unknown:
+        hint = {k: difflib.get_close_matches(k, known, 1) for k in unknown}
+        raise ConfigError("-p " + ", ".join(
+            k + (f" (did you mean {hint[k][0]}?)" if hint[k] else "") for k in unknown)
+            + f": not set in {Path(path).name}'s parameters cell, so it would change "
+            f"nothing; that cell sets: {', '.join(sorted(known)) or 'nothing'}")
+
+
+def _assigned(source: str) -> set:
+    """Names the parameters cell assigns at top level (a = ..., a: int = ..., a, b = ...)."""
+    import ast
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for t in targets:
+            names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names

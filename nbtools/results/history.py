@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+import warnings
 from pathlib import Path
 
 from nbtools.analysis.metrics import HISTORY, combine, is_count
@@ -16,6 +18,10 @@ from nbtools.results.run import Run
 
 _NUMBERED = re.compile(r"^(\d{4,})-")
 _CLAIMS = ".numbers"   # one empty file per claimed number (created with O_EXCL)
+# run.json holds the config, env, flags and each rank's notes (the tables are parquet): tens
+# of KB for a lab run, a few MB with many ranks' warnings. Past this it is not one of ours,
+# and reading it (a link to /dev/zero, a runaway file) would cost memory for nothing.
+MAX_RUN_JSON = 256 << 20
 
 
 class History:
@@ -26,9 +32,17 @@ class History:
         """(folder name, why) for each run folder that could not be loaded at all."""
 
     def add(self, run: Run) -> Run:
+        """Keep the run here, then save it. A finished run is never lost to a failed save
+        (folder removed, disk full): it stays in memory with a warning saying so."""
         self.runs.append(run)
         if self.folder is not None:
-            run.save(self._claim(run.run_id))
+            try:
+                run.save(self._claim(run.run_id))
+            except Exception as e:  # noqa: BLE001 - whatever the save hit, the run stays
+                warnings.warn(f"run {run.run_id} could not be saved to {self.folder} "
+                              f"({type(e).__name__}: {e}); it is kept in memory (lab.history"
+                              f"[{run.run_id!r}]): save it with run.save(<a writable folder>)",
+                              RuntimeWarning, stacklevel=3)
         return run
 
     def _claim(self, run_id: str) -> Path:
@@ -54,9 +68,16 @@ class History:
         run.json) goes to ``damaged`` with the reason; the others load."""
         h = cls(folder)
         folder = Path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(f"{folder}: is a file, not a history folder; give the "
+                                     "folder the runs were saved in")
         if not folder.is_dir():
             return h
         for d in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            odd = _not_plain_files(d)
+            if odd:
+                h.damaged.append((d.name, odd))
+                continue
             if not (d / "run.json").exists():
                 if _NUMBERED.match(d.name) or any(d.glob("*.parquet")):
                     h.damaged.append((d.name, "no run.json: the run was not saved to the end "
@@ -107,3 +128,28 @@ class History:
 
     def _repr_html_(self):
         return self.table().to_html(index=False)
+
+
+def _not_plain_files(d: Path) -> str:
+    """Why the folder's files cannot be read safely, or "". Only the folder's own entries
+    are looked at (one stat each, following links): a FIFO would block the read forever, a
+    link to /dev/zero or /dev/urandom would read until memory ran out, so anything that is
+    not a regular file (or a subfolder) is refused unread, and run.json past MAX_RUN_JSON."""
+    try:
+        entries = list(os.scandir(d))
+    except OSError as e:
+        return f"cannot be listed ({type(e).__name__}: {e})"
+    for e in entries:
+        try:
+            st = os.stat(e.path)
+        except OSError:
+            continue   # a dangling link: Run.load says the table is missing
+        if stat.S_ISDIR(st.st_mode):
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            return (f"{e.name} is not a regular file (a pipe, device or socket); it is not "
+                    "read. Replace it with the saved file, or remove this folder")
+        if e.name == "run.json" and st.st_size > MAX_RUN_JSON:
+            return (f"run.json is {st.st_size / 2**20:.0f} MB, over the "
+                    f"{MAX_RUN_JSON >> 20} MB a run description can be; it is not read")
+    return ""

@@ -94,7 +94,7 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB) -> dict:
                          "given; load them one by one or name them rank-<N>.json.gz")
     if not (isinstance(max_gb, (int, float)) and not isinstance(max_gb, bool) and max_gb > 0):
         raise TraceError(f"max_gb={max_gb!r}: give a positive number of GB")
-    owner, frames, info, flags = {}, [], {}, []
+    owner, frames, info, flags, damaged_cat = {}, [], {}, [], {}
     for f in files:
         meta, cols = read_trace(f, max_gb)
         r = _rank_of(f, meta, rank, flags)
@@ -104,9 +104,11 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB) -> dict:
         owner[r] = f
         raw = cols.columns()
         _absolute_times(f, r, meta, raw, cols.problems, flags)
-        kinds, names = _table_list(cols.kinds, cols.problems), _table_list(cols.names, cols.problems)
+        kinds, names = (_table_list(cols.kinds.texts(), cols.problems),
+                        _table_list(cols.names.texts(), cols.problems))
         flags += [f"rank {r}: {f.name}: {what} in {n} event(s), e.g. {example}: {fate}"
                   for what, (n, example, fate) in cols.problems.items()]
+        damaged_cat[r] = sum(v[0] for k, v in cols.problems.items() if k.startswith("cat "))
         wire = build(r, raw, kinds, names)
         frames.append(tables.from_wire(tables.EVENT_COLUMNS, wire))
         info[r] = _info(f, meta, len(frames[-1]), flags)
@@ -114,7 +116,11 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB) -> dict:
     steps = _steps_table(events)
     summary = rank_table(events, steps)
     for r in summary.loc[summary["device"] == "cpu", "rank"]:
-        flags.append(f"rank {r}: no GPU events (CPU-only trace): CPU-op busy is reported")
+        # a damaged cat (5, null) cannot say GPU: then the cause is the damage, not the job
+        cats = damaged_cat.get(int(r))
+        flags.append(f"rank {r}: no GPU events (CPU-only trace): CPU-op busy is reported"
+                     if not cats else f"rank {r}: no GPU events recognised: {cats} event(s) "
+                     "have a cat that is not text, so their kind is unknown")
     world = max([i.get("world_size") or 0 for i in info.values()] + [len(info)])
     backends = sorted({str(i["backend"]) for i in info.values() if i.get("backend")})
     env = {"source": "traces", "world_size": int(world), "backend": ",".join(backends),

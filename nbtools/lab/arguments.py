@@ -1,0 +1,111 @@
+"""lab: Lab(...) and lab.run(...) arguments checked before anything starts (ranks, time
+limits, the history folder), each refusal a ConfigError that says what to give instead."""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from nbtools.config.step_config import ConfigError, StepConfig
+
+# One local CPU engine is a Python process with torch imported, its gloo group, a scenario's
+# model and the profiler's buffers: 387 MB resident measured (2 CPU ranks, a custom step,
+# this 2-CPU box, torch 2.13 CPU); 0.5 GB leaves room for a built-in scenario's model. With
+# spares (the default) each rank also has a warm spare engine of the same size.
+# n engines that need more than the memory available now would swap or meet the OOM killer
+# after minutes of starting (Lab(n=1000) asked for ~300 GB on a 24 GB box), so they are
+# refused before the first process starts.
+ENGINE_GB = 0.5
+# Ranks per core: past 8 a rank gets under an eighth of a core, gloo's collectives wait on
+# the scheduler and a step's time is mostly waiting; runs hit their timeout. Counted for
+# local engines only: other launchers place engines on other hosts.
+RANKS_PER_CORE = 8
+
+
+def available_gb() -> float:
+    """Memory a new process can get now (MemAvailable), else the machine's total."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return math.inf
+
+
+def check_n(n, local: bool, spares: bool = True):
+    """None (one per GPU, or 2 CPU ranks) or a whole number of ranks this machine can hold."""
+    if n is None:
+        return None
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise ConfigError(f"Lab(n={n!r}): n is the number of ranks, a whole number >= 1 "
+                          f"(got a {type(n).__name__}); e.g. Lab(n=2), or leave it out for one "
+                          "rank per GPU (2 CPU ranks without GPUs)")
+    n = int(n)
+    if n < 1:
+        raise ConfigError(f"Lab(n={n}): give at least 1 rank (Lab(n=2)), or leave n out for "
+                          "one rank per GPU (2 CPU ranks without GPUs)")
+    if local:
+        cores = os.cpu_count() or 1
+        per_rank = ENGINE_GB * (2 if spares else 1)
+        by_mem = int(available_gb() // per_rank)
+        if n > by_mem:
+            raise ConfigError(
+                f"Lab(n={n}): {n} local ranks need about {n * per_rank:.0f} GB "
+                f"({per_rank} GB each{', with its spare' if spares else ''}) but "
+                f"{available_gb():.1f} GB is available; this machine holds at most "
+                f"{max(by_mem, 0)}. Use a smaller n (or spares=False), or engines='slurm'/"
+                "'mpi' to spread ranks over hosts.")
+        if n > RANKS_PER_CORE * cores:
+            raise ConfigError(
+                f"Lab(n={n}): {n} ranks on {cores} CPU core(s) is over {RANKS_PER_CORE} per "
+                "core; each rank would wait on the others for the CPU and runs would time "
+                f"out. Use n <= {RANKS_PER_CORE * cores}, or another launcher (engines=...).")
+    return n
+
+
+def check_seconds(name: str, value, allow_none: bool = False):
+    """A time limit: a finite number of seconds > 0 (None: the default, where allowed)."""
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        what = "not a number" if not ok else "not finite" if value == value and not \
+            math.isfinite(value) else "NaN" if value != value else "not above 0"
+        default = " (or leave it out for the lab's)" if allow_none else ""
+        raise ConfigError(f"{name}={value!r}: {what}; give a number of seconds > 0, e.g. "
+                          f"{name}=600{default}")
+    return float(value)
+
+
+def check_run_args(fn_or_cfg, cfg) -> None:
+    """lab.run takes one config: a second StepConfig in place of the first's changes was
+    dropped silently (lab.run(cfg_a, cfg_b) ran cfg_a only)."""
+    if isinstance(fn_or_cfg, StepConfig) and cfg is not None:
+        raise ConfigError("lab.run(cfg_a, cfg_b): lab.run runs one config. Compare two with "
+                          "lab.ab(cfg_a, cfg_b), or run each: lab.run(cfg_a); lab.run(cfg_b)")
+
+
+def check_history(folder):
+    """The history folder, created and written to once before any engine starts, so a run
+    is never finished with nowhere to go (it was: a raw FileNotFoundError after the run)."""
+    if not folder:
+        return None
+    p = Path(folder).expanduser()
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"Lab(history={str(folder)!r}) is a file; give a folder for the "
+                          "runs (it is created), or history=None to keep runs in memory only")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=p, prefix=".nbtools-write-check-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"Lab(history={str(folder)!r}) cannot be written ({e.strerror or e}); "
+                          "give a writable folder, or history=None to keep runs in memory "
+                          "only") from None
+    return folder

@@ -1,0 +1,234 @@
+"""trace: one parsed batch of Kineto events -> raw columns (kineto.RAW), with every damaged
+value counted (what, how many events, an example, what was done) instead of guessed."""
+from __future__ import annotations
+
+import re
+from itertools import compress, repeat
+from operator import eq, itemgetter
+
+import numpy as np
+
+from nbtools.trace.kineto import RAW
+
+_DIGITS = re.compile(r"-?\d+")
+_X_GETS = [itemgetter(k) for k in ("cat", "name", "pid", "tid", "ts", "dur")]
+_PH = itemgetter("ph")
+_get, _EMPTY = dict.get, {}   # _EMPTY is only ever a default: never written
+_INT64 = np.iinfo(np.int64)
+# µs -> ns must fit int64 (year 2262); a ts beyond that is damage, not a time
+_MAX_US = float(_INT64.max // 1000)
+
+
+def _hashable(v) -> bool:
+    try:
+        hash(v)
+        return True
+    except TypeError:
+        return False
+
+
+def _count(problems: dict, what: str, n: int, example, fate: str) -> None:
+    """problems[what] = [events, an example value, what became of them]."""
+    if n:
+        seen = problems.setdefault(what, [0, _short(example), fate])
+        seen[0] += int(n)
+
+
+def _short(v) -> str:
+    # type first: a deeply nested list would make repr recurse
+    if isinstance(v, (list, dict)):
+        return f"a {type(v).__name__}"
+    s = repr(v)
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+class _Table:
+    """Distinct strings -> codes, shared across batches. Values that are not text (None, a
+    number: 'name': null, 'cat': 5) keep a code of their own and are counted per event, so a
+    null name is flagged, not shown as a plausible "None"."""
+
+    def __init__(self, what: str):
+        self.what, self.codes, self.odd = what, {}, []
+
+    def encode(self, values, problems: dict) -> np.ndarray:
+        """A C-level dict lookup per value; new strings (rare after the first batches) are
+        added first."""
+        codes = self.codes
+        try:
+            out = np.fromiter(map(codes.__getitem__, values), np.int32, len(values))
+        except (KeyError, TypeError):
+            out = self._add(values, problems)
+        if self.odd:
+            odd = np.isin(out, self.odd)
+            if odd.any():
+                ex = values[int(np.argmax(odd))]
+                _count(problems, f"{self.what} is not text", int(odd.sum()), ex,
+                       f"shown as {_text(ex)!r}")
+        return out
+
+    def _add(self, values, problems: dict) -> np.ndarray:
+        codes = self.codes
+        try:
+            new = dict.fromkeys(values)
+        except TypeError:   # a list or dict where a name belongs: keep the event, say so
+            bad = [v for v in values if not _hashable(v)]
+            _count(problems, f"{self.what} is not text", len(bad), bad[0],
+                   "shown as <invalid ...>")
+            values = [v if _hashable(v) else f"<invalid {self.what}: {type(v).__name__}>"
+                      for v in values]
+            new = dict.fromkeys(values)
+        for v in new:
+            if v not in codes:
+                codes[v] = len(codes)
+                if type(v) is not str:
+                    self.odd.append(codes[v])
+        return np.fromiter(map(codes.__getitem__, values), np.int32, len(values))
+
+    def texts(self) -> list:
+        return [_text(k) for k in self.codes]
+
+
+def _text(v) -> str:
+    return "<no name>" if v is None else str(v)
+
+
+class _Columns:
+    """Raw columns accumulated batch by batch, so parsed dicts never outlive their batch."""
+
+    def __init__(self):
+        self.kinds, self.names = _Table("cat"), _Table("name")
+        self.parts = []
+        self.problems: dict = {}   # what is damaged -> [events, an example, what was done]
+
+    def add(self, events) -> None:
+        # C-level maps (itemgetter/methodcaller/compress) instead of per-event python: this
+        # loop is most of the load time. Anything unusual falls back to the forgiving path.
+        try:
+            xs = list(compress(events, map(eq, repeat("X"), map(_PH, events))))
+            if not xs:
+                return
+            # one C-level pass per field (faster than row tuples transposed by zip), and
+            # dict.get unbound (faster than a methodcaller's bound method per event)
+            cat, name, pid, tid, ts, dur = [list(map(g, xs)) for g in _X_GETS]
+            corr = list(map(_get, map(_get, xs, repeat("args"), repeat(_EMPTY)),
+                            repeat("correlation"), repeat(-1)))
+        except (KeyError, TypeError, AttributeError):
+            xs, rows, corr = self._forgiving(events)
+            if not rows:
+                return
+            cat, name, pid, tid, ts, dur = zip(*rows)
+        p = self.problems
+        ts_ns, bad_ts = _to_ns(ts, p, "ts", "dropped")
+        dur_ns, _ = _to_ns(dur, p, "dur", "taken as 0")
+        neg = dur_ns < 0
+        if neg.any():   # an end before the start: no width on a timeline, and said so
+            _count(p, "dur is negative", int(neg.sum()), dur[int(np.argmax(neg))], "taken as 0")
+            dur_ns[neg] = 0
+        part = (self.kinds.encode(cat, p), self.names.encode(name, p),
+                _ints(pid, p, "pid"), _ints(tid, p, "tid"), ts_ns, dur_ns,
+                _ints(corr, p, "correlation"))
+        if bad_ts.any():   # an event with no usable time has no place on a timeline
+            part = tuple(a[~bad_ts] for a in part)
+        self.parts.append(part)
+
+    def _forgiving(self, events):
+        """The slow path, for a batch with damage: each kind of damage counted."""
+        p = self.problems
+        if not isinstance(events, list):
+            events = []
+        junk = [e for e in events if type(e) is not dict]
+        if junk:
+            _count(p, "traceEvents entry is not an object", len(junk), junk[0], "skipped")
+        objs = [e for e in events if type(e) is dict]
+        phless = [e for e in objs if "ph" not in e]
+        if phless:   # without its phase an event cannot be placed ('X' is a span)
+            _count(p, "ph (the event's phase) is missing", len(phless),
+                   phless[0].get("name"), "skipped")
+        xs = [e for e in objs if e.get("ph") == "X"]
+        for key, fate in (("ts", "dropped"), ("dur", "taken as 0"), ("name", "shown as <no name>"),
+                          ("cat", "classified as other")):
+            lacking = [e for e in xs if key not in e]
+            _count(p, f"{key} is missing", len(lacking), lacking[0].get("name") if lacking
+                   else None, fate)
+        xs = [e for e in xs if e.get("ts") is not None]
+        rows = [(e.get("cat", ""), e.get("name"), e.get("pid", 0), e.get("tid", 0),
+                 e["ts"], e.get("dur", 0)) for e in xs]
+        corr = [a.get("correlation", -1) if type(a) is dict else -1
+                for a in (e.get("args") for e in xs)]
+        return xs, rows, corr
+
+    def columns(self) -> dict:
+        """The raw columns (see kineto_events.build), concatenated; the batches are released."""
+        parts, self.parts = self.parts, []
+        return {key: np.concatenate([p[i] for p in parts] or [np.zeros(0, np.int64)])
+                for i, key in enumerate(RAW)}
+
+
+def _array(values, types, times: bool = False):
+    """np.asarray for the common case (a batch of plain numbers of ``types``), None
+    otherwise: a list among numbers makes asarray raise, a str makes it text. A bool among
+    ints would silently be 0 or 1, so where a value is that small the element types are
+    looked at too for times (in C; a batch of real times is rarely all above 1, so this
+    cheap check catches every bool). Ids are not checked: true as id 1 misplaces no time."""
+    if type(values[0]) not in types:
+        return None
+    try:
+        a = np.asarray(values)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if times and a.dtype.kind in "iuf" and a.size and a.min() <= 1 \
+            and bool in set(map(type, values)):
+        return None
+    return a
+
+
+_INT, _NUM = {int}, {int, float}
+
+
+def _ints(values, problems: dict, what: str) -> np.ndarray:
+    """Ids -> int64. "Spans", "stream 7", 7.0: keep the digits, -1 when there are none;
+    ids beyond int64 (or not numbers at all) are -1 and counted."""
+    a = _array(values, _INT)
+    if a is not None and a.dtype.kind == "i":
+        return a.astype(np.int64)
+    out = np.empty(len(values), np.int64)
+    bad, example = 0, None
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            m = _DIGITS.search(v)
+            n = int(m.group()) if m and len(m.group()) < 20 else -1
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and v == v \
+                and abs(v) < 2**63:
+            n = int(v)
+        else:
+            n = None
+        if n is None or not _INT64.min <= n <= _INT64.max:
+            bad, example, n = bad + 1, (example if bad else v), -1
+        out[i] = n
+    _count(problems, f"{what} is not an integer within int64", bad, example, "taken as -1")
+    return out
+
+
+def _to_ns(values, problems: dict, what: str, fate: str) -> tuple[np.ndarray, np.ndarray]:
+    """Microseconds (int or float) -> (ns, bad). Integer and fraction are converted
+    separately so epoch-µs floats keep what float64 holds (about 0.25 µs in 2024) instead of
+    losing more in ts*1000. Bad: not a finite number within int64 ns, or not a number at all
+    (true/false are not times): 0 there, counted."""
+    a = _array(values, _NUM, times=True)
+    if a is not None and a.dtype.kind == "i":
+        bad = (a > _MAX_US) | (a < -_MAX_US)   # not abs: abs(-2**63) is -2**63
+        ns = (np.where(bad, 0, a) if bad.any() else a.astype(np.int64)) * 1000
+    else:
+        if a is None or a.dtype.kind != "f":
+            a = np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool)
+                          and abs(v) <= _MAX_US else np.nan for v in values], np.float64)
+        bad = ~(np.abs(a) <= _MAX_US)    # NaN and inf too
+        if bad.any():
+            a = np.where(bad, 0.0, a)
+        whole = np.floor(a)
+        ns = whole.astype(np.int64) * 1000 + np.rint((a - whole) * 1000).astype(np.int64)
+    if bad.any():
+        ex = [v for v, b in zip(values, bad) if b][0]
+        _count(problems, f"{what} is not a finite number of µs within int64 ns", bad.sum(), ex,
+               fate)
+    return ns, bad
