@@ -74,6 +74,15 @@ class Run:
         """The per-rank timeline: a live widget in Jupyter, ``.layout`` for Bokeh."""
         return view("run.plot")(self, **kw)
 
+    def to_perfetto(self, path) -> Path:
+        """One Chrome-trace JSON (``.json``, or ``.json.gz``) of every rank (a process each),
+        its steps, compile events and flows between matched collectives. Open it at
+        https://ui.perfetto.dev (Open trace file; the file stays in the browser) or
+        chrome://tracing; ``nbtools.load_traces`` and HTA read ``trace.export.write_kineto``'s
+        per-rank files."""
+        from nbtools.trace.export import write_perfetto
+        return write_perfetto(self, path)
+
     # -- persistence ---------------------------------------------------------------------
     def save(self, folder) -> Path:
         folder = Path(folder)

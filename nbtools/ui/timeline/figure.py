@@ -1,53 +1,70 @@
-"""Bokeh timelines of a Run: built once, updated by replacing data.
+"""ui: a Run's per-rank timeline (Bokeh), built once and updated by replacing data.
 
-One figure per run with numeric y (one row per (rank, lane)) so every rank shares one x
-axis, and one ColumnDataSource per layer. ``Timeline.update(run)`` only assigns
-``source.data`` and a few scalar properties, which a live jupyter_bokeh BokehModel turns
-into small PATCH-DOC messages instead of a re-render.
-
-What goes into those sources, the level of detail (``lod``) included, is computed in
-``timeline_data``.
+One figure with numeric y (one row per (rank, lane, depth)) so every rank shares one x axis,
+and one ColumnDataSource per layer. ``Timeline.update(run)`` only assigns ``source.data``
+and a few scalar properties, which a live jupyter_bokeh BokehModel turns into small
+PATCH-DOC messages instead of a re-render. What goes into the sources (the level of detail
+included) is computed in ``data``; search, region table, names and flows are in
+``interactions`` (BokehJS, so they work in exported HTML too); compiles are in
+``compile_strip``; memory in ``memory``.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 from bokeh.events import RangesUpdate
-from bokeh.layouts import column
+from bokeh.layouts import column, row
 from bokeh.models import (BoxZoomTool, ColumnDataSource, FixedTicker, HoverTool, Legend,
                           LegendItem, PanTool, Range1d, ResetTool, SaveTool, WheelZoomTool)
 from bokeh.plotting import figure
 from bokeh.transform import factor_cmap
 
 from nbtools.analysis import tables
-from nbtools.results.comparison import category_ms   # the compare table and the delta chart: one number
+from nbtools.analysis.collective_flows import collective_flows
 from nbtools.analysis.tables import CATEGORIES
-from nbtools.ui.timeline_data import (COMPILE_STYLE, SUMMARY_STACK, compile_data, events_data,
-                            first_profiled_ns, initial_window, lane_sort_key, lod, origin_ns,
-                            stack_depth, step_starts, steps_data, summary_data)
+from nbtools.ui.timeline.compile_strip import CompileStrip
+from nbtools.ui.timeline.data import (SUMMARY_STACK, events_data, fmt_ns, initial_window,
+                                      lane_sort_key, lod, origin_ns, stack_depth,
+                                      step_starts, steps_data, summary_data)
+from nbtools.ui.timeline.interactions import Controls, fit_labels, link_labels
+from nbtools.ui.timeline.memory import MemoryLane
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#98df8a", "#9467bd", "#17becf", "#c5b0d5",
            "#c7c7c7")          # in CATEGORIES order
 LOD_PX = 1200      # pixel columns the level of detail assumes when the width follows the page
+FLOW_FIELDS = ("x0", "y0", "x1", "y1", "text", "wait")
+
+
+def lane_label(rank: int, lane: str) -> str:
+    """A lane's row label, as Perfetto names tracks: the rank, then the thread or stream."""
+    kind, _, rest = lane.partition(":")
+    if kind == "cuda":
+        dev, _, stream = rest.partition(":")
+        return f"r{rank} GPU {dev} stream {stream}" if stream else f"r{rank} GPU {dev}"
+    return f"r{rank} CPU thread {rest}" if rest else f"r{rank} CPU (all threads)"
 
 
 class Timeline:
     """Per-rank lanes of one Run; ``update(run)`` swaps the data, never the models.
 
-    Read like Perfetto: nested ranges stack into sub-rows under their lane (one box under
-    the cursor, one tooltip), times are relative (ms on the axis, time into the step in the
-    tooltip), the wheel zooms only after its tool is switched on in the toolbar (page
-    scrolling passes over the plot), and the figures follow the notebook's width unless
-    ``width`` (px) fixes it. ``collapse_cpu`` draws one CPU lane per rank instead of one per thread; ``backend`` is
-    "canvas" (works everywhere, headless Chromium included) or "webgl"; ``live`` refines
-    the level of detail on zoom (a Python callback, served by jupyter_bokeh's BokehModel);
-    ``origin`` (epoch ns) is x = 0, by default the first traced (profiled) event, so earlier
-    warm-up compiles sit at negative times; ``window`` is the
-    initial view: "events" (the profiled steps) or "all" (warm-up compiles too).
+    Read like Perfetto: one row per CPU thread (``cpu:<tid>``) and GPU stream, nested ranges
+    stack into labelled sub-rows under their lane (one box under the cursor, one tooltip),
+    names are drawn inside the boxes wide enough for them, times are relative (ms on the
+    axis, time into the step in the tooltip). Above the figure: a search field (matches
+    outlined on every rank, their count and total time) and the flows switch; select a
+    time range with the box-select tool for a table of what it holds. Beside it, on its own
+    axis, the compile strip (every step and compile of each rank). The wheel zooms only after
+    its tool is switched on in the toolbar (page scrolling passes over the plot), and the
+    figures follow the notebook's width unless ``width`` (px) fixes it. ``collapse_cpu``
+    draws one CPU lane per rank instead of one per thread; ``backend`` is "canvas" (works
+    everywhere, headless Chromium included) or "webgl"; ``live`` refines the level of detail
+    on zoom (a Python callback, served by jupyter_bokeh's BokehModel); ``origin`` (epoch ns)
+    is x = 0, by default the first traced (profiled) event; ``window`` is the initial view:
+    "events" (the profiled steps) or "all" (warm-up steps too).
     """
 
     def __init__(self, run=None, *, width: int | None = None, lane_height: int = 18,
-                 collapse_cpu: bool = True, backend: str = "canvas", live: bool = True,
+                 collapse_cpu: bool = False, backend: str = "canvas", live: bool = True,
                  origin: int | None = None, x_range: Range1d | None = None,
                  title: str | None = None, window: str = "events"):
         self.width, self.lane_height, self.collapse_cpu = width, lane_height, collapse_cpu
@@ -59,16 +76,26 @@ class Timeline:
         self.stats: dict = {}
         self._prepared = None
         # Every source starts with its columns (empty), so the glyphs validate before data.
-        marks, spans = compile_data(tables.empty(tables.COMPILE_COLUMNS), {}, 0)
         self.events_source = ColumnDataSource(events_data(None, {}, [], 0))
         self._step_ts: dict = {}
-        self.compile_source, self.span_source = ColumnDataSource(marks), ColumnDataSource(spans)
         self.steps_source = ColumnDataSource(steps_data(tables.empty(tables.STEP_COLUMNS)))
+        self.labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
+        self.step_labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
+        self.flows_source = ColumnDataSource({k: [] for k in FLOW_FIELDS})
         self.summary_source = ColumnDataSource(summary_data(pd.DataFrame(), []))
         self.figure = self._build_figure(backend, x_range)
+        self.controls = Controls(self.figure, self.events_source, self._r_events,
+                                 self._r_flows, self._size)
+        self.strip = CompileStrip(self._size, backend)
+        self.compile_source, self.span_source = self.strip.mark_source, self.strip.span_source
+        self.memory = MemoryLane(self._size, backend, self.figure.x_range)
         self.summary_figure = self._build_summary(backend)
-        self.layout = column(self.figure, self.summary_figure,
-                             **({} if width else dict(sizing_mode="stretch_width")))
+        c = self.controls
+        stretch = {} if width else dict(sizing_mode="stretch_width")
+        self.layout = column(row(c.search, c.search_out, c.flows), self.figure,
+                             row(c.group, c.region_out), c.region_table, self.memory.figure,
+                             self.strip.figure, self.strip.untimed, self.summary_figure,
+                             **stretch)
         if live:   # works under jupyter_bokeh's BokehModel without a Bokeh server
             self.figure.on_event(RangesUpdate, self._on_ranges)
         if run is not None:
@@ -78,35 +105,38 @@ class Timeline:
     def _build_figure(self, backend, x_range):
         wheel = WheelZoomTool(dimensions="width",
                               description="Wheel zoom (click to switch on: off, the page scrolls)")
-        fig = figure(height=200, output_backend=backend, **self._size,
+        fig = figure(height=200, output_backend=backend, **self._size, name="timeline",
                      x_range=x_range or Range1d(0, 1), y_range=Range1d(0.5, -0.5),
                      tools=[PanTool(dimensions="width"), wheel, BoxZoomTool(dimensions="width"),
                             ResetTool(), SaveTool()], active_drag="auto", active_scroll=None,
                      toolbar_location="above", x_axis_label="ms since the first profiled event")
         fig.ygrid.grid_line_color = None
         fig.yaxis.ticker = FixedTicker(ticks=[])
+        fig.yaxis.major_label_text_font_size = "8pt"
         fig.quad(left="left", right="right", bottom="bottom", top="top", fill_color="shade",
                  fill_alpha=0.6, line_color=None, source=self.steps_source)
-        fig.text(x="left", y="label_y", text="label", text_font_size="8pt", text_color="#777",
-                 text_baseline="top", x_offset=2, source=self.steps_source)
-        r_ev = fig.hbar(y="y", left="left", right="right", height=0.8,
-                        fill_color=factor_cmap("category", PALETTE, CATEGORIES,
-                                               nan_color="#7f7f7f"),
-                        fill_alpha="alpha", line_color=None, hatch_pattern="hatch",
-                        hatch_color="#ffffff", hatch_alpha=0.9, hatch_scale=6,
-                        source=self.events_source)
-        fig.hbar(y="y", left="left", right="right", height=0.35, fill_color="color",
-                 fill_alpha=0.35, line_color="color", source=self.span_source)
-        r_cmp = fig.scatter(x="x", y="y", marker="marker", size=11, fill_color="color",
-                            line_color="color", source=self.compile_source)
+        fig.text(x="x", y="y", text="text", text_font_size="8pt", text_color="#777",
+                 text_baseline="top", x_offset=2, source=self.step_labels_source,
+                 name="step-labels")
+        self._r_events = r_ev = fig.hbar(
+            y="y", left="left", right="right", height=0.8,
+            fill_color=factor_cmap("category", PALETTE, CATEGORIES, nan_color="#7f7f7f"),
+            fill_alpha="alpha", line_color=None, hatch_pattern="hatch", hatch_color="#ffffff",
+            hatch_alpha=0.9, hatch_scale=6, source=self.events_source, name="events")
+        r_ev.nonselection_glyph.fill_alpha = 0.35
+        fig.text(x="x", y="y", text="text", text_font_size="8pt", text_color="#111111",
+                 text_baseline="middle", x_offset=2, source=self.labels_source,
+                 name="event-names")
+        seg = fig.segment(x0="x0", y0="y0", x1="x1", y1="y1", line_color="#e6550d",
+                          line_width=1.5, line_alpha=0.8, source=self.flows_source, name="flows")
+        head = fig.scatter(x="x1", y="y1", marker="circle", size=5, fill_color="#e6550d",
+                           line_color=None, source=self.flows_source, name="flow-ends")
+        self._r_flows = [seg, head]
         fig.add_tools(
             HoverTool(renderers=[r_ev], point_policy="follow_mouse",
                       tooltips=[("", "@name"), ("", "@category on @lane"), ("start", "@when"),
                                 ("duration", "@dur"), ("", "@busy")]),
-            HoverTool(renderers=[r_cmp],
-                      tooltips=[("", "@kind @name"), ("frame", "@frame"), ("reason", "@reason"),
-                                ("rank", "@rank"), ("step", "@step"), ("duration", "@dur"),
-                                ("cache", "@cache"), ("at", "@x{0,0.000} ms")]))
+            HoverTool(renderers=[seg], line_policy="interp", tooltips=[("", "@text")]))
         # Legend-only renderers hold one NaN row: nothing is drawn, but the legend
         # needs a row to draw its swatch from.
         nan = dict(y=[np.nan], left=[np.nan], right=[np.nan], height=0.8, line_color=None)
@@ -115,17 +145,19 @@ class Timeline:
                         for c, p in zip(CATEGORIES, PALETTE)}
         self._legend["graph"] = LegendItem(label="CUDA-graph replay", renderers=[fig.hbar(
             fill_color="#7f7f7f", hatch_pattern="/", hatch_color="#ffffff", hatch_scale=6, **nan)])
-        self._legend.update({k: LegendItem(label=k, renderers=[fig.scatter(
-            x=[np.nan], y=[np.nan], marker=m, size=9, fill_color=c, line_color=c)])
-            for k, (m, c) in COMPILE_STYLE.items()})
+        self._legend["flows"] = LegendItem(label="collective: waited for the last rank",
+                                           renderers=[seg])
         fig.add_layout(Legend(items=list(self._legend.values()), orientation="horizontal",
                               label_text_font_size="8pt", glyph_width=14, spacing=4, padding=2,
                               margin=2, ncols=6), "above")
+        link_labels(fig, [self.events_source, self.steps_source], ["y", "label_y"],
+                    ["label", "label"], [self.labels_source, self.step_labels_source],
+                    self.lod_px)
         return fig
 
     def _build_summary(self, backend):
         fig = figure(height=90, output_backend=backend, **self._size,
-                     y_range=Range1d(0.5, -0.5),
+                     y_range=Range1d(0.5, -0.5), name="summary",
                      x_range=Range1d(0, 1), x_axis_label="ms (from run.summary)",
                      toolbar_location=None, tools="")
         fig.ygrid.grid_line_color = None
@@ -157,43 +189,51 @@ class Timeline:
                        | set(run.steps["rank"].unique().tolist()))
         depth = (events.groupby(["rank", "lane"], observed=True)["depth"].max().to_dict()
                  if len(events) else {})
-        rows, lane_y = [], {}          # a lane's first row; its nested ranges go below it
+        rows, labels, lane_y, first = [], [], {}, {}  # a lane's first row; nested ranges below
         for r in ranks:
-            lane_y[(r, "compile")] = len(rows)
-            rows.append(f"r{r} compile")
-            lanes = events.loc[events["rank"] == r, "lane"].unique().tolist()
+            first[r] = len(rows)
+            lanes = events.loc[events["rank"] == r, "lane"].unique().tolist() if len(events) \
+                else []
             for lane in sorted(map(str, lanes), key=lane_sort_key):
                 lane_y[(r, lane)] = len(rows)
-                rows += [f"r{r} {lane}"] * (int(depth.get((r, lane), 0)) + 1)
+                n = int(depth.get((r, lane), 0)) + 1
+                rows += [f"r{r} {lane}"] * n
+                labels += [lane_label(r, lane)] + [f"· depth {d}" for d in range(1, n)]
+            if first[r] == len(rows):        # a rank with steps but no traced events
+                rows.append(f"r{r}")
+                labels.append(f"r{r} (no profiled events)")
         self._rows, self._lane_y, self._prepared = rows, lane_y, events
         self._step_ts = step_starts(run.steps)
 
         lo, hi = initial_window(run, t0, self.window)
-        self.steps_source.data = steps_data(run.steps, ranks, lane_y, rows, t0, lo, hi)
-        marks, spans = compile_data(run.compile_events, lane_y, t0)
-        self.compile_source.data, self.span_source.data = marks, spans
-        self._set_events(lo, hi)
-
+        self.steps_source.data = steps_data(run.steps, ranks, first, rows, t0, lo, hi)
+        self.flows_source.data = self._flows(run.events, t0)
         fig = self.figure
+        self.window_ms = ((lo - t0) / 1e6, (hi - t0) / 1e6)
+        xr = fig.x_range
+        xr.start, xr.end = xr.reset_start, xr.reset_end = self.window_ms
+        self._set_events(lo, hi)
+        self.controls.update(run.events)
+        self.strip.update(run, ranks)
+        self.memory.update(getattr(run, "memory", None), ranks, t0)
+
         present = set(events["category"].astype(str).unique()) if len(events) else set()
         present |= {"graph"} if len(events) and events["graph"].any() else set()
-        present |= set(run.compile_events["kind"].astype(str).unique())
+        present |= {"flows"} if len(self.flows_source.data["x0"]) else set()
         for key, item in self._legend.items():
             item.visible = key in present
         legend_rows = -(-sum(k in present for k in self._legend) // fig.legend[0].ncols)
         fig.height = self.lane_height * len(rows) + 90 + 24 * max(legend_rows, 1)
         fig.y_range.start, fig.y_range.end = len(rows) - 0.5, -0.5
-        firsts = sorted(lane_y.values())
-        fig.yaxis.ticker.ticks = firsts
-        fig.yaxis.major_label_overrides = {y: rows[y] for y in firsts}
-        self.window_ms = ((lo - t0) / 1e6, (hi - t0) / 1e6)
-        xr = fig.x_range
-        xr.start, xr.end = xr.reset_start, xr.reset_end = self.window_ms
-        before = int((run.compile_events["ts_ns"] < lo).sum()) if len(run.compile_events) else 0
+        fig.yaxis.ticker.ticks = list(range(len(rows)))
+        fig.yaxis.major_label_overrides = dict(enumerate(labels))
+        # capture=light/off: no events, the compile strip carries the steps
+        fig.visible = bool(len(events))
+        self.controls.set_visible(bool(len(events)))
         head = self._title or getattr(run, "label", "")
-        fig.title.text = head + (f"  ({before} compile events before this window: zoom out)"
-                                 if before else "")
+        fig.title.text = head
         self.summary_source.data = data = summary_data(run.summary, ranks)
+        self.summary_figure.visible = any(t for t in data["text"])   # nothing measured: no chart
         # room on the right for the text beside the longest bar
         self.summary_figure.x_range.end = 1.8 * max(max(data["text_x"], default=0.0), 1e-3)
         self.summary_figure.title.text = f"per-rank summary · {head}"
@@ -202,6 +242,23 @@ class Timeline:
         self.summary_figure.yaxis.ticker.ticks = list(range(len(ranks)))
         self.summary_figure.yaxis.major_label_overrides = {i: f"rank {r}"
                                                            for i, r in enumerate(ranks)}
+
+    def _flows(self, events, t0) -> dict:
+        fl = collective_flows(events)
+        if not len(fl):
+            return {k: [] for k in FLOW_FIELDS}
+
+        def y(rank, lane):
+            return self._lane_y.get((rank, lane), self._lane_y.get((rank, "cpu"), np.nan))
+        wait = fl["wait_ns"].to_numpy(np.int64)
+        text = [f"{n} (step {s}, #{k + 1} in the step): rank {r} waited {w} for rank {last}"
+                for n, s, k, r, w, last in zip(fl["name"], fl["step"], fl["k"], fl["rank"],
+                                                fmt_ns(wait), fl["last_rank"])]
+        return dict(x0=(fl["ts_ns"].to_numpy(np.int64) - t0) / 1e6,
+                    y0=[y(r, ln) for r, ln in zip(fl["rank"], fl["lane"])],
+                    x1=(fl["last_ts_ns"].to_numpy(np.int64) - t0) / 1e6,
+                    y1=[y(r, ln) for r, ln in zip(fl["last_rank"], fl["last_lane"])],
+                    text=text, wait=wait / 1e6)
 
     def refine(self, x0_ms: float, x1_ms: float) -> None:
         """Re-run lod for the visible window, plus half a window either side so a short
@@ -230,8 +287,15 @@ class Timeline:
 
     def _set_events(self, lo: int, hi: int, width_px: int | None = None) -> None:
         boxes = lod(self._prepared, width_px or self.lod_px, lo, hi)
-        self.events_source.data = events_data(boxes, self._lane_y, self._rows, self.origin,
-                                              self._step_ts)
+        self.events_source.data = d = events_data(boxes, self._lane_y, self._rows, self.origin,
+                                                  self._step_ts)
+        # the first paint's names (BokehJS refits them on every zoom and at the real width)
+        x0, x1 = self.figure.x_range.start, self.figure.x_range.end
+        self.labels_source.data = fit_labels(d["left"], d["right"], d["y"], d["label"],
+                                             x0, x1, self.lod_px)
+        s = self.steps_source.data
+        self.step_labels_source.data = fit_labels(s["left"], s["right"], s["label_y"],
+                                                  s["label"], x0, x1, self.lod_px)
         merged = boxes["count"].to_numpy() > 1
         self.stats = dict(events=int(boxes["count"].sum()), boxes=len(boxes),
                           merged_boxes=int(merged.sum()),
@@ -242,37 +306,3 @@ class Timeline:
 def run_figure(run, **kw):
     """The timeline layout of one run (what ``Run.plot()`` shows)."""
     return Timeline(run, **kw).layout
-
-
-def compare_figure(run_a, run_b, **kw):
-    """Two runs stacked, aligned at the start of their first profiled step, plus the
-    change in time per category (B - A)."""
-    shared = Range1d(0, 1)
-    a = Timeline(run_a, origin=first_profiled_ns(run_a), x_range=shared,
-                 title=f"A {run_a.label}", **kw)
-    b = Timeline(run_b, origin=first_profiled_ns(run_b), x_range=shared,
-                 title=f"B {run_b.label}", **kw)
-    for tl in (a, b):
-        tl.figure.xaxis.axis_label = "ms since the first profiled step"
-    # Each update set the shared range to its own window; show both.
-    shared.start = shared.reset_start = min(a.window_ms[0], b.window_ms[0])
-    shared.end = shared.reset_end = max(a.window_ms[1], b.window_ms[1])
-    ca, cb = category_ms(run_a), category_ms(run_b)
-    cats = [c for c in CATEGORIES if c in ca.index or c in cb.index] + \
-        sorted((set(ca.index) | set(cb.index)) - set(CATEGORIES))
-    va = np.array([float(ca.get(c, 0.0)) for c in cats])
-    vb = np.array([float(cb.get(c, 0.0)) for c in cats])
-    delta = vb - va
-    src = ColumnDataSource(dict(category=cats, a=va, b=vb, delta=delta,
-                                color=np.where(delta > 0, "#d62728", "#2ca02c").astype(object)))
-    size = dict(width=kw["width"]) if kw.get("width") else dict(sizing_mode="stretch_width")
-    bar = figure(**size, height=60 + 22 * max(len(cats), 1),
-                 y_range=cats[::-1] or ["none"], toolbar_location=None, tools="",
-                 title="time per category per profiled step and rank: B - A (ms; red = B slower)",
-                 output_backend=kw.get("backend", "canvas"))
-    bar.hbar(y="category", left=0, right="delta", height=0.7, fill_color="color",
-             line_color=None, source=src)
-    bar.add_tools(HoverTool(tooltips=[("", "@category"), ("A", "@a{0.000} ms"),
-                                      ("B", "@b{0.000} ms"), ("B - A", "@delta{+0.000} ms")]))
-    return column(a.figure, b.figure, a.summary_figure, b.summary_figure, bar,
-                  **({} if kw.get("width") else dict(sizing_mode="stretch_width")))
