@@ -122,6 +122,7 @@ out.text = `<b>${n}</b> events match "${esc(q)}" · total <b>${fmt(t)}</b>` +
 
 REGION_JS = FMT_JS + """
 const idx = ev.selected.indices, d = ev.data, byName = group.active === 0;
+const g = range.data.x0.length ? [range.data.x0[0], range.data.x1[0]] : null;
 const rows = {}, ranks = new Set();
 let lo = Infinity, hi = -Infinity, merged = 0, n = 0;
 for (const i of idx) {
@@ -139,8 +140,9 @@ table.source.data = {what: list.map(r => r.what), rank: list.map(r => r.rank),
   count: list.map(r => r.count), total: list.map(r => fmt(r.total)),
   mean: list.map(r => fmt(r.total / r.count)), total_ns: list.map(r => r.total)};
 table.visible = idx.length > 0;
-out.text = idx.length ? `Selected <b>${n}</b> events on ${ranks.size} rank(s), ` +
-  `${lo.toFixed(3)} to ${hi.toFixed(3)} ms` + (merged ? ` · ${merged} boxes each merge ` +
+out.text = idx.length ? `Region ${(g ? g[0] : lo).toFixed(3)} to ${(g ? g[1] : hi).toFixed(3)} ms` +
+  ` (${fmt(((g ? g[1] - g[0] : hi - lo)) * 1e6)}): <b>${n}</b> events on ${ranks.size} rank(s) ` +
+  "touch it; totals are their whole durations" + (merged ? ` · ${merged} boxes each merge ` +
   "several sub-pixel events and count under their longest event's name: zoom in for exact names"
   : "") : "";
 """
@@ -178,10 +180,16 @@ class Controls:
         self.region_out = Div(text="", name="region-summary")
         self.group = RadioButtonGroup(labels=["by name", "by category"], active=0,
                                       name="region-group")
+        self.range_source = ColumnDataSource(dict(x0=[], x1=[]))
         rcb = CustomJS(args=dict(ev=events_source, table=self.region_table, out=self.region_out,
-                                 group=self.group), code=REGION_JS)
+                                 group=self.group, range=self.range_source), code=REGION_JS)
         events_source.selected.js_on_change("indices", rcb)
         self.group.js_on_change("active", rcb)
+        self.range_source.js_on_change("data", rcb)
+        # the dragged range itself (the boxes touching it may reach beyond it)
+        fig.js_on_event("selectiongeometry", CustomJS(args=dict(range=self.range_source), code=
+                        "const g = cb_obj.geometry; if (g.x0 !== undefined) "
+                        "range.data = {x0: [Math.min(g.x0, g.x1)], x1: [Math.max(g.x0, g.x1)]};"))
 
         self.flows = Checkbox(label="flows between ranks' collectives", active=True,
                               name="flows-switch")
