@@ -7,6 +7,7 @@ import time
 import torch
 
 from nbtools.engine import progress
+from nbtools.engine.memory import MemoryRecorder
 from nbtools.analysis import tables
 from nbtools.engine.apply import range_ctx
 from nbtools.config.step_config import StepConfig
@@ -41,6 +42,8 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
     prof = None
     windows = []
     last = None
+    mem = MemoryRecorder(cfg, device, rank)
+    mem.start()
     for phase, n in plan:
         if n == 0:
             continue
@@ -48,7 +51,7 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
             acts = [torch.profiler.ProfilerActivity.CPU]
             if cuda:
                 acts.append(torch.profiler.ProfilerActivity.CUDA)
-            prof = torch.profiler.profile(activities=acts)
+            prof = torch.profiler.profile(activities=acts, **mem.profiler_kwargs())
             prof.__enter__()
         try:
             for k in range(n):
@@ -83,7 +86,8 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
             if prof is not None and phase == "profiled":
                 prof.__exit__(None, None, None)
         recorder.set_step(-1)
-    out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=_scalar(last))
+    out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=_scalar(last),
+               **mem.collect(prof))
     if prof is not None:
         from nbtools.trace.load import events_from_profiler
         progress.publish("parse")

@@ -34,7 +34,7 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
                                          "model_built_at",
                                          "peak_mem_mb", "shapes", "engine_s", "parse_s",
                                          "last_value", "unused", "warnings",
-                                         "step_items")}
+                                         "step_items", "graph_pool_mb")}
              for r, rep in reports.items()}
     rows = pd.DataFrame([row for r in sorted(ok) for row in ok[r].get("reports") or []])
     run = Run(config=cfg, steps=steps, events=events, compile_events=comp, env=env,
@@ -42,6 +42,8 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
               run_id=run_id, started=t0, reports=rows,
               torch_trace_logs={r: rep["torch_trace"] for r, rep in reports.items()
                                 if rep.get("torch_trace")})
+    mem = [pd.DataFrame(rep["memory"]) for rep in ok.values() if rep.get("memory") is not None]
+    run.memory = pd.concat(mem, ignore_index=True) if mem else pd.DataFrame()
     if sm is not None:
         run.summary = sm
         run.flags = summ.flags(sm, ok, cfg, div, events, comp)

@@ -24,6 +24,8 @@ class Run:
     events: pd.DataFrame = field(default_factory=lambda: tables.empty(tables.EVENT_COLUMNS))
     compile_events: pd.DataFrame = field(default_factory=lambda: tables.empty(tables.COMPILE_COLUMNS))
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """StepConfig(memory=True): rank, ts_ns, allocated, reserved, graph_pool (bytes)."""
     reports: pd.DataFrame = field(default_factory=pd.DataFrame)
     """What a custom step recorded with ctx.report(): rank, step, then its own columns."""
     env: dict = field(default_factory=dict)
@@ -92,6 +94,8 @@ class Run:
             df.to_parquet(folder / f"{name}.parquet", index=False)
         if len(self.reports):
             _parquet_safe(self.reports).to_parquet(folder / "reports.parquet", index=False)
+        if len(self.memory):
+            self.memory.to_parquet(folder / "memory.parquet", index=False)
         meta = dict(config=self.config.to_dict() if self.config else None, env=self.env,
                     status=self.status, errors={str(k): v for k, v in self.errors.items()},
                     flags=list(self.flags), ranks={str(k): v for k, v in self.ranks.items()},
@@ -126,9 +130,10 @@ class Run:
             frames[name], problem = _read_table(folder / f"{name}.parquet", cols, required=True)
             if problem:
                 flags.append(f"damaged: {problem}")
-        frames["reports"], problem = _read_table(folder / "reports.parquet", None, required=False)
-        if problem:
-            flags.append(f"damaged: {problem}")
+        for name in ("reports", "memory"):
+            frames[name], problem = _read_table(folder / f"{name}.parquet", None, required=False)
+            if problem:
+                flags.append(f"damaged: {problem}")
         try:
             return cls(config=cfg, env=_dict(meta, "env"), status=str(meta.get("status", "ok")),
                        errors={int(k): v for k, v in _dict(meta, "errors").items()},
