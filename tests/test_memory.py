@@ -58,3 +58,19 @@ def test_lab_run_records_memory_per_rank_and_keeps_it(lab, tmp_path):
     assert len(back.memory) == len(run.memory) and not back.damage
     plain = lab.run(StepConfig(warmup=1, steps=2, profiled=1))
     assert plain.memory.empty and not Timeline(plain).memory.figure.visible
+
+
+def test_panel_saves_the_shown_run_for_perfetto(lab, tmp_path):
+    import json
+    from nbtools.widgets.panel import Panel
+    panel = Panel(lab, StepConfig(memory=True, warmup=1, steps=2, profiled=1),
+                  export_path=tmp_path / "findings.html")
+    assert "memory" in panel.controls
+    run = panel.run()
+    assert run.ok and not run.memory.empty
+    out = panel.save_perfetto()
+    assert out == tmp_path / "findings.perfetto.json"
+    doc = json.loads(out.read_text())
+    assert {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"} \
+        == {"rank 0", "rank 1"}
+    assert "ui.perfetto.dev" in panel.export_status.value
