@@ -54,8 +54,12 @@ def test_lab_run_records_memory_per_rank_and_keeps_it(lab, tmp_path):
     assert (run.memory["allocated"] > 0).any()
     tl = Timeline(run)
     assert tl.memory.figure.visible and set(tl.memory.source.data["rank"]) == {0, 1}
+    # tooltips: input shapes of the profiled ops (record_shapes), joined to their boxes
+    assert run.event_details["detail"].astype(str).str.startswith("inputs: f32[").any()
+    assert any(str(d).startswith("inputs: ") for d in tl.events_source.data["detail"])
     back = Run.load(run.save(tmp_path / "r"))
     assert len(back.memory) == len(run.memory) and not back.damage
+    assert len(back.event_details) == len(run.event_details)
     plain = lab.run(StepConfig(warmup=1, steps=2, profiled=1))
     assert plain.memory.empty and not Timeline(plain).memory.figure.visible
 

@@ -155,3 +155,34 @@ def test_to_perfetto_has_flows_and_reads_back(tmp_path):
         assert (raw["pid"] == r).sum() >= (run.events["rank"] == r).sum()
     gz = run.to_perfetto(tmp_path / "run.json.gz")
     assert json.loads(gzip.open(gz).read())["traceEvents"] == doc["traceEvents"]
+
+
+def test_tooltip_details_say_shapes_bytes_and_the_collective():
+    from nbtools.trace.details import describe
+    assert describe([[64, 32], [16, 32], []], ["float", "float", ""], "") == \
+        "inputs: f32[64, 32], f32[16, 32] · 10,240 bytes in"
+    meta = ('"Collective name": "allreduce", "In msg nelems": 4096, "Out msg nelems": 4096, '
+            '"dtype": "BFloat16", "Group size": 2, "Process Group Name": "0", '
+            '"Process Group Description": "default_pg", "Seq": 7')
+    text = describe([[4096]], ["c10::BFloat16"], meta)
+    assert text == ("inputs: bf16[4096] · 8,192 bytes in · collective: allreduce · group: 0 · "
+                    "group size: 2 · seq: 7 · in elements: 4096 · out elements: 4096 · "
+                    "dtype: BFloat16")
+    assert describe([], [], "") == "" and describe([], [], "not json") == ""
+
+
+def test_timeline_tooltips_carry_details_of_single_events_only():
+    from nbtools.analysis import tables
+    from nbtools.trace.details import DETAIL_COLUMNS
+    from nbtools.ui.timeline import Timeline
+    run = synthetic_run(events_per_rank=300)
+    ev = run.events[run.events["category"] == "cpu_op"].head(5)
+    run.event_details = tables.from_columns(dict(
+        rank=ev["rank"], ts_ns=ev["ts_ns"], name=ev["name"].astype(str),
+        detail=[f"inputs: f32[{i}]" for i in range(5)]), DETAIL_COLUMNS)
+    tl = Timeline(run, width=4000)
+    d = tl.events_source.data
+    got = sorted(x for x in d["detail"] if x)
+    assert got == [f"inputs: f32[{i}]" for i in range(5)]
+    tips = [t for h in tl.figure.tools if getattr(h, "tooltips", None) for t in h.tooltips]
+    assert ("", "@detail") in tips

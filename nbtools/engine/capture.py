@@ -51,7 +51,8 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
             acts = [torch.profiler.ProfilerActivity.CPU]
             if cuda:
                 acts.append(torch.profiler.ProfilerActivity.CUDA)
-            prof = torch.profiler.profile(activities=acts, **mem.profiler_kwargs())
+            prof = torch.profiler.profile(activities=acts, record_shapes=True,
+                                          **mem.profiler_kwargs())
             prof.__enter__()
         try:
             for k in range(n):
@@ -90,9 +91,11 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int) -> dict
                **mem.collect(prof))
     if prof is not None:
         from nbtools.trace.load import events_from_profiler
+        from nbtools.trace.details import details_from_profiler
         progress.publish("parse")
         t = time.perf_counter()
         out["events"] = events_from_profiler(prof, rank, windows)
+        out["event_details"] = details_from_profiler(prof, rank)   # tooltips: shapes, groups
         out["parse_s"] = time.perf_counter() - t
     return out
 

@@ -8,6 +8,7 @@ from nbtools.analysis import summary as summ
 from nbtools.analysis import tables
 from nbtools.analysis.compile_counts import divergence
 from nbtools.results.run import Run
+from nbtools.trace.details import DETAIL_COLUMNS
 from nbtools.results.torch_trace import missing_logs_flags
 
 _PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Connection reset",
@@ -44,6 +45,9 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
                                 if rep.get("torch_trace")})
     mem = [pd.DataFrame(rep["memory"]) for rep in ok.values() if rep.get("memory") is not None]
     run.memory = pd.concat(mem, ignore_index=True) if mem else pd.DataFrame()
+    run.event_details = tables.concat([tables.from_wire(DETAIL_COLUMNS, rep["event_details"])
+                                       for rep in ok.values() if rep.get("event_details")],
+                                      DETAIL_COLUMNS)
     if sm is not None:
         run.summary = sm
         run.flags = summ.flags(sm, ok, cfg, div, events, comp)

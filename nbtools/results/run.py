@@ -26,6 +26,8 @@ class Run:
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     memory: pd.DataFrame = field(default_factory=pd.DataFrame)
     """StepConfig(memory=True): rank, ts_ns, allocated, reserved, graph_pool (bytes)."""
+    event_details: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    """rank, ts_ns, name, detail: input shapes, bytes, process group of profiled events."""
     reports: pd.DataFrame = field(default_factory=pd.DataFrame)
     """What a custom step recorded with ctx.report(): rank, step, then its own columns."""
     env: dict = field(default_factory=dict)
@@ -94,8 +96,9 @@ class Run:
             df.to_parquet(folder / f"{name}.parquet", index=False)
         if len(self.reports):
             _parquet_safe(self.reports).to_parquet(folder / "reports.parquet", index=False)
-        if len(self.memory):
-            self.memory.to_parquet(folder / "memory.parquet", index=False)
+        for name in ("memory", "event_details"):
+            if len(getattr(self, name)):
+                getattr(self, name).to_parquet(folder / f"{name}.parquet", index=False)
         meta = dict(config=self.config.to_dict() if self.config else None, env=self.env,
                     status=self.status, errors={str(k): v for k, v in self.errors.items()},
                     flags=list(self.flags), ranks={str(k): v for k, v in self.ranks.items()},
@@ -130,7 +133,7 @@ class Run:
             frames[name], problem = _read_table(folder / f"{name}.parquet", cols, required=True)
             if problem:
                 flags.append(f"damaged: {problem}")
-        for name in ("reports", "memory"):
+        for name in ("reports", "memory", "event_details"):
             frames[name], problem = _read_table(folder / f"{name}.parquet", None, required=False)
             if problem:
                 flags.append(f"damaged: {problem}")

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.tables import string_codes
+from nbtools.trace.details import attach
 
 COMPILE_STYLE = {               # kind -> (marker, colour)
     "compile": ("square", "#1f77b4"),
@@ -171,11 +172,11 @@ def initial_window(run, t0, mode):
 
 
 EVENT_FIELDS = ("left", "right", "y", "rank", "category", "name", "base", "label", "lane", "step",
-                "count", "when", "dur", "busy", "busy_ns", "alpha", "hatch")
+                "count", "when", "dur", "busy", "busy_ns", "alpha", "hatch", "detail")
 
 
 def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
-                step_ts: dict | None = None) -> dict:
+                step_ts: dict | None = None, details=None) -> dict:
     """The boxes' source. ``lane_y`` maps (rank, lane) to the lane's first row; a box sits
     ``depth`` rows below it. Hover texts are relative: ms since ``t0`` and time into the
     box's step (``step_ts``: (rank, step) -> the step's start, ns)."""
@@ -218,7 +219,8 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
                 lane=np.asarray(rows, object)[base], step=step, busy_ns=busy.astype(np.float64),
                 count=count.astype(np.int32), when=np.asarray(when, object),
                 dur=np.asarray(fmt_ns(dur), object), busy=np.asarray(busy_text, object),
-                alpha=alpha, hatch=np.where(boxes["graph"].to_numpy(bool), "/", " ").astype(object))
+                alpha=alpha, hatch=np.where(boxes["graph"].to_numpy(bool), "/", " ").astype(object),
+                detail=attach(boxes, details))
 
 
 def step_starts(steps: pd.DataFrame) -> dict:

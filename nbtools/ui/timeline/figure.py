@@ -78,6 +78,7 @@ class Timeline:
         # Every source starts with its columns (empty), so the glyphs validate before data.
         self.events_source = ColumnDataSource(events_data(None, {}, [], 0))
         self._step_ts: dict = {}
+        self._details = None
         self.steps_source = ColumnDataSource(steps_data(tables.empty(tables.STEP_COLUMNS)))
         self.labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
         self.step_labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
@@ -135,7 +136,7 @@ class Timeline:
         fig.add_tools(
             HoverTool(renderers=[r_ev], point_policy="follow_mouse",
                       tooltips=[("", "@name"), ("", "@category on @lane"), ("start", "@when"),
-                                ("duration", "@dur"), ("", "@busy")]),
+                                ("duration", "@dur"), ("", "@busy"), ("", "@detail")]),
             HoverTool(renderers=[seg], line_policy="interp", tooltips=[("", "@text")]))
         # Legend-only renderers hold one NaN row: nothing is drawn, but the legend
         # needs a row to draw its swatch from.
@@ -204,6 +205,7 @@ class Timeline:
                 labels.append(f"r{r} (no profiled events)")
         self._rows, self._lane_y, self._prepared = rows, lane_y, events
         self._step_ts = step_starts(run.steps)
+        self._details = getattr(run, "event_details", None)
 
         lo, hi = initial_window(run, t0, self.window)
         self.steps_source.data = steps_data(run.steps, ranks, first, rows, t0, lo, hi)
@@ -288,7 +290,7 @@ class Timeline:
     def _set_events(self, lo: int, hi: int, width_px: int | None = None) -> None:
         boxes = lod(self._prepared, width_px or self.lod_px, lo, hi)
         self.events_source.data = d = events_data(boxes, self._lane_y, self._rows, self.origin,
-                                                  self._step_ts)
+                                                  self._step_ts, self._details)
         # the first paint's names (BokehJS refits them on every zoom and at the real width)
         x0, x1 = self.figure.x_range.start, self.figure.x_range.end
         self.labels_source.data = fit_labels(d["left"], d["right"], d["y"], d["label"],
