@@ -25,26 +25,34 @@ def collective_flows(events: pd.DataFrame) -> pd.DataFrame:
     ranks = sorted(int(r) for r in ev["rank"].unique())
     if len(ranks) < 2:
         return empty
-    per = {}
+    frames = []
     for r in ranks:
         mine = ev[ev["rank"] == r]
         a = _arrivals(mine)
         if a is None:
             return empty
         comm = mine[mine["category"] == "communication"]
-        lane = dict(zip(comm["ts_ns"].to_numpy(np.int64).tolist(), comm["lane"].astype(str)))
-        per[r] = a.assign(lane=[lane.get(int(t), "") for t in a["ts_ns"]])
-    keys = sorted(set.intersection(*(set(a.index) for a in per.values())))
-    rows = []
-    for step, k in keys:
-        arr = {r: per[r].loc[(step, k)] for r in ranks}
-        last = max(ranks, key=lambda r: (int(arr[r]["ts_ns"]), r))
-        lt = int(arr[last]["ts_ns"])
-        for r in ranks:
-            if r == last:
-                continue
-            a = arr[r]
-            ts, end = int(a["ts_ns"]), int(a["end_ns"])
-            rows.append((int(step), int(k), str(a["name"]), r, a["lane"], ts, end, last, lt,
-                         arr[last]["lane"], int(np.clip(lt - ts, 0, end - ts))))
-    return pd.DataFrame(rows, columns=FLOW_COLUMNS) if rows else empty
+        lane = pd.Series(comm["lane"].astype(str).to_numpy(),
+                         index=comm["ts_ns"].to_numpy(np.int64))
+        lane = lane[~lane.index.duplicated()]
+        frames.append(pd.DataFrame({
+            "step": a.index.get_level_values(0).to_numpy(np.int64),
+            "k": a.index.get_level_values(1).to_numpy(np.int64), "rank": r,
+            "name": a["name"].astype(str).to_numpy(object),
+            "ts_ns": a["ts_ns"].to_numpy(np.int64), "end_ns": a["end_ns"].to_numpy(np.int64),
+            "lane": lane.reindex(a["ts_ns"].to_numpy(np.int64)).fillna("").to_numpy(object)}))
+    allr = pd.concat(frames, ignore_index=True)
+    # matched on every rank, as the straggler verdict uses
+    full = allr.groupby(["step", "k"])["rank"].transform("nunique") == len(ranks)
+    allr = allr[full]
+    if not len(allr):
+        return empty
+    # the last arrival of each collective (ties: the higher rank, as max over (ts, rank))
+    order = allr.sort_values(["step", "k", "ts_ns", "rank"], kind="stable")
+    last = order.groupby(["step", "k"]).tail(1)[["step", "k", "rank", "ts_ns", "lane"]]
+    last.columns = ["step", "k", "last_rank", "last_ts_ns", "last_lane"]
+    out = allr.merge(last, on=["step", "k"])
+    out = out[out["rank"] != out["last_rank"]].sort_values(["step", "k", "rank"], kind="stable")
+    wait = np.clip(out["last_ts_ns"].to_numpy(np.int64) - out["ts_ns"].to_numpy(np.int64), 0,
+                   out["end_ns"].to_numpy(np.int64) - out["ts_ns"].to_numpy(np.int64))
+    return out.assign(wait_ns=wait)[FLOW_COLUMNS].reset_index(drop=True)

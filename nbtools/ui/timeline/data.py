@@ -171,8 +171,8 @@ def initial_window(run, t0, mode):
     return lo - pad, hi + pad
 
 
-EVENT_FIELDS = ("left", "right", "y", "rank", "category", "name", "base", "label", "lane", "step",
-                "count", "when", "dur", "busy", "busy_ns", "alpha", "hatch", "detail")
+EVENT_FIELDS = ("left", "right", "y", "rank", "category", "name", "lane", "step", "count", "when",
+                "dur", "busy_ns", "alpha", "hatch", "detail")
 
 
 def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
@@ -196,13 +196,8 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
     count = boxes["count"].to_numpy(np.int64)
     step = boxes["step"].to_numpy(np.int32)
     cat = boxes["category"].astype(str).to_numpy(object)
-    name = boxes["name"].astype(str).to_numpy(object)
-    base_name = name
+    name = boxes["name"].astype(str).to_numpy(object)     # a merged box: its longest event's
     merged = count > 1
-    if merged.any():
-        name = name.copy()
-        name[merged] = (pd.Series(count[merged]).astype(str) + " merged · longest: "
-                        + pd.Series(name[merged])).to_numpy(object)
     # A merged box is drawn as wide as its span; its opacity says how full that span was.
     alpha = np.where(merged, np.clip(busy / np.maximum(dur, 1), 0.35, 1.0), 1.0)
     alpha = np.where(cat == "annotation", 0.3, alpha).astype(np.float32)
@@ -212,13 +207,11 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
                      for i in range(len(ts))], np.float64)
     when = [f"{x:,.3f} ms" + (f" · step {st} + {t}" if t else "")
             for x, st, t in zip(left.tolist(), step.tolist(), fmt_ns(into))]
-    busy_text = [f"{b} in {c} events" if c > 1 else "" for b, c in zip(fmt_ns(busy), count.tolist())]
     return dict(left=left, right=(ts + dur - t0) / 1e6, y=y, rank=rank.astype(np.int32),
-                category=cat, name=name, base=base_name,
-                label=np.where(merged, "", base_name).astype(object),
-                lane=np.asarray(rows, object)[base], step=step, busy_ns=busy.astype(np.float64),
+                category=cat, name=name, lane=np.asarray(rows, object)[base], step=step,
+                busy_ns=busy.astype(np.float64),
                 count=count.astype(np.int32), when=np.asarray(when, object),
-                dur=np.asarray(fmt_ns(dur), object), busy=np.asarray(busy_text, object),
+                dur=np.asarray(fmt_ns(dur), object),
                 alpha=alpha, hatch=np.where(boxes["graph"].to_numpy(bool), "/", " ").astype(object),
                 detail=attach(boxes, details))
 

@@ -26,13 +26,14 @@ from nbtools.ui.timeline.compile_strip import CompileStrip
 from nbtools.ui.timeline.data import (SUMMARY_STACK, events_data, fmt_ns, initial_window,
                                       lane_sort_key, lod, origin_ns, stack_depth,
                                       step_starts, steps_data, summary_data)
-from nbtools.ui.timeline.interactions import Controls, fit_labels, link_labels
+from nbtools.ui.timeline.interactions import Controls, fit_labels, link_labels, merged_hover
 from nbtools.ui.timeline.memory import MemoryLane
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#98df8a", "#9467bd", "#17becf", "#c5b0d5",
            "#c7c7c7")          # in CATEGORIES order
 LOD_PX = 1200      # pixel columns the level of detail assumes when the width follows the page
 FLOW_FIELDS = ("x0", "y0", "x1", "y1", "text", "wait")
+MAX_FLOWS = 400    # per drawn window, the longest waits: more arrows hide the boxes (and weigh MBs)
 
 
 def lane_label(rank: int, lane: str) -> str:
@@ -75,6 +76,7 @@ class Timeline:
         self._fixed_origin, self._title = origin, title
         self.stats: dict = {}
         self._prepared = None
+        self._flow_table = None
         # Every source starts with its columns (empty), so the glyphs validate before data.
         self.events_source = ColumnDataSource(events_data(None, {}, [], 0))
         self._step_ts: dict = {}
@@ -136,7 +138,9 @@ class Timeline:
         fig.add_tools(
             HoverTool(renderers=[r_ev], point_policy="follow_mouse",
                       tooltips=[("", "@name"), ("", "@category on @lane"), ("start", "@when"),
-                                ("duration", "@dur"), ("", "@busy"), ("", "@detail")]),
+                                ("duration", "@dur"), ("", "@busy_ns{custom}"),
+                                ("", "@detail")],
+                      formatters={"@busy_ns": merged_hover(self.events_source)}),
             HoverTool(renderers=[seg], line_policy="interp", tooltips=[("", "@text")]))
         # Legend-only renderers hold one NaN row: nothing is drawn, but the legend
         # needs a row to draw its swatch from.
@@ -152,7 +156,7 @@ class Timeline:
                               label_text_font_size="8pt", glyph_width=14, spacing=4, padding=2,
                               margin=2, ncols=6), "above")
         link_labels(fig, [self.events_source, self.steps_source], ["y", "label_y"],
-                    ["label", "label"], [self.labels_source, self.step_labels_source],
+                    ["name", "label"], [self.labels_source, self.step_labels_source],
                     self.lod_px)
         return fig
 
@@ -209,7 +213,7 @@ class Timeline:
 
         lo, hi = initial_window(run, t0, self.window)
         self.steps_source.data = steps_data(run.steps, ranks, first, rows, t0, lo, hi)
-        self.flows_source.data = self._flows(run.events, t0)
+        self._flow_table = collective_flows(run.events)
         fig = self.figure
         self.window_ms = ((lo - t0) / 1e6, (hi - t0) / 1e6)
         xr = fig.x_range
@@ -245,10 +249,17 @@ class Timeline:
         self.summary_figure.yaxis.major_label_overrides = {i: f"rank {r}"
                                                            for i, r in enumerate(ranks)}
 
-    def _flows(self, events, t0) -> dict:
-        fl = collective_flows(events)
-        if not len(fl):
+    def _flows(self, lo: int, hi: int) -> dict:
+        fl, t0 = self._flow_table, self.origin
+        if fl is None or not len(fl):
+            self.controls.flows.label = "flows between ranks' collectives"
             return {k: [] for k in FLOW_FIELDS}
+        inside = fl[(fl["ts_ns"] < hi) & (fl["last_ts_ns"] >= lo)]
+        fl = inside.nlargest(MAX_FLOWS, "wait_ns", keep="first") if len(inside) > MAX_FLOWS \
+            else inside
+        self.controls.flows.label = "flows between ranks' collectives" + (
+            f" ({len(fl):,} longest waits of {len(inside):,} here: zoom in for all)"
+            if len(inside) > len(fl) else "")
 
         def y(rank, lane):
             return self._lane_y.get((rank, lane), self._lane_y.get((rank, "cpu"), np.nan))
@@ -293,11 +304,13 @@ class Timeline:
                                                   self._step_ts, self._details)
         # the first paint's names (BokehJS refits them on every zoom and at the real width)
         x0, x1 = self.figure.x_range.start, self.figure.x_range.end
-        self.labels_source.data = fit_labels(d["left"], d["right"], d["y"], d["label"],
-                                             x0, x1, self.lod_px)
+        single = np.asarray(d["count"]) == 1          # a merged box's name is not all it holds
+        self.labels_source.data = fit_labels(d["left"], d["right"], d["y"],
+                                             np.where(single, d["name"], ""), x0, x1, self.lod_px)
         s = self.steps_source.data
         self.step_labels_source.data = fit_labels(s["left"], s["right"], s["label_y"],
                                                   s["label"], x0, x1, self.lod_px)
+        self.flows_source.data = self._flows(lo, hi)
         merged = boxes["count"].to_numpy() > 1
         self.stats = dict(events=int(boxes["count"].sum()), boxes=len(boxes),
                           merged_boxes=int(merged.sum()),

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from bokeh.models import (BoxSelectTool, Checkbox, ColumnDataSource, CustomJS, DataTable, Div,
+from bokeh.models import (BoxSelectTool, Checkbox, ColumnDataSource, CustomJS, CustomJSHover,
+                          DataTable, Div,
                           RadioButtonGroup, TableColumn, TextInput)
 
 from nbtools.analysis.tables import string_codes
@@ -53,7 +54,7 @@ for (let j = 0; j < boxes.length; j++) {
     const a = Math.max(L[i], x0), b = Math.min(R[i], x1);
     const n = Math.floor(((b - a) * ppx - 4) / char_px);
     const s = String(N[i]);
-    if (n < 3 || !s) continue;
+    if (n < 3 || !s || (d.count !== undefined && d.count[i] > 1)) continue;
     X.push(a); YY.push(Y[i]); T.push(s.length <= n ? s : s.slice(0, n - 1) + "\\u2026");
   }
   labels[j].data = {x: X, y: YY, text: T};
@@ -110,7 +111,7 @@ for (let i = 0; i < A.name.length; i++) {
   p[0] += A.count[i]; p[1] += A.total[i]; n += A.count[i]; t += A.total[i];
 }
 for (let i = 0; i < d.left.length; i++)
-  if (String(d.base[i]).toLowerCase().includes(q)) {
+  if (String(d.name[i]).toLowerCase().includes(q)) {
     H.left.push(d.left[i]); H.right.push(d.right[i]); H.y.push(d.y[i]); }
 hl.data = H;
 const ranks = Object.keys(per).sort((a, b) => a - b);
@@ -126,7 +127,7 @@ const g = range.data.x0.length ? [range.data.x0[0], range.data.x1[0]] : null;
 const rows = {}, ranks = new Set();
 let lo = Infinity, hi = -Infinity, merged = 0, n = 0;
 for (const i of idx) {
-  const key = byName ? d.base[i] : d.category[i], r = d.rank[i], k = key + "\\u0000" + r;
+  const key = byName ? d.name[i] : d.category[i], r = d.rank[i], k = key + "\\u0000" + r;
   const row = rows[k] || (rows[k] = {what: key, rank: r, count: 0, total: 0});
   row.count += d.count[i]; row.total += d.busy_ns[i]; n += d.count[i];
   if (d.count[i] > 1) merged++;
@@ -146,6 +147,15 @@ out.text = idx.length ? `Region ${(g ? g[0] : lo).toFixed(3)} to ${(g ? g[1] : h
   "several sub-pixel events and count under their longest event's name: zoom in for exact names"
   : "") : "";
 """
+
+
+def merged_hover(source) -> CustomJSHover:
+    """A merged box's line in the tooltip, written in the page from its count and busy time
+    (a string per box made the exported file megabytes larger)."""
+    return CustomJSHover(args=dict(src=source), code=FMT_JS + """
+const c = src.data.count[special_vars.index];
+return c > 1 ? `${c} events merged (each under a pixel): ${fmt(value)} busy; named after the ` +
+               "longest" : "";""")
 
 
 class Controls:
