@@ -186,3 +186,19 @@ def test_timeline_tooltips_carry_details_of_single_events_only():
     assert got == [f"inputs: f32[{i}]" for i in range(5)]
     tips = [t for h in tl.figure.tools if getattr(h, "tooltips", None) for t in h.tooltips]
     assert ("", "@detail") in tips
+
+
+@pytest.mark.filterwarnings("ignore")   # HTA 0.5 on pandas 3: deprecation noise
+def test_hta_reads_the_perfetto_file(tmp_path):
+    import logging
+    from hta.common.trace import Trace   # a test dependency (pyproject [test])
+    logging.getLogger("hta").setLevel(logging.ERROR)
+    run = synthetic_run(events_per_rank=300)
+    path = run.to_perfetto(tmp_path / "run.json")
+    t = Trace(trace_files={0: str(path)}, trace_dir=str(tmp_path))
+    t.parse_traces()
+    df = t.get_trace(0)
+    assert sorted(int(p) for p in df["pid"].unique()) == [0, 1]     # a process per rank
+    assert len(df) >= len(run.events)
+    names = set(t.symbol_table.get_sym_table())
+    assert set(run.events["name"].astype(str)) <= names
