@@ -198,15 +198,19 @@ def test_lod_on_a_million_events_takes_seconds():
 
 
 # -- Timeline ----------------------------------------------------------------------------
-def test_sources_hold_both_ranks_and_collapse_cpu_lanes():
+def test_sources_hold_both_ranks_and_lanes_per_thread_are_labelled():
     from nbtools.ui.timeline import Timeline
     run = synthetic_run()
     tl = Timeline(run)
     data = tl.events_source.data
     assert {s.split(" ")[0] for s in data["lane"]} == {"r0", "r1"}
     labels = list(tl.figure.yaxis.major_label_overrides.values())
-    assert labels == ["r0 compile", "r0 cuda:0:7", "r0 cuda:0:13", "r0 cpu",
-                      "r1 compile", "r1 cuda:0:7", "r1 cuda:0:13", "r1 cpu"]
+    # one row per CPU thread and GPU stream; a thread's nested ranges on labelled depth rows
+    assert labels == ["r0 GPU 0 stream 7", "r0 GPU 0 stream 13", "r0 CPU thread 1001",
+                      "· depth 1", "r0 CPU thread 1002",
+                      "r1 GPU 0 stream 7", "r1 GPU 0 stream 13", "r1 CPU thread 1001",
+                      "· depth 1", "r1 CPU thread 1002"]
+    assert len(labels) == len(tl._rows)                        # every row has its label
     assert sorted(set(tl.compile_source.data["rank"])) == [0, 1]
     assert "/" in set(data["hatch"]) and " " in set(data["hatch"])   # graph replays hatched
     assert tl.stats["events"] == len(run.events)
@@ -222,8 +226,8 @@ def test_sources_hold_both_ranks_and_collapse_cpu_lanes():
     tips = " ".join(str(t) for h in tl.figure.tools if hasattr(h, "tooltips") and h.tooltips
                     for t in h.tooltips)
     assert "{ns}" not in tips and "@when" in tips
-    wide = Timeline(run, collapse_cpu=False)
-    assert "r0 cpu:1001" in wide.figure.yaxis.major_label_overrides.values()
+    one = Timeline(run, collapse_cpu=True)
+    assert "r0 CPU (all threads)" in one.figure.yaxis.major_label_overrides.values()
 
 
 def _overlaps(data) -> int:
@@ -235,7 +239,7 @@ def _overlaps(data) -> int:
 
 def test_nested_ranges_stack_by_depth_and_no_row_overlaps():
     from nbtools.ui.timeline import Timeline
-    from nbtools.ui.timeline_data import stack_depth
+    from nbtools.ui.timeline.data import stack_depth
     lanes = ["cpu:1"] * 5 + ["cpu:2"] * 2 + ["cuda:0:7"] * 2
     ts = [0, 10, 12, 30, 200, 5, 50, 0, 100]
     dur = [100, 15, 3, 20, 10, 100, 10, 50, 50]
@@ -252,7 +256,7 @@ def test_nested_ranges_stack_by_depth_and_no_row_overlaps():
     data = tl.events_source.data
     assert _overlaps(data) == 0
     assert tl.figure.y_range.start == len(tl._rows) - 0.5 and max(data["y"]) < len(tl._rows)
-    assert len(tl._rows) > len(tl.figure.yaxis.major_label_overrides)     # sub-rows exist
+    assert len(tl._rows) > len(tl._lane_y)                     # sub-rows exist
 
 
 def test_figures_follow_the_page_width_and_wheel_zoom_waits_to_be_switched_on():
@@ -269,26 +273,39 @@ def test_figures_follow_the_page_width_and_wheel_zoom_waits_to_be_switched_on():
     assert fixed.figure.width == 700 and fixed.figure.sizing_mode is None
     # the legend lists what this run has: no CUDA-graph entry without graph replays
     shown = {i.label.value for i in tl.figure.legend[0].items if i.visible}
-    assert "compute" in shown and "recompile" in shown
+    assert "compute" in shown and "collective: waited for the last rank" in shown
     run.events = run.events.assign(graph=False)
     tl.update(run)
     shown = {i.label.value for i in tl.figure.legend[0].items if i.visible}
     assert "CUDA-graph replay" not in shown
 
 
-def test_compile_lane_has_reasons_and_every_kind():
+def test_compile_strip_has_reasons_and_every_kind_on_its_own_axis():
     from nbtools.ui.timeline import Timeline
-    tl = Timeline(synthetic_run())
+    run = synthetic_run()
+    tl = Timeline(run)
     d = tl.compile_source.data
     kinds = set(d["kind"])
     assert {"compile", "recompile", "graph_break", "cudagraph_skip", "limit_hit"} <= kinds
     i = list(d["kind"]).index("recompile")
     assert "size mismatch" in d["reason"][i] and d["marker"][i] == "triangle"
-    assert len(tl.span_source.data["left"]) == 4     # compile + recompile durations, 2 ranks
-    assert "compile events before this window" in tl.figure.title.text
-    everything = Timeline(synthetic_run(), window="all")
-    assert "before this window" not in everything.figure.title.text
-    assert everything.figure.x_range.start < min(everything.compile_source.data["x"])
+    assert len(tl.span_source.data["x"]) == 4     # compile + recompile durations, 2 ranks
+    strip = tl.strip.figure
+    assert strip.title.text.startswith("compile") and strip.name == "compile-strip"
+    # its own axis holds every step and every compile: nothing to zoom out for
+    lo, hi = strip.x_range.start, strip.x_range.end
+    assert lo <= min(d["x"]) and max(d["x"]) <= hi
+    assert lo <= min(tl.strip.steps_source.data["left"]) and \
+        max(tl.strip.steps_source.data["right"]) <= hi
+    assert len(tl.strip.steps_source.data["left"]) == len(run.steps)
+    assert "zoom" not in tl.figure.title.text and "zoom" not in strip.title.text
+    assert tl.strip.untimed.text == ""
+    # a skip counted without a time is listed, never drawn on the axis
+    extra = run.compile_events.iloc[[0]].assign(kind="cudagraph_skip", reason="(counted only)")
+    run.compile_events = pd.concat([run.compile_events, extra], ignore_index=True)
+    tl.update(run)
+    assert len(tl.compile_source.data["x"]) == len(run.compile_events) - 1
+    assert "rank 0: 1 cudagraph_skip" in tl.strip.untimed.text
 
 
 def test_update_replaces_data_in_place_and_notifies_the_document():
@@ -384,8 +401,8 @@ def test_compare_aligns_first_profiled_steps_and_shows_deltas():
 def test_run_plot_and_webgl_option():
     run = synthetic_run(events_per_rank=300)
     fig = run.plot(backend="webgl", width=700)
-    lay = fig.layout
-    assert lay.children[0].output_backend == "webgl" and lay.children[0].width == 700
+    main = fig.layout.select_one({"name": "timeline"})
+    assert main.output_backend == "webgl" and main.width == 700
     # in Jupyter it is a live widget (zoom refines in Python); exported, static inline HTML
     assert "application/vnd.jupyter.widget-view+json" in fig._repr_mimebundle_()
 

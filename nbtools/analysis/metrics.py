@@ -105,6 +105,8 @@ _ALL = (
        "refused to capture"),
     _m("peak_mem_mb", "MB", "gpukey", "max", "lower", "peak GPU memory allocated by PyTorch on "
        "this rank", short="peak_MB"),
+    _m("graph_pool_mb", "MB", "gpu", "max", "lower", "GPU memory held by CUDA-graph private "
+       "pools at the run's end (StepConfig(memory=True))", short="pool_MB"),
     _m("rss_mb", "MB", "more", "max", "lower", "the engine process's resident memory (all of "
        "PyTorch, compiled code and caches, not only the model)"),
     _m("check_max_rel", "", "more", "max", "lower", "compiled vs eager first step: largest "
@@ -188,7 +190,8 @@ METRICS: dict = {m.name: m for m in _ALL}
 COMPARED = ("step_ms", "p90_ms", "items_per_s", "tflops", "compile_s", "compiles",
             "recompiles", "graph_breaks", "graphs", "gpu_busy_pct", "compute_busy_pct",
             "cpu_busy_pct", "profiled_window_ms", "compute_ms", "comm_ms", "exposed_comm_ms",
-            "idle_ms", "overlap_pct", "graph_coverage_pct", "wait_ms", "peak_mem_mb", "rss_mb")
+            "idle_ms", "overlap_pct", "graph_coverage_pct", "wait_ms", "peak_mem_mb",
+            "graph_pool_mb", "rss_mb")
 """A/B comparison: Comparison.table, the panel, a notebook cell, the report."""
 TABLE = ("step_ms", "p90_ms", "items_per_s", "compile_s", "compiles", "recompiles",
          "graph_breaks", "graphs", "profiled_window_ms", "compute_ms", "comm_ms",

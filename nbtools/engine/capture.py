@@ -9,6 +9,7 @@ import time
 import torch
 
 from nbtools.engine import machine, progress, quiet
+from nbtools.engine.memory import MemoryRecorder
 from nbtools.analysis import tables
 from nbtools.engine.apply import range_ctx
 from nbtools.config.step_config import StepConfig
@@ -47,25 +48,29 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
     plan.append(("profiled", profiled))
     windows = []
     sampler = machine.Sampler(device.type) if quiet.SETTINGS["sample_machine"] else None
+    mem = MemoryRecorder(cfg, device, rank)
+    mem.start()
     with contextlib.ExitStack() as timed:   # quiet.timed_steps: the measured and profiled steps
         prof, last = _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows,
-                             timed, sampler)
+                             timed, sampler, mem)
     value = _scalar(last)
     # only the last step's result is looked at: it is already synced for last_value, and a
     # NaN loss stays NaN (it reaches the weights); a per-step check would sync every step
     out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=value,
                nonfinite=isinstance(last, torch.Tensor) and not math.isfinite(value),
-               machine=sampler.result() if sampler is not None else None)
+               machine=sampler.result() if sampler is not None else None, **mem.collect(prof))
     if prof is not None:
         from nbtools.trace.load import events_from_profiler
+        from nbtools.trace.details import details_from_profiler
         progress.publish("parse")
         t = time.perf_counter()
         out["events"] = events_from_profiler(prof, rank, windows)
+        out["event_details"] = details_from_profiler(prof, rank)   # tooltips: shapes, groups
         out["parse_s"] = time.perf_counter() - t
     return out
 
 
-def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, sampler):
+def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, sampler, mem):
     i, prof, last, quieted = 0, None, None, False
     for phase, n in plan:
         if n == 0:
@@ -77,7 +82,8 @@ def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, 
             acts = [torch.profiler.ProfilerActivity.CPU]
             if cuda:
                 acts.append(torch.profiler.ProfilerActivity.CUDA)
-            prof = torch.profiler.profile(activities=acts)
+            prof = torch.profiler.profile(activities=acts, record_shapes=True,
+                                          **mem.profiler_kwargs())
             prof.__enter__()
         try:
             for k in range(n):

@@ -9,6 +9,7 @@ from nbtools.analysis import tables
 from nbtools.analysis.compile_counts import divergence
 from nbtools.common.text import valid_texts
 from nbtools.results.run import Run
+from nbtools.trace.details import DETAIL_COLUMNS
 from nbtools.results.torch_trace import missing_logs_flags
 
 _PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Connection reset",
@@ -40,7 +41,7 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
                                          "model_built_at",
                                          "peak_mem_mb", "shapes", "engine_s", "parse_s",
                                          "last_value", "unused", "warnings",
-                                         "step_items", "machine")}
+                                         "step_items", "machine", "graph_pool_mb")}
              for r, rep in reports.items()}
     for p in lab.placements:    # where each rank ran: the timeline's per-host lanes
         ranks.setdefault(p.rank, {})["host"] = p.host
@@ -50,6 +51,11 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
               run_id=run_id, started=t0, reports=rows,
               torch_trace_logs={r: rep["torch_trace"] for r, rep in reports.items()
                                 if rep.get("torch_trace")})
+    mem = [pd.DataFrame(rep["memory"]) for rep in ok.values() if rep.get("memory") is not None]
+    run.memory = pd.concat(mem, ignore_index=True) if mem else pd.DataFrame()
+    run.event_details = tables.concat([tables.from_wire(DETAIL_COLUMNS, rep["event_details"])
+                                       for rep in ok.values() if rep.get("event_details")],
+                                      DETAIL_COLUMNS)
     if sm is not None:
         run.summary = sm
         run.flags = summ.flags(sm, ok, cfg, div, events, comp)

@@ -24,6 +24,10 @@ class Run:
     events: pd.DataFrame = field(default_factory=lambda: tables.empty(tables.EVENT_COLUMNS))
     compile_events: pd.DataFrame = field(default_factory=lambda: tables.empty(tables.COMPILE_COLUMNS))
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """StepConfig(memory=True): rank, ts_ns, allocated, reserved, graph_pool (bytes)."""
+    event_details: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    """rank, ts_ns, name, detail: input shapes, bytes, process group of profiled events."""
     reports: pd.DataFrame = field(default_factory=pd.DataFrame)
     """What a custom step recorded with ctx.report(): rank, step, then its own columns."""
     env: dict = field(default_factory=dict)
@@ -74,6 +78,15 @@ class Run:
         """The per-rank timeline: a live widget in Jupyter, ``.layout`` for Bokeh."""
         return view("run.plot")(self, **kw)
 
+    def to_perfetto(self, path) -> Path:
+        """One Chrome-trace JSON (``.json``, or ``.json.gz``) of every rank (a process each),
+        its steps, compile events and flows between matched collectives. Open it at
+        https://ui.perfetto.dev (Open trace file; the file stays in the browser) or
+        chrome://tracing; ``nbtools.load_traces`` and HTA read ``trace.export.write_kineto``'s
+        per-rank files."""
+        from nbtools.trace.export import write_perfetto
+        return write_perfetto(self, path)
+
     # -- persistence ---------------------------------------------------------------------
     def save(self, folder) -> Path:
         folder = Path(folder)
@@ -83,6 +96,9 @@ class Run:
             df.to_parquet(folder / f"{name}.parquet", index=False)
         if len(self.reports):
             _parquet_safe(self.reports).to_parquet(folder / "reports.parquet", index=False)
+        for name in ("memory", "event_details"):
+            if len(getattr(self, name)):
+                getattr(self, name).to_parquet(folder / f"{name}.parquet", index=False)
         meta = dict(config=self.config.to_dict() if self.config else None, env=self.env,
                     status=self.status, errors={str(k): v for k, v in self.errors.items()},
                     flags=list(self.flags), ranks={str(k): v for k, v in self.ranks.items()},
@@ -117,9 +133,10 @@ class Run:
             frames[name], problem = _read_table(folder / f"{name}.parquet", cols, required=True)
             if problem:
                 flags.append(f"damaged: {problem}")
-        frames["reports"], problem = _read_table(folder / "reports.parquet", None, required=False)
-        if problem:
-            flags.append(f"damaged: {problem}")
+        for name in ("reports", "memory", "event_details"):
+            frames[name], problem = _read_table(folder / f"{name}.parquet", None, required=False)
+            if problem:
+                flags.append(f"damaged: {problem}")
         try:
             return cls(config=cfg, env=_dict(meta, "env"), status=str(meta.get("status", "ok")),
                        errors={int(k): v for k, v in _dict(meta, "errors").items()},

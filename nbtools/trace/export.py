@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from nbtools.analysis.collective_flows import collective_flows
 from nbtools.analysis.step_metrics import step_times
 
 try:
@@ -125,14 +126,23 @@ def write_kineto(run, folder, compress: bool = True) -> list:
 
 def to_perfetto(run) -> dict:
     """One Chrome/Perfetto trace: a process per rank, a thread per lane (CPU lanes first),
-    and per rank a "steps" and a "compile" track for the steps and compile events."""
+    per rank a "steps" and a "compile" track for the steps and compile events (those with
+    no time of their own are left out: they would sit at a made-up place), and a flow
+    ("s"/"f" pair) from each rank's collective to the same collective on the rank that
+    arrived last, so Perfetto draws who waited for whom."""
     events, compile_events, steps, _ = _parts(run)
+    if compile_events is not None and len(compile_events):
+        compile_events = compile_events[(compile_events["ts_ns"] > 0)
+                                        & (compile_events["reason"].astype(str)
+                                           != "(counted only)")]
     base = _base_ns(events, compile_events, steps)
-    out = []
-    for r in sorted(events["rank"].unique().tolist()):
+    out, tids = [], {}
+    ranks = sorted(set(events["rank"].unique().tolist())
+                   | set(steps["rank"].unique().tolist() if steps is not None else []))
+    for r in ranks:
         ev = events[events["rank"] == r]
         lanes = sorted(pd.unique(ev["lane"].astype(str)), key=lambda s: (s.startswith("cuda"), s))
-        tid = {ln: i + 1 for i, ln in enumerate(lanes)}
+        tid = tids[r] = {ln: i + 1 for i, ln in enumerate(lanes)}
         out.append({"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}})
         for ln, t in list(tid.items()) + [("steps", 0), ("compile", len(tid) + 1)]:
@@ -153,8 +163,24 @@ def to_perfetto(run) -> dict:
         out += _track(steps, r, 0, base, lambda row: f"step {row.step} ({row.phase})")
         out += _track(compile_events, r, len(tid) + 1, base,
                       lambda row: f"{row.kind}: {row.name}" if row.name else row.kind)
+    out += _flows(events, tids, base)
     return {"traceEvents": out, "displayTimeUnit": "ns",
             "otherData": {"nbtools_base_time_ns": base}}
+
+
+def _flows(events, tids: dict, base: int) -> list:
+    """Flow v1 events: "s" inside the waiting rank's collective slice, "f" (bp "e": bound to
+    the enclosing slice) inside the last rank's; the args say how long the rank waited."""
+    out = []
+    for i, f in enumerate(collective_flows(events).itertuples(index=False)):
+        common = {"cat": "collective", "name": f"{f.name} (step {f.step}, #{f.k + 1})",
+                  "id": i + 1}
+        out.append({**common, "ph": "s", "pid": f.rank, "tid": tids[f.rank][f.lane],
+                    "ts": (f.ts_ns - base) / 1e3,
+                    "args": {"waited_ns": int(f.wait_ns), "for_rank": int(f.last_rank)}})
+        out.append({**common, "ph": "f", "bp": "e", "pid": f.last_rank,
+                    "tid": tids[f.last_rank][f.last_lane], "ts": (f.last_ts_ns - base) / 1e3})
+    return out
 
 
 def _track(table, rank: int, tid: int, base: int, label) -> list:

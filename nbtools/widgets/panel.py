@@ -49,7 +49,8 @@ GROUPS = (
     ("compile", ("compile", "backend", "fullgraph", "dynamic", "cache", "ddp_wrap",
                  "optimize_ddp", "fsdp_compile")),
     ("precision & graphs", ("autocast", "autocast_scope", "cudagraph")),
-    ("steps & capture", ("warmup", "steps", "profiled", "capture", "check", "torch_trace")),
+    ("steps & capture", ("warmup", "steps", "profiled", "capture", "check", "torch_trace",
+                            "memory")),
 )
 RUNNING = "running… (compiling happens in warm-up)"
 _ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;padding:4px 8px;"
@@ -209,6 +210,7 @@ class Panel:
         self.export_notes = W.Textarea(placeholder="notes for the report (Markdown)",
                                        layout=W.Layout(width="720px", height="60px"))
         self.export_button = _button("Export HTML", self.export, icon="download")
+        self.perfetto_button = _button("Save Perfetto trace", self.save_perfetto, icon="share")
         self.export_status = _html()
 
         groups = [W.VBox([W.HTML(f"<b>{title}</b>")] + [self.controls[n] for n in names])
@@ -223,7 +225,8 @@ class Panel:
             W.HTML("<b>history</b>"), W.HBox([self.history_list, self.load_button]),
             W.HBox([self.compare_a, self.compare_b, self.compare_rounds, self.compare_button]),
             self.compare_html, self.compare_box,
-            W.HTML("<b>export</b>"), W.HBox([self.export_path, self.export_button]),
+            W.HTML("<b>export</b>"), W.HBox([self.export_path, self.export_button,
+                                                     self.perfetto_button]),
             self.export_notes, self.export_status])
         self.widget.panel = self    # lab.panel() returns the widget; the Panel stays reachable
         self._refresh_history()
@@ -388,4 +391,14 @@ class Panel:
             return None
         self.export_status.value = (f"wrote {html.escape(str(out))} ({out.stat().st_size / 1e6:.1f}"
                                     f" MB, {len(self.lab.history)} runs)")
+        return out
+
+    def save_perfetto(self):
+        """The run in the timeline as one Chrome-trace JSON beside the export path (open it at
+        ui.perfetto.dev: Open trace file)."""
+        path = Path(self.export_path.value).expanduser().with_suffix(".perfetto.json")
+        if self.shown is None:
+            return self._set_error("no run in the timeline yet: run or pick one first")
+        out = self.shown.to_perfetto(path)
+        self.export_status.value = f"wrote {html.escape(str(out))}: open it at ui.perfetto.dev"
         return out

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.tables import string_codes
+from nbtools.trace.details import attach
 
 COMPILE_STYLE = {               # kind -> (marker, colour)
     "compile": ("square", "#1f77b4"),
@@ -174,12 +175,12 @@ def initial_window(run, t0, mode):
     return lo - pad, hi + pad
 
 
-EVENT_FIELDS = ("left", "right", "y", "rank", "category", "name", "lane", "step", "count",
-                "when", "dur", "busy", "alpha", "hatch")
+EVENT_FIELDS = ("left", "right", "y", "rank", "category", "name", "lane", "step", "count", "when",
+                "dur", "busy_ns", "alpha", "hatch", "detail")
 
 
 def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
-                step_ts: dict | None = None) -> dict:
+                step_ts: dict | None = None, details=None) -> dict:
     """The boxes' source. ``lane_y`` maps (rank, lane) to the lane's first row; a box sits
     ``depth`` rows below it. Hover texts are relative: ms since ``t0`` and time into the
     box's step (``step_ts``: (rank, step) -> the step's start, ns)."""
@@ -199,12 +200,8 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
     count = boxes["count"].to_numpy(np.int64)
     step = boxes["step"].to_numpy(np.int32)
     cat = boxes["category"].astype(str).to_numpy(object)
-    name = boxes["name"].astype(str).to_numpy(object)
+    name = boxes["name"].astype(str).to_numpy(object)     # a merged box: its longest event's
     merged = count > 1
-    if merged.any():
-        name = name.copy()
-        name[merged] = (pd.Series(count[merged]).astype(str) + " merged · longest: "
-                        + pd.Series(name[merged])).to_numpy(object)
     # A merged box is drawn as wide as its span; its opacity says how full that span was.
     alpha = np.where(merged, np.clip(busy / np.maximum(dur, 1), 0.35, 1.0), 1.0)
     alpha = np.where(cat == "annotation", 0.3, alpha).astype(np.float32)
@@ -214,12 +211,13 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
                      for i in range(len(ts))], np.float64)
     when = [f"{x:,.3f} ms" + (f" · step {st} + {t}" if t else "")
             for x, st, t in zip(left.tolist(), step.tolist(), fmt_ns(into))]
-    busy_text = [f"{b} in {c} events" if c > 1 else "" for b, c in zip(fmt_ns(busy), count.tolist())]
     return dict(left=left, right=(ts + dur - t0) / 1e6, y=y, rank=rank.astype(np.int32),
                 category=cat, name=name, lane=np.asarray(rows, object)[base], step=step,
+                busy_ns=busy.astype(np.float64),
                 count=count.astype(np.int32), when=np.asarray(when, object),
-                dur=np.asarray(fmt_ns(dur), object), busy=np.asarray(busy_text, object),
-                alpha=alpha, hatch=np.where(boxes["graph"].to_numpy(bool), "/", " ").astype(object))
+                dur=np.asarray(fmt_ns(dur), object),
+                alpha=alpha, hatch=np.where(boxes["graph"].to_numpy(bool), "/", " ").astype(object),
+                detail=attach(boxes, details))
 
 
 def step_starts(steps: pd.DataFrame) -> dict:
@@ -230,15 +228,15 @@ def step_starts(steps: pd.DataFrame) -> dict:
                     steps["ts_ns"].astype(np.int64).tolist()))
 
 
-def steps_data(steps, ranks=(), lane_y=None, rows=(), t0=0, lo=0, hi=0) -> dict:
+def steps_data(steps, ranks=(), first=None, rows=(), t0=0, lo=0, hi=0) -> dict:
+    """The profiled steps' bands behind each rank's rows (``first``: rank -> its first row)."""
     prof = steps[steps["phase"] == "profiled"]
     if not len(prof) and len(steps):   # e.g. traces without phases: steps inside the window
         prof = steps[(steps["ts_ns"] < hi) & (steps["ts_ns"] + steps["dur_ns"] > lo)]
     if not len(prof):
         return dict(left=[], right=[], bottom=[], top=[], shade=[], label=[], label_y=[])
     rank = prof["rank"].to_numpy(np.int64)
-    # Each rank's band covers its own rows: from its compile row to the next rank's.
-    first = {r: lane_y[(r, "compile")] for r in ranks}
+    # Each rank's band covers its own rows: from its first row to the next rank's.
     nxt = {r: (first[ranks[i + 1]] if i + 1 < len(ranks) else len(rows))
            for i, r in enumerate(ranks)}
     top = np.array([first[r] for r in rank.tolist()], float) - 0.5
@@ -249,30 +247,6 @@ def steps_data(steps, ranks=(), lane_y=None, rows=(), t0=0, lo=0, hi=0) -> dict:
                 bottom=bottom, top=top,
                 shade=np.where(step % 2 == 0, "#f2f2f2", "#e6eef7").astype(object),
                 label=np.char.add("step ", step.astype(str)).astype(object), label_y=top + 0.05)
-
-
-def compile_data(ce, lane_y, t0):
-    if not len(ce):
-        return ({k: [] for k in ("x", "y", "marker", "color", "kind", "name", "frame", "reason",
-                                 "dur", "step", "rank", "cache")},
-                dict(left=[], right=[], y=[], color=[]))
-    kind = ce["kind"].astype(str).to_numpy(object)
-    style = [COMPILE_STYLE.get(k, ("circle", "#7f7f7f")) for k in kind]   # compile events are few
-    ts = ce["ts_ns"].to_numpy(np.int64)
-    dur = ce["dur_ns"].to_numpy(np.int64)
-    y = np.array([lane_y[(r, "compile")] for r in ce["rank"].tolist()], np.int32)
-    color = np.array([c for _, c in style], object)
-    marks = dict(x=(ts - t0) / 1e6, y=y, marker=np.array([m for m, _ in style], object),
-                 color=color, kind=kind, name=ce["name"].astype(str).to_numpy(object),
-                 frame=ce["frame"].astype(str).to_numpy(object),
-                 reason=ce["reason"].astype(str).to_numpy(object),
-                 dur=np.asarray(fmt_ns(dur), object),
-                 step=ce["step"].to_numpy(np.int32),
-                 rank=ce["rank"].to_numpy(np.int32), cache=ce["cache"].astype(str).to_numpy(object))
-    has = dur > 0
-    spans = dict(left=(ts[has] - t0) / 1e6, right=(ts[has] + dur[has] - t0) / 1e6, y=y[has],
-                 color=color[has])
-    return marks, spans
 
 
 def summary_data(summary: pd.DataFrame, ranks: list) -> dict:

@@ -1,0 +1,95 @@
+"""Wheel zoom on the 1M-event timeline in headless Chromium: frame times while zooming.
+
+    python benchmarks/bench_timeline_zoom.py [--events 1000000] [--ranks 8] [--ticks 24]
+
+Builds the timeline of tests/test_timeline.py's synthetic run (static HTML, INLINE BokehJS,
+canvas backend), switches the wheel-zoom tool on, sends ``--ticks`` wheel events over the
+plot (half in, half out) and records every animation frame's interval with
+requestAnimationFrame. Prints the median and 90th percentile frame interval, the longest,
+and the time from the first wheel event until the last frame that followed a wheel event.
+Also prints the exported file's size with and without the flows/names/search machinery
+counted (the document's size: what the file holds beyond BokehJS).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from bokeh.embed import file_html  # noqa: E402
+from bokeh.resources import INLINE  # noqa: E402
+
+from nbtools.ui.timeline import Timeline  # noqa: E402
+from test_timeline import synthetic_run  # noqa: E402
+
+FRAMES = """() => { window.__frames = []; let last = performance.now();
+  const tick = t => { window.__frames.push(t - last); last = t; requestAnimationFrame(tick); };
+  requestAnimationFrame(tick); }"""
+WHEEL_ON = """() => { const v = [...Bokeh.index.all_views()].find(v => v.model.name === 'timeline'
+    && v.frame); const t = v.model.toolbar.tools.find(t => t.type === 'WheelZoomTool'
+    || (t.constructor && t.constructor.name === 'WheelZoomTool'));
+  v.model.toolbar.active_scroll = t; v.el.scrollIntoView({block: 'center'});
+  const r = v.canvas.el.getBoundingClientRect(), f = v.frame.bbox;
+  return {x: r.left + f.left + f.width / 2, y: r.top + f.top + f.height / 2}; }"""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--ticks", type=int, default=24)
+    ap.add_argument("--chromium", default="/usr/bin/chromium")
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    run = synthetic_run(n_ranks=args.ranks, events_per_rank=args.events // args.ranks,
+                        step_ns=100_000_000, seed=1)
+    tl = Timeline(run, width=1100, live=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        page_path = Path(tmp) / "timeline.html"
+        page_path.write_text(file_html(tl.layout, INLINE, "zoom"))
+        size_mb = page_path.stat().st_size / 1e6
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=args.chromium,
+                                         args=["--headless", "--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            page.on("pageerror", lambda e: print("page error:", e))
+            page.on("console", lambda m: print("console:", m.text) if m.type == "error" else None)
+            t = time.perf_counter()
+            page.goto(page_path.as_uri(), wait_until="load")
+            page.wait_for_function("() => window.Bokeh && [...Bokeh.index.all_views()]"
+                                   ".some(v => v.model.name === 'timeline' && v.frame)",
+                                   timeout=120_000)
+            load_s = time.perf_counter() - t
+            page.wait_for_timeout(1000)
+            at = page.evaluate(WHEEL_ON)
+            page.mouse.move(at["x"], at["y"])
+            page.evaluate(FRAMES)
+            page.wait_for_timeout(300)
+            page.evaluate("() => { window.__frames = []; }")
+            t = time.perf_counter()
+            for i in range(args.ticks):
+                page.mouse.wheel(0, -120 if i < args.ticks // 2 else 120)
+                page.wait_for_timeout(16)
+            page.wait_for_timeout(500)
+            wall = time.perf_counter() - t
+            frames = page.evaluate("() => window.__frames")
+            browser.close()
+    busy = [f for f in frames if f > 0]
+    q = statistics.quantiles(busy, n=10) if len(busy) >= 10 else busy
+    print(f"{len(run.events):,} events, {tl.stats['boxes']:,} boxes drawn, "
+          f"{len(tl.flows_source.data['x0'])} flows; file {size_mb:.2f} MB; "
+          f"page ready in {load_s:.1f} s")
+    print(f"{args.ticks} wheel ticks: {len(busy)} frames in {wall:.2f} s; frame interval "
+          f"median {statistics.median(busy):.1f} ms, p90 {q[-1]:.1f} ms, "
+          f"max {max(busy):.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

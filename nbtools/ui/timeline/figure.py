@@ -1,0 +1,327 @@
+"""ui: a Run's per-rank timeline (Bokeh), built once and updated by replacing data.
+
+One figure with numeric y (one row per (rank, lane, depth)) so every rank shares one x axis,
+and one ColumnDataSource per layer. ``Timeline.update(run)`` only assigns ``source.data``
+and a few scalar properties, which a live jupyter_bokeh BokehModel turns into small
+PATCH-DOC messages instead of a re-render. What goes into the sources (the level of detail
+included) is computed in ``data``; search, region table, names and flows are in
+``interactions`` (BokehJS, so they work in exported HTML too); compiles are in
+``compile_strip``; memory in ``memory``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from bokeh.events import RangesUpdate
+from bokeh.layouts import column, row
+from bokeh.models import (BoxZoomTool, ColumnDataSource, FixedTicker, HoverTool, Legend,
+                          LegendItem, PanTool, Range1d, ResetTool, SaveTool, WheelZoomTool)
+from bokeh.plotting import figure
+from bokeh.transform import factor_cmap
+
+from nbtools.analysis import tables
+from nbtools.analysis.collective_flows import collective_flows
+from nbtools.analysis.tables import CATEGORIES
+from nbtools.ui.timeline.compile_strip import CompileStrip
+from nbtools.ui.timeline.data import (SUMMARY_STACK, events_data, fmt_ns, initial_window,
+                                      lane_sort_key, lod, origin_ns, stack_depth,
+                                      step_starts, steps_data, summary_data)
+from nbtools.ui.timeline.interactions import Controls, fit_labels, link_labels, merged_hover
+from nbtools.ui.timeline.memory import MemoryLane
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#98df8a", "#9467bd", "#17becf", "#c5b0d5",
+           "#c7c7c7")          # in CATEGORIES order
+LOD_PX = 1200      # pixel columns the level of detail assumes when the width follows the page
+FLOW_FIELDS = ("x0", "y0", "x1", "y1", "text", "wait")
+MAX_FLOWS = 400    # per drawn window, the longest waits: more arrows hide the boxes (and weigh MBs)
+
+
+def lane_label(rank: int, lane: str) -> str:
+    """A lane's row label, as Perfetto names tracks: the rank, then the thread or stream."""
+    kind, _, rest = lane.partition(":")
+    if kind == "cuda":
+        dev, _, stream = rest.partition(":")
+        return f"r{rank} GPU {dev} stream {stream}" if stream else f"r{rank} GPU {dev}"
+    return f"r{rank} CPU thread {rest}" if rest else f"r{rank} CPU (all threads)"
+
+
+class Timeline:
+    """Per-rank lanes of one Run; ``update(run)`` swaps the data, never the models.
+
+    Read like Perfetto: one row per CPU thread (``cpu:<tid>``) and GPU stream, nested ranges
+    stack into labelled sub-rows under their lane (one box under the cursor, one tooltip),
+    names are drawn inside the boxes wide enough for them, times are relative (ms on the
+    axis, time into the step in the tooltip). Above the figure: a search field (matches
+    outlined on every rank, their count and total time) and the flows switch; select a
+    time range with the box-select tool for a table of what it holds. Beside it, on its own
+    axis, the compile strip (every step and compile of each rank). The wheel zooms only after
+    its tool is switched on in the toolbar (page scrolling passes over the plot), and the
+    figures follow the notebook's width unless ``width`` (px) fixes it. ``collapse_cpu``
+    draws one CPU lane per rank instead of one per thread; ``backend`` is "canvas" (works
+    everywhere, headless Chromium included) or "webgl"; ``live`` refines the level of detail
+    on zoom (a Python callback, served by jupyter_bokeh's BokehModel); ``origin`` (epoch ns)
+    is x = 0, by default the first traced (profiled) event; ``window`` is the initial view:
+    "events" (the profiled steps) or "all" (warm-up steps too).
+    """
+
+    def __init__(self, run=None, *, width: int | None = None, lane_height: int = 18,
+                 collapse_cpu: bool = False, backend: str = "canvas", live: bool = True,
+                 origin: int | None = None, x_range: Range1d | None = None,
+                 title: str | None = None, window: str = "events"):
+        self.width, self.lane_height, self.collapse_cpu = width, lane_height, collapse_cpu
+        self.lod_px = width or LOD_PX
+        self._size = (dict(width=width) if width else
+                      dict(sizing_mode="stretch_width", min_width=500))
+        self.window = window
+        self._fixed_origin, self._title = origin, title
+        self.stats: dict = {}
+        self._prepared = None
+        self._flow_table = None
+        # Every source starts with its columns (empty), so the glyphs validate before data.
+        self.events_source = ColumnDataSource(events_data(None, {}, [], 0))
+        self._step_ts: dict = {}
+        self._details = None
+        self.steps_source = ColumnDataSource(steps_data(tables.empty(tables.STEP_COLUMNS)))
+        self.labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
+        self.step_labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
+        self.flows_source = ColumnDataSource({k: [] for k in FLOW_FIELDS})
+        self.summary_source = ColumnDataSource(summary_data(pd.DataFrame(), []))
+        self.figure = self._build_figure(backend, x_range)
+        self.controls = Controls(self.figure, self.events_source, self._r_events,
+                                 self._r_flows, self._size)
+        self.strip = CompileStrip(self._size, backend)
+        self.compile_source, self.span_source = self.strip.mark_source, self.strip.span_source
+        self.memory = MemoryLane(self._size, backend, self.figure.x_range)
+        self.summary_figure = self._build_summary(backend)
+        c = self.controls
+        stretch = {} if width else dict(sizing_mode="stretch_width")
+        self.layout = column(row(c.search, c.search_out, c.flows), self.figure,
+                             row(c.group, c.region_out), c.region_table, self.memory.figure,
+                             self.strip.figure, self.strip.untimed, self.summary_figure,
+                             **stretch)
+        if live:   # works under jupyter_bokeh's BokehModel without a Bokeh server
+            self.figure.on_event(RangesUpdate, self._on_ranges)
+        if run is not None:
+            self.update(run)
+
+    # -- construction (once) -------------------------------------------------------------
+    def _build_figure(self, backend, x_range):
+        wheel = WheelZoomTool(dimensions="width",
+                              description="Wheel zoom (click to switch on: off, the page scrolls)")
+        fig = figure(height=200, output_backend=backend, **self._size, name="timeline",
+                     x_range=x_range or Range1d(0, 1), y_range=Range1d(0.5, -0.5),
+                     tools=[PanTool(dimensions="width"), wheel, BoxZoomTool(dimensions="width"),
+                            ResetTool(), SaveTool()], active_drag="auto", active_scroll=None,
+                     toolbar_location="above", x_axis_label="ms since the first profiled event")
+        fig.ygrid.grid_line_color = None
+        fig.yaxis.ticker = FixedTicker(ticks=[])
+        fig.yaxis.major_label_text_font_size = "8pt"
+        fig.quad(left="left", right="right", bottom="bottom", top="top", fill_color="shade",
+                 fill_alpha=0.6, line_color=None, source=self.steps_source)
+        fig.text(x="x", y="y", text="text", text_font_size="8pt", text_color="#777",
+                 text_baseline="top", x_offset=2, source=self.step_labels_source,
+                 name="step-labels")
+        self._r_events = r_ev = fig.hbar(
+            y="y", left="left", right="right", height=0.8,
+            fill_color=factor_cmap("category", PALETTE, CATEGORIES, nan_color="#7f7f7f"),
+            fill_alpha="alpha", line_color=None, hatch_pattern="hatch", hatch_color="#ffffff",
+            hatch_alpha=0.9, hatch_scale=6, source=self.events_source, name="events")
+        r_ev.nonselection_glyph.fill_alpha = 0.35
+        fig.text(x="x", y="y", text="text", text_font_size="8pt", text_color="#111111",
+                 text_baseline="middle", x_offset=2, source=self.labels_source,
+                 name="event-names")
+        seg = fig.segment(x0="x0", y0="y0", x1="x1", y1="y1", line_color="#e6550d",
+                          line_width=1.5, line_alpha=0.8, source=self.flows_source, name="flows")
+        head = fig.scatter(x="x1", y="y1", marker="circle", size=5, fill_color="#e6550d",
+                           line_color=None, source=self.flows_source, name="flow-ends")
+        self._r_flows = [seg, head]
+        fig.add_tools(
+            HoverTool(renderers=[r_ev], point_policy="follow_mouse",
+                      tooltips=[("", "@name"), ("", "@category on @lane"), ("start", "@when"),
+                                ("duration", "@dur"), ("", "@busy_ns{custom}"),
+                                ("", "@detail")],
+                      formatters={"@busy_ns": merged_hover(self.events_source)}),
+            HoverTool(renderers=[seg], line_policy="interp", tooltips=[("", "@text")]))
+        # Legend-only renderers hold one NaN row: nothing is drawn, but the legend
+        # needs a row to draw its swatch from.
+        nan = dict(y=[np.nan], left=[np.nan], right=[np.nan], height=0.8, line_color=None)
+        # Keyed so that update() shows only what this run has (a CPU run: no CUDA graphs).
+        self._legend = {c: LegendItem(label=c, renderers=[fig.hbar(fill_color=p, **nan)])
+                        for c, p in zip(CATEGORIES, PALETTE)}
+        self._legend["graph"] = LegendItem(label="CUDA-graph replay", renderers=[fig.hbar(
+            fill_color="#7f7f7f", hatch_pattern="/", hatch_color="#ffffff", hatch_scale=6, **nan)])
+        self._legend["flows"] = LegendItem(label="collective: waited for the last rank",
+                                           renderers=[seg])
+        fig.add_layout(Legend(items=list(self._legend.values()), orientation="horizontal",
+                              label_text_font_size="8pt", glyph_width=14, spacing=4, padding=2,
+                              margin=2, ncols=6), "above")
+        link_labels(fig, [self.events_source, self.steps_source], ["y", "label_y"],
+                    ["name", "label"], [self.labels_source, self.step_labels_source],
+                    self.lod_px)
+        return fig
+
+    def _build_summary(self, backend):
+        fig = figure(height=90, output_backend=backend, **self._size,
+                     y_range=Range1d(0.5, -0.5), name="summary",
+                     x_range=Range1d(0, 1), x_axis_label="ms per profiled step (run.summary: profiled_window_ms, its parts)",
+                     toolbar_location=None, tools="")
+        fig.ygrid.grid_line_color = None
+        fig.yaxis.ticker = FixedTicker(ticks=[])
+        fields = [f for f, _, _ in SUMMARY_STACK]
+        fig.hbar_stack(fields, y="y", height=0.7, color=[c for _, _, c in SUMMARY_STACK],
+                       legend_label=[lab for _, lab, _ in SUMMARY_STACK],
+                       source=self.summary_source)
+        fig.text(x="text_x", y="y", text="text", text_font_size="8pt", text_baseline="middle",
+                 x_offset=6, source=self.summary_source)
+        legend = fig.legend[0]
+        legend.orientation, legend.label_text_font_size = "horizontal", "8pt"
+        legend.padding = legend.margin = 2
+        fig.add_layout(legend, "above")
+        return fig
+
+    # -- data (every update) -------------------------------------------------------------
+    def update(self, run, origin: int | None = None) -> None:
+        """Replace every source's data with ``run``'s; the models stay the same objects."""
+        t0 = origin if origin is not None else (self._fixed_origin if self._fixed_origin
+                                                is not None else origin_ns(run))
+        self.origin = t0
+        if origin is None and self._fixed_origin is None:   # say what x = 0 is
+            self.figure.xaxis.axis_label = ("ms since the first profiled event" if len(run.events)
+                                            else "ms since the run's first step")
+        events = self._prepare(run.events)
+        ranks = sorted(set(events["rank"].unique().tolist())
+                       | set(run.compile_events["rank"].unique().tolist())
+                       | set(run.steps["rank"].unique().tolist()))
+        depth = (events.groupby(["rank", "lane"], observed=True)["depth"].max().to_dict()
+                 if len(events) else {})
+        rows, labels, lane_y, first = [], [], {}, {}  # a lane's first row; nested ranges below
+        on = {r: (run.ranks.get(r) or run.ranks.get(str(r)) or {}).get("host") for r in ranks}
+        several = len(set(on.values()) - {None}) > 1      # ranks on several hosts: say which
+        for r in ranks:
+            who = f"r{r}@{on[r]}" if several and on[r] else f"r{r}"
+            first[r] = len(rows)
+            lanes = events.loc[events["rank"] == r, "lane"].unique().tolist() if len(events) \
+                else []
+            for lane in sorted(map(str, lanes), key=lane_sort_key):
+                lane_y[(r, lane)] = len(rows)
+                n = int(depth.get((r, lane), 0)) + 1
+                rows += [f"r{r} {lane}"] * n
+                labels += [who + lane_label(r, lane)[len(f"r{r}"):]] \
+                    + [f"· depth {d}" for d in range(1, n)]
+            if first[r] == len(rows):        # a rank with steps but no traced events
+                rows.append(f"r{r}")
+                labels.append(f"{who} (no profiled events)")
+        self._rows, self._lane_y, self._prepared = rows, lane_y, events
+        self._step_ts = step_starts(run.steps)
+        self._details = getattr(run, "event_details", None)
+
+        lo, hi = initial_window(run, t0, self.window)
+        self.steps_source.data = steps_data(run.steps, ranks, first, rows, t0, lo, hi)
+        self._flow_table = collective_flows(run.events)
+        fig = self.figure
+        self.window_ms = ((lo - t0) / 1e6, (hi - t0) / 1e6)
+        xr = fig.x_range
+        xr.start, xr.end = xr.reset_start, xr.reset_end = self.window_ms
+        self._set_events(lo, hi)
+        self.controls.update(run.events)
+        self.strip.update(run, ranks)
+        self.memory.update(getattr(run, "memory", None), ranks, t0)
+
+        present = set(events["category"].astype(str).unique()) if len(events) else set()
+        present |= {"graph"} if len(events) and events["graph"].any() else set()
+        present |= {"flows"} if len(self.flows_source.data["x0"]) else set()
+        for key, item in self._legend.items():
+            item.visible = key in present
+        legend_rows = -(-sum(k in present for k in self._legend) // fig.legend[0].ncols)
+        fig.height = self.lane_height * len(rows) + 90 + 24 * max(legend_rows, 1)
+        fig.y_range.start, fig.y_range.end = len(rows) - 0.5, -0.5
+        fig.yaxis.ticker.ticks = list(range(len(rows)))
+        fig.yaxis.major_label_overrides = dict(enumerate(labels))
+        # capture=light/off: no events, the compile strip carries the steps
+        fig.visible = bool(len(events))
+        self.controls.set_visible(bool(len(events)))
+        head = self._title or getattr(run, "label", "")
+        fig.title.text = head
+        self.summary_source.data = data = summary_data(run.summary, ranks)
+        self.summary_figure.visible = any(t for t in data["text"])   # nothing measured: no chart
+        # room on the right for the text beside the longest bar
+        self.summary_figure.x_range.end = 1.8 * max(max(data["text_x"], default=0.0), 1e-3)
+        self.summary_figure.title.text = f"per-rank summary · {head}"
+        self.summary_figure.height = 85 + 24 * max(len(ranks), 1)
+        self.summary_figure.y_range.start = max(len(ranks), 1) - 0.5
+        self.summary_figure.yaxis.ticker.ticks = list(range(len(ranks)))
+        self.summary_figure.yaxis.major_label_overrides = {i: f"rank {r}"
+                                                           for i, r in enumerate(ranks)}
+
+    def _flows(self, lo: int, hi: int) -> dict:
+        fl, t0 = self._flow_table, self.origin
+        if fl is None or not len(fl):
+            self.controls.flows.label = "flows between ranks' collectives"
+            return {k: [] for k in FLOW_FIELDS}
+        inside = fl[(fl["ts_ns"] < hi) & (fl["last_ts_ns"] >= lo)]
+        fl = inside.nlargest(MAX_FLOWS, "wait_ns", keep="first") if len(inside) > MAX_FLOWS \
+            else inside
+        self.controls.flows.label = "flows between ranks' collectives" + (
+            f" ({len(fl):,} longest waits of {len(inside):,} here: zoom in for all)"
+            if len(inside) > len(fl) else "")
+
+        def y(rank, lane):
+            return self._lane_y.get((rank, lane), self._lane_y.get((rank, "cpu"), np.nan))
+        wait = fl["wait_ns"].to_numpy(np.int64)
+        text = [f"{n} (step {s}, #{k + 1} in the step): rank {r} waited {w} for rank {last}"
+                for n, s, k, r, w, last in zip(fl["name"], fl["step"], fl["k"], fl["rank"],
+                                                fmt_ns(wait), fl["last_rank"])]
+        return dict(x0=(fl["ts_ns"].to_numpy(np.int64) - t0) / 1e6,
+                    y0=[y(r, ln) for r, ln in zip(fl["rank"], fl["lane"])],
+                    x1=(fl["last_ts_ns"].to_numpy(np.int64) - t0) / 1e6,
+                    y1=[y(r, ln) for r, ln in zip(fl["last_rank"], fl["last_lane"])],
+                    text=text, wait=wait / 1e6)
+
+    def refine(self, x0_ms: float, x1_ms: float) -> None:
+        """Re-run lod for the visible window, plus half a window either side so a short
+        pan still has detail before the next refine."""
+        if self._prepared is None or x1_ms <= x0_ms:
+            return
+        pad = (x1_ms - x0_ms) / 2
+        lo = int(self.origin + (x0_ms - pad) * 1e6)
+        hi = int(self.origin + (x1_ms + pad) * 1e6)
+        self._set_events(lo, hi, width_px=2 * self.lod_px)
+
+    def _on_ranges(self, event) -> None:
+        if event.x0 is not None and event.x1 is not None:
+            self.refine(event.x0, event.x1)
+
+    def _prepare(self, events: pd.DataFrame) -> pd.DataFrame:
+        if self.collapse_cpu and len(events):
+            # Map categories, not rows: thread ids collapse to one CPU lane per rank.
+            lane = pd.Categorical(events["lane"])
+            merged = np.array([c if str(c).startswith("cuda") else "cpu"
+                               for c in lane.categories], object)
+            uniq, inverse = np.unique(merged, return_inverse=True)
+            events = events.assign(lane=pd.Categorical.from_codes(inverse[lane.codes],
+                                                                  categories=pd.Index(uniq)))
+        return events.assign(depth=stack_depth(events))
+
+    def _set_events(self, lo: int, hi: int, width_px: int | None = None) -> None:
+        boxes = lod(self._prepared, width_px or self.lod_px, lo, hi)
+        self.events_source.data = d = events_data(boxes, self._lane_y, self._rows, self.origin,
+                                                  self._step_ts, self._details)
+        # the first paint's names (BokehJS refits them on every zoom and at the real width)
+        x0, x1 = self.figure.x_range.start, self.figure.x_range.end
+        single = np.asarray(d["count"]) == 1          # a merged box's name is not all it holds
+        self.labels_source.data = fit_labels(d["left"], d["right"], d["y"],
+                                             np.where(single, d["name"], ""), x0, x1, self.lod_px)
+        s = self.steps_source.data
+        self.step_labels_source.data = fit_labels(s["left"], s["right"], s["label_y"],
+                                                  s["label"], x0, x1, self.lod_px)
+        self.flows_source.data = self._flows(lo, hi)
+        merged = boxes["count"].to_numpy() > 1
+        self.stats = dict(events=int(boxes["count"].sum()), boxes=len(boxes),
+                          merged_boxes=int(merged.sum()),
+                          merged_events=int(boxes["count"].to_numpy()[merged].sum()),
+                          pixel_ns=(hi - lo) / (width_px or self.lod_px))
+
+
+def run_figure(run, **kw):
+    """The timeline layout of one run (what ``Run.plot()`` shows)."""
+    return Timeline(run, **kw).layout

@@ -1,0 +1,218 @@
+"""ui: what a person does with the timeline in the page, as BokehJS callbacks (CustomJS), so
+it works in a live notebook and in an exported offline HTML alike: names drawn inside the
+boxes that fit them, a search field (matches outlined on every rank; count and total time
+from the full events table), a box-selected region's table (per name or category: count,
+total, mean; per rank) and the switch for the flow arrows between ranks' collectives.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from bokeh.models import (BoxSelectTool, Checkbox, ColumnDataSource, CustomJS, CustomJSHover,
+                          DataTable, Div,
+                          RadioButtonGroup, TableColumn, TextInput)
+
+from nbtools.analysis.tables import string_codes
+
+CHAR_PX = 6.2        # an 8pt character, on average (DejaVu/Helvetica in Chromium)
+MAX_LABELS = 4000    # beyond this many on screen, names are unreadable anyway
+
+
+def fit_labels(left, right, y, names, x0: float, x1: float, width_px: float) -> dict:
+    """Names that fit inside their boxes in the window [x0, x1] (ms) drawn ``width_px`` wide:
+    the whole name where it fits, else its start and "…", nothing under three characters.
+    The Python twin of LABELS_JS (the first paint, before any zoom, and tests)."""
+    left, right = np.asarray(left, float), np.asarray(right, float)
+    out = dict(x=[], y=[], text=[])
+    if x1 <= x0 or not len(left):
+        return out
+    ppx = width_px / (x1 - x0)
+    a, b = np.maximum(left, x0), np.minimum(right, x1)
+    room = np.floor(((b - a) * ppx - 4) / CHAR_PX)
+    names = np.asarray(names, object)
+    for i in np.flatnonzero((room >= 3) & (b > a))[:MAX_LABELS].tolist():
+        s, n = str(names[i]), int(room[i])
+        if not s:
+            continue
+        out["x"].append(float(a[i]))
+        out["y"].append(float(np.asarray(y)[i]))
+        out["text"].append(s if len(s) <= n else s[:n - 1] + "…")
+    return out
+
+
+# boxes[j] (left, right, y, and the column texts[j]) -> labels[j] (x, y, text)
+LABELS_JS = """
+const x0 = xr.start, x1 = xr.end;
+const w = (fig.inner_width && fig.inner_width > 10) ? fig.inner_width : width_px;
+if (!(x1 > x0)) return;
+const ppx = w / (x1 - x0);
+for (let j = 0; j < boxes.length; j++) {
+  const d = boxes[j].data, L = d.left, R = d.right, Y = d[ycols[j]], N = d[texts[j]];
+  const X = [], YY = [], T = [];
+  if (L !== undefined) for (let i = 0; i < L.length && T.length < max_labels; i++) {
+    if (R[i] <= x0 || L[i] >= x1) continue;
+    const a = Math.max(L[i], x0), b = Math.min(R[i], x1);
+    const n = Math.floor(((b - a) * ppx - 4) / char_px);
+    const s = String(N[i]);
+    if (n < 3 || !s || (d.count !== undefined && d.count[i] > 1)) continue;
+    X.push(a); YY.push(Y[i]); T.push(s.length <= n ? s : s.slice(0, n - 1) + "\\u2026");
+  }
+  labels[j].data = {x: X, y: YY, text: T};
+}
+"""
+
+
+def link_labels(fig, boxes: list, ycols: list, texts: list, labels: list, width_px: int):
+    """Refit the names whenever the x range moves or the boxes' data is replaced."""
+    cb = CustomJS(args=dict(xr=fig.x_range, fig=fig, boxes=boxes, ycols=ycols, texts=texts,
+                            labels=labels, width_px=width_px, char_px=CHAR_PX,
+                            max_labels=MAX_LABELS), code=LABELS_JS)
+    fig.x_range.js_on_change("start", cb)
+    fig.x_range.js_on_change("end", cb)
+    for b in boxes:
+        b.js_on_change("data", cb)
+    fig.js_on_change("inner_width", cb)
+    return cb
+
+
+def name_totals(events: pd.DataFrame) -> dict:
+    """Per (rank, name): count and total ns over every event (not the drawn boxes), so a
+    search's count and total are exact at any zoom."""
+    if events is None or not len(events):
+        return dict(rank=[], name=[], count=[], total=[])
+    codes, names = string_codes(events["name"])
+    rank = events["rank"].to_numpy(np.int64)
+    key = rank * (len(names) + 1) + codes
+    uk, inv = np.unique(key, return_inverse=True)
+    count = np.bincount(inv)
+    total = np.bincount(inv, weights=events["dur_ns"].to_numpy(np.float64))
+    return dict(rank=(uk // (len(names) + 1)).astype(np.int32),
+                name=np.asarray(names, object)[uk % (len(names) + 1)],
+                count=count.astype(np.int64), total=total)
+
+
+FMT_JS = """
+function fmt(ns) { const a = Math.abs(ns);
+  return a < 999.5 ? ns.toFixed(0) + " ns" : a < 999.5e3 ? (ns / 1e3).toPrecision(3) + " µs"
+       : a < 999.5e6 ? (ns / 1e6).toPrecision(3) + " ms" : (ns / 1e9).toFixed(2) + " s"; }
+function esc(s) { return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;",
+  ">": "&gt;", '"': "&quot;"}[c])); }
+"""
+
+SEARCH_JS = FMT_JS + """
+const q = (input.value_input || input.value || "").trim().toLowerCase();
+const d = ev.data, H = {left: [], right: [], y: []};
+if (!q) { hl.data = H; out.text = ""; return; }
+const A = agg.data, per = {};
+let n = 0, t = 0;
+for (let i = 0; i < A.name.length; i++) {
+  if (!String(A.name[i]).toLowerCase().includes(q)) continue;
+  const r = A.rank[i], p = per[r] || (per[r] = [0, 0]);
+  p[0] += A.count[i]; p[1] += A.total[i]; n += A.count[i]; t += A.total[i];
+}
+for (let i = 0; i < d.left.length; i++)
+  if (String(d.name[i]).toLowerCase().includes(q)) {
+    H.left.push(d.left[i]); H.right.push(d.right[i]); H.y.push(d.y[i]); }
+hl.data = H;
+const ranks = Object.keys(per).sort((a, b) => a - b);
+out.text = `<b>${n}</b> events match "${esc(q)}" · total <b>${fmt(t)}</b>` +
+  (ranks.length ? " · " + ranks.map(r => `rank ${r}: ${per[r][0]} / ${fmt(per[r][1])}`).join(" · ")
+                : "") + ` <span style="color:#888">(${H.left.length} boxes outlined)</span>`;
+"""
+
+
+REGION_JS = FMT_JS + """
+const idx = ev.selected.indices, d = ev.data, byName = group.active === 0;
+const g = range.data.x0.length ? [range.data.x0[0], range.data.x1[0]] : null;
+const rows = {}, ranks = new Set();
+let lo = Infinity, hi = -Infinity, merged = 0, n = 0;
+for (const i of idx) {
+  const key = byName ? d.name[i] : d.category[i], r = d.rank[i], k = key + "\\u0000" + r;
+  const row = rows[k] || (rows[k] = {what: key, rank: r, count: 0, total: 0});
+  row.count += d.count[i]; row.total += d.busy_ns[i]; n += d.count[i];
+  if (d.count[i] > 1) merged++;
+  ranks.add(r); lo = Math.min(lo, d.left[i]); hi = Math.max(hi, d.right[i]);
+}
+const keyTotal = {};
+for (const r of Object.values(rows)) keyTotal[r.what] = (keyTotal[r.what] || 0) + r.total;
+const list = Object.values(rows).sort((a, b) => keyTotal[b.what] - keyTotal[a.what]
+  || String(a.what).localeCompare(String(b.what)) || a.rank - b.rank).slice(0, 500);
+table.source.data = {what: list.map(r => r.what), rank: list.map(r => r.rank),
+  count: list.map(r => r.count), total: list.map(r => fmt(r.total)),
+  mean: list.map(r => fmt(r.total / r.count)), total_ns: list.map(r => r.total)};
+table.visible = idx.length > 0;
+out.text = idx.length ? `Region ${(g ? g[0] : lo).toFixed(3)} to ${(g ? g[1] : hi).toFixed(3)} ms` +
+  ` (${fmt(((g ? g[1] - g[0] : hi - lo)) * 1e6)}): <b>${n}</b> events on ${ranks.size} rank(s) ` +
+  "touch it; totals are their whole durations" + (merged ? ` · ${merged} boxes each merge ` +
+  "several sub-pixel events and count under their longest event's name: zoom in for exact names"
+  : "") : "";
+"""
+
+
+def merged_hover(source) -> CustomJSHover:
+    """A merged box's line in the tooltip, written in the page from its count and busy time
+    (a string per box made the exported file megabytes larger)."""
+    return CustomJSHover(args=dict(src=source), code=FMT_JS + """
+const c = src.data.count[special_vars.index];
+return c > 1 ? `${c} events merged (each under a pixel): ${fmt(value)} busy; named after the ` +
+               "longest" : "";""")
+
+
+class Controls:
+    """The search field, the region table and the flow switch of one timeline figure."""
+
+    def __init__(self, fig, events_source, events_renderer, flow_renderers, size: dict):
+        self.agg_source = ColumnDataSource(name_totals(None))
+        self.hl_source = ColumnDataSource(dict(left=[], right=[], y=[]))
+        fig.hbar(y="y", left="left", right="right", height=0.9, fill_color=None,
+                 line_color="#ff00aa", line_width=2, source=self.hl_source, name="search-hits")
+        self.search = TextInput(placeholder="search event names (e.g. nccl, aten::mm)",
+                                width=320, name="timeline-search")
+        self.search_out = Div(text="", name="search-result")
+        cb = CustomJS(args=dict(input=self.search, ev=events_source, agg=self.agg_source,
+                                hl=self.hl_source, out=self.search_out), code=SEARCH_JS)
+        self.search.js_on_change("value_input", cb)
+        self.search.js_on_change("value", cb)
+        events_source.js_on_change("data", cb)      # a refined level of detail: outline again
+
+        fig.add_tools(BoxSelectTool(dimensions="width", renderers=[events_renderer],
+                                    description="Region: select a time range to sum what it holds"))
+        cols = [TableColumn(field="what", title="name / category", width=360),
+                TableColumn(field="rank", title="rank", width=50),
+                TableColumn(field="count", title="count", width=70),
+                TableColumn(field="total", title="total", width=90),
+                TableColumn(field="mean", title="mean", width=90)]
+        self.region_table = DataTable(
+            source=ColumnDataSource(dict(what=[], rank=[], count=[], total=[], mean=[],
+                                         total_ns=[])),
+            columns=cols, height=220, index_position=None, visible=False,
+            name="region-table", **size)
+        self.region_out = Div(text="", name="region-summary")
+        self.group = RadioButtonGroup(labels=["by name", "by category"], active=0,
+                                      name="region-group")
+        self.range_source = ColumnDataSource(dict(x0=[], x1=[]))
+        rcb = CustomJS(args=dict(ev=events_source, table=self.region_table, out=self.region_out,
+                                 group=self.group, range=self.range_source), code=REGION_JS)
+        events_source.selected.js_on_change("indices", rcb)
+        self.group.js_on_change("active", rcb)
+        self.range_source.js_on_change("data", rcb)
+        # the dragged range itself (the boxes touching it may reach beyond it)
+        fig.js_on_event("selectiongeometry", CustomJS(args=dict(range=self.range_source), code=
+                        "const g = cb_obj.geometry; if (g.x0 !== undefined) "
+                        "range.data = {x0: [Math.min(g.x0, g.x1)], x1: [Math.max(g.x0, g.x1)]};"))
+
+        self.flows = Checkbox(label="flows between ranks' collectives", active=True,
+                              name="flows-switch")
+        for r in flow_renderers:
+            self.flows.js_link("active", r, "visible")
+
+    def update(self, events: pd.DataFrame) -> None:
+        self.agg_source.data = name_totals(events)
+        self.hl_source.data = dict(left=[], right=[], y=[])
+
+    def set_visible(self, on: bool) -> None:
+        """No events (capture=light/off): nothing to search, select or join."""
+        for w in (self.search, self.search_out, self.flows, self.group, self.region_out):
+            w.visible = on
+        if not on:
+            self.region_table.visible = False

@@ -1,0 +1,152 @@
+"""The timeline in real headless Chromium, offline HTML (INLINE BokehJS), checked on pixels:
+names inside boxes, search outlines and totals, the box-selected region's table, flow arrows
+(and their switch), the compile strip's markers and hover, the memory lane.
+
+Needs /usr/bin/chromium; without it the test FAILS (browser.launch), it never skips."""
+from __future__ import annotations
+
+import io
+import re
+
+import numpy as np
+import pandas as pd
+
+from browser import ARTIFACTS, launch
+from test_timeline import synthetic_run
+
+FRAME = """(name) => {
+  const v = [...Bokeh.index.all_views()].find(v => v.model && v.model.name === name && v.frame);
+  v.el.scrollIntoView({block: "center"});
+  const r = v.canvas.el.getBoundingClientRect(), f = v.frame.bbox;
+  return {x: r.left + f.left, y: r.top + f.top, width: f.width, height: f.height};
+}"""
+DATA = """([name, col]) => {
+  const v = [...Bokeh.index.all_views()].find(v => v.model && v.model.name === "timeline");
+  const r = v.model.renderers.find(r => r.name === name);
+  return [...r.data_source.data[col]];
+}"""
+
+
+def _near(img, rgb, tol=40) -> int:
+    a = np.asarray(img.convert("RGB"), np.int16)
+    return int((np.abs(a - np.array(rgb)).max(axis=2) <= tol).sum())
+
+
+def _shot(page, name, label):
+    from PIL import Image
+    page.wait_for_timeout(400)
+    clip = page.evaluate(FRAME, name)
+    page.wait_for_timeout(300)
+    clip = page.evaluate(FRAME, name)
+    png = page.screenshot(clip=clip)
+    (ARTIFACTS / f"timeline-{label}.png").write_bytes(png)
+    return Image.open(io.BytesIO(png)), clip
+
+
+def test_timeline_interactions_in_chromium(tmp_path):
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+    from playwright.sync_api import sync_playwright
+    from nbtools.ui.timeline import Timeline
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    run = synthetic_run(events_per_rank=300, seed=7)
+    t = int(run.events["ts_ns"].min())
+    span = int((run.events["ts_ns"] + run.events["dur_ns"]).max()) - t
+    n = 400
+    run.memory = pd.DataFrame({"rank": np.repeat([0, 1], n),
+                               "ts_ns": t + np.tile(np.linspace(0, span, n).astype(np.int64), 2),
+                               "allocated": np.tile(np.linspace(1, 300, n) * 2**20, 2),
+                               "reserved": np.full(2 * n, 400 * 2**20),
+                               "graph_pool": np.full(2 * n, 50 * 2**20)})
+    tl = Timeline(run, width=1100, live=False)
+    page_path = tmp_path / "timeline.html"
+    page_path.write_text(file_html(tl.layout, INLINE, "timeline"))
+    nccl = run.events[run.events["name"].astype(str).str.contains("nccl", case=False)]
+
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            errors = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(page_path.as_uri(), wait_until="load")
+            page.wait_for_function("() => window.Bokeh && Bokeh.index && [...Bokeh.index"
+                                   ".all_views()].some(v => v.model.name === 'timeline')",
+                                   timeout=30_000)
+            # names: refitted by BokehJS at the real width, drawn as dark text in boxes
+            names = page.evaluate(DATA, ["event-names", "text"])
+            assert len(names) > 10 and any(s.startswith("ncc") for s in names)
+            img, _ = _shot(page, "timeline", "names")
+            assert _near(img, (17, 17, 17), 60) > 300, "no names drawn in the boxes"
+
+            # flows: orange segments between the ranks; the switch hides them
+            assert _near(img, (0xe6, 0x55, 0x0d), 30) > 100, "no flow arrows drawn"
+            page.locator("input[type=checkbox]").first.click()
+            img_off, _ = _shot(page, "timeline", "flows-off")
+            assert _near(img_off, (0xe6, 0x55, 0x0d), 30) < 0.2 * _near(img, (0xe6, 0x55, 0x0d), 30)
+
+            # search: count and total from every event, outlines on every rank
+            page.get_by_placeholder("search event names").fill("nccl")
+            page.get_by_placeholder("search event names").press("Enter")
+            page.wait_for_timeout(500)
+            result = page.locator(".bk-Div, div").filter(has_text="events match").last
+            text = result.inner_text()
+            assert f"{len(nccl)} events match" in text, text
+            assert "rank 0:" in text and "rank 1:" in text
+            img, clip = _shot(page, "timeline", "search")
+            magenta = _near(img, (0xff, 0x00, 0xaa), 50)
+            assert magenta > 200, "search matches not outlined"
+            half = img.height // 2     # ranks 0 and 1 each take half the rows
+            top, bottom = img.crop((0, 0, img.width, half)), img.crop((0, half, img.width, img.height))
+            assert _near(top, (0xff, 0x00, 0xaa), 50) > 50 and _near(bottom, (0xff, 0x00, 0xaa), 50) > 50
+
+            # region: the box-select tool dragged over the middle third of the axis
+            page.evaluate("""() => { const v = [...Bokeh.index.all_views()].find(v =>
+                v.model.name === 'timeline' && v.frame);
+                const t = v.model.toolbar.tools.find(t => t.type === 'BoxSelectTool'
+                    || (t.constructor && t.constructor.name === 'BoxSelectTool'));
+                v.model.toolbar.active_drag = t; }""")
+            page.wait_for_timeout(300)
+            x0, x1 = clip["x"] + clip["width"] / 3, clip["x"] + 2 * clip["width"] / 3
+            y = clip["y"] + clip["height"] / 2
+            page.mouse.move(x0, y)
+            page.mouse.down()
+            page.mouse.move((x0 + x1) / 2, y, steps=5)
+            page.mouse.move(x1, y, steps=5)
+            page.mouse.up()
+            page.wait_for_timeout(800)
+            summary = page.locator("div").filter(has_text="touch it").last.inner_text()
+            assert "rank(s)" in summary, summary
+            lo, hi = (float(v) for v in re.search(r"Region ([\d.]+) to ([\d.]+) ms", summary).groups())
+            third = (tl.window_ms[1] - tl.window_ms[0]) / 3
+            assert abs(lo - (tl.window_ms[0] + third)) < 0.1 * third, summary
+            assert abs(hi - (tl.window_ms[0] + 2 * third)) < 0.1 * third, summary
+            table = page.locator(".slick-row")
+            assert table.count() > 3
+            rows = table.all_inner_texts()
+            assert any("aten::" in r or "nccl" in r or "cuda" in r for r in rows), rows[:5]
+            page.screenshot(path=str(ARTIFACTS / "timeline-region.png"), full_page=True)
+
+            # compile strip: every marker on its own axis; a hover gives the reason
+            img, clip = _shot(page, "compile-strip", "compile-strip")
+            assert _near(img, (0xd6, 0x27, 0x28), 40) > 20, "no recompile marker drawn"
+            marks = page.evaluate("""() => { const v = [...Bokeh.index.all_views()].find(v =>
+                v.model.name === 'compile-strip' && v.frame);
+                const r = v.model.renderers.find(r => r.name === 'compile-strip-marks');
+                const d = r.data_source.data, i = [...d.kind].indexOf('recompile');
+                const b = v.canvas.el.getBoundingClientRect();
+                return {x: b.left + v.frame.x_scale.compute(d.x[i]),
+                        y: b.top + v.frame.y_scale.compute(d.y[i])}; }""")
+            page.mouse.move(marks["x"], marks["y"])
+            page.get_by_text("size mismatch", exact=False).first.wait_for(state="visible",
+                                                                          timeout=5_000)
+
+            # memory lane: allocated (green) and graph pools (dark green) per rank
+            img, _ = _shot(page, "memory-lane", "memory")
+            assert _near(img, (0x74, 0xc4, 0x76), 30) > 500, "no allocated memory drawn"
+            assert _near(img, (0x23, 0x8b, 0x45), 30) > 50, "no graph pool drawn"
+            assert not errors, errors
+        finally:
+            browser.close()
