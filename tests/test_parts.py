@@ -19,7 +19,7 @@ from nbtools.analysis.breakdown import breakdown, rank_table, violations
 from nbtools.analysis.compile_counts import wall_s
 from nbtools.analysis.metrics import combine
 from nbtools.analysis.step_metrics import category_ms
-from nbtools.ui.timeline_data import SUMMARY_STACK, summary_data
+from nbtools.ui.timeline.data import SUMMARY_STACK, summary_data
 
 ROOT = Path(__file__).resolve().parent
 HTA = sorted((ROOT / "fixtures" / "hta").glob("*.json.gz"))
