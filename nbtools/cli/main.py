@@ -59,7 +59,16 @@ def sweep(values: dict) -> list[StepConfig]:
     bad = next((c for c in cfgs if isinstance(c, ConfigError)), None)
     if bad is not None:
         raise bad
+    for c in cfgs:     # the CLI runs scenarios: the default one's rules too, before any engine
+        c.check_scenario()
     return cfgs
+
+
+def check_extras(cfgs) -> None:
+    """A scenario whose model needs an extra fails here, before the lab starts, naming it."""
+    from nbtools.common.extras import require
+    if any(c.scenario == "resnet50-ddp" for c in cfgs):
+        require("torchvision", why="scenario resnet50-ddp (torchvision's ResNet-50)")
 
 
 class _Help(argparse.HelpFormatter):
@@ -84,33 +93,32 @@ _FORMAT = {"ms": "{:.3f}", "s": "{:.2f}", "%": "{:.1f}", "MB": "{:.0f}", "/s": "
            "": "{:.0f}"}
 
 
-def format_table(runs) -> str:
-    """One row per (config, rank), then, for a run of several ranks, the run's own row
-    (rank "all": metrics.combine, the numbers the panel and the report show): median and
-    p10/p90 step ms, throughput, compile s, recompiles, busy and overlap shares, memory."""
+def format_table(runs, header: bool = True) -> str:
+    """Per run: its label on a line of its own (never cut), then one row per rank and, for
+    a run of several ranks, the run's own row (rank "all": metrics.combine, the numbers the
+    panel and the report show): median and p10/p90 step ms, throughput, compile s,
+    recompiles, busy and overlap shares, memory. About 100 characters wide."""
     from nbtools.analysis.metrics import CLI, METRICS, combine
-    cols = [(c, max(len(METRICS[c].label) + 1, 8)) for c in CLI]
-    head = f"{'config':<58} {'rank':>4} " + " ".join(
-        f"{METRICS[c].label:>{w}}" for c, w in cols) + "  status"
-    lines = [head, "-" * len(head)]
+    cols = [(c, max(len(METRICS[c].label) + 1, 7)) for c in CLI]
+    head = f"{'rank':>6} " + " ".join(f"{METRICS[c].label:>{w}}" for c, w in cols) + "  status"
+    lines = [head, "-" * len(head)] if header else []
 
-    def line(label, rank, values, end: str) -> str:      # values None: a failed run's blanks
-        return (f"{label[:58]:<58} {rank:>4} " + " ".join(
+    def line(rank, values, end: str) -> str:      # values None: a failed run's blanks
+        return (f"{rank:>6} " + " ".join(
             f"{'' if values is None else _number(c, values.get(c)):>{w}}" for c, w in cols)
             + f"  {end}")
 
     for run in runs:
-        label = run.config.label() if run.config else run.run_id
+        lines.append(run.title if run.config else run.run_id)
         s = run.summary
         if not len(s):
-            lines.append(line(label, "-", None, "failed: " + "; ".join(
+            lines.append(line("-", None, "failed: " + "; ".join(
                 f"rank {r}: {e.splitlines()[0][:80]}" for r, e in sorted(run.errors.items()))))
             continue
         for row in s.to_dict("records"):
-            lines.append(line(label, str(int(row["rank"])), row, run.status))
+            lines.append(line(str(int(row["rank"])), row, run.status))
         if len(s) > 1:
-            lines.append(line(label, "all", {c: combine(s, c, run.config) for c in CLI},
-                              run.status))
+            lines.append(line("all", {c: combine(s, c, run.config) for c in CLI}, run.status))
         for f in run.flags:
             lines.append(f"    ! {f}")
     return "\n".join(lines)
@@ -145,7 +153,9 @@ def _run_all(lab, cfgs):
         print(f"-> {cfg.label()}", flush=True)
         runs.append(run_or_keep(lab, checked[cfg], lambda e: print(f"   failed: {e}", flush=True)))
         print(f"   {time.perf_counter() - t:.1f} s", flush=True)
-        print("\n".join("   " + line for line in format_table(runs[-1:]).splitlines()[2:]), flush=True)
+        table = format_table(runs[-1:]).splitlines()
+        # the header, then the rows under the label "->" already printed
+        print("\n".join("   " + line for line in table[:2] + table[3:]), flush=True)
     return runs
 
 
@@ -260,12 +270,22 @@ def _main(argv) -> int:
         from nbtools.common.extras import require
         require("nbclient", "nbconvert", "nbformat", why="`nbtools export`")
         from nbtools.report.notebook import NotebookStopped, export_notebook
-        _check_notebook(args.notebook)
+        nb = _check_notebook(args.notebook)
         _need_writable_parent(args.output)
         _need_writable_parent(args.save_ipynb)
+        params = _parse_params(args.param)
+        if params:
+            from nbtools.report.notebook import ParametersError, inject_parameters
+            try:      # checked before a kernel starts
+                inject_parameters(nb, params)
+            except ParametersError as e:
+                raise UserError(f"-p: {e}") from None
+        if not args.no_execute:
+            from nbtools.cli.kernelspec import ensure_kernel
+            ensure_kernel(lambda line: print(line, file=sys.stderr))
         try:
             out = export_notebook(args.notebook, args.output, execute_first=not args.no_execute,
-                                  parameters=_parse_params(args.param),
+                                  parameters=params,
                                   timeout=args.cell_timeout, deadline_s=args.deadline,
                                   save_ipynb=args.save_ipynb)
         except NotebookStopped as e:
@@ -308,7 +328,7 @@ def _need_writable_parent(path) -> None:
         raise UserError(f"{path}: folder {p.parent} does not exist")
 
 
-def _check_notebook(path) -> None:
+def _check_notebook(path):
     import json
     from pathlib import Path
     p = Path(path)
@@ -318,7 +338,9 @@ def _check_notebook(path) -> None:
         raise UserError(f"{path}: is a folder, not a notebook (.ipynb)")
     import nbformat
     try:
-        nbformat.validate(nbformat.read(str(p), as_version=4))
+        nb = nbformat.read(str(p), as_version=4)
+        nbformat.validate(nb)
+        return nb
     except (json.JSONDecodeError, UnicodeDecodeError, nbformat.reader.NotJSONError) as e:
         raise UserError(f"{path}: not a notebook (not notebook JSON: {_one_line(e)[:120]})") from None
     except (nbformat.ValidationError, KeyError, AttributeError, TypeError) as e:
@@ -351,6 +373,7 @@ def _cmd_run(args) -> int:
             print(f"--repeats {args.repeats}: give a whole number >= 1", file=sys.stderr)
             return 2
         cfgs = cfgs * args.repeats                 # in rounds: drift spreads over every config
+        check_extras(cfgs)
     t = time.perf_counter()
     with Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,
              echo=not args.quiet, compile_cache=args.compile_cache) as lab:
@@ -360,7 +383,8 @@ def _cmd_run(args) -> int:
             cfgs = demo_configs(lab.device_type)
         runs = _run_all(lab, cfgs)
     print()
-    print(format_table(runs))
+    if len(runs) > 1:      # one run's table was just printed under it
+        print(format_table(runs))
     print(TABLE_LEGEND)
     if getattr(args, "repeats", 1) > 1:
         from nbtools.lab.sweeps import spread

@@ -294,6 +294,7 @@ class Lab:
             recovery.interrupted(self, cfg, run_id, t0, ars)
             raise
         run = assemble(self, cfg, run_id, t0, reports, unfinished)
+        run.env["workload"] = getattr(fn, "name", None) or getattr(fn, "__name__", None)
         self.history.add(run)
         if unfinished:
             self._replace |= set(unfinished)

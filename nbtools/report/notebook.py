@@ -80,7 +80,10 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-_RUN_LINE = re.compile(r"^run \w{8}: ")     # progress_view's text: "run <id>: <phase> ..."
+# progress_view's text: "run <id>: <phase> · <s> s · rank 0: ..."; updated in place every
+# second in a notebook, which a terminal would show as a line a second
+_RUN_LINE = re.compile(r"^run (\w{8}): ([^·]*)")
+_HEARTBEAT_S = 15.0
 
 
 def _client_class():
@@ -90,13 +93,19 @@ def _client_class():
 
     class Client(NotebookClient):
         nbtools_say = None
+        nbtools_last = ("", "", 0.0)      # run, phase, when said
 
         def process_message(self, msg, cell, cell_index):
             if self.nbtools_say is not None and msg.get("msg_type") in (
                     "display_data", "update_display_data"):
                 text = (msg.get("content", {}).get("data") or {}).get("text/plain", "")
-                if isinstance(text, str) and _RUN_LINE.match(text):
+                m = _RUN_LINE.match(text) if isinstance(text, str) else None
+                now = time.monotonic()
+                if m and ((m.group(1), m.group(2)) != self.nbtools_last[:2]
+                          or now - self.nbtools_last[2] >= _HEARTBEAT_S):
+                    # a line when the run's phase changes, else one every 15 s
                     self.nbtools_say(f"  cell {cell_index}: {text}")
+                    self.nbtools_last = (m.group(1), m.group(2), now)
             return super().process_message(msg, cell, cell_index)
     return Client
 
@@ -126,13 +135,37 @@ def _last_executed(nb) -> int | None:
     return done[-1] if done else None
 
 
-def inject_parameters(nb, parameters: dict) -> None:
-    import nbformat
+class ParametersError(ValueError):
+    """-p NAME=VALUE the notebook cannot take: no parameters cell, or a name it does not set."""
+
+
+def parameter_names(nb) -> tuple[int | None, list[str]]:
+    """(index of the cell tagged ``parameters``, the names it assigns)."""
+    import ast
     idx = next((i for i, c in enumerate(nb.cells)
                 if "parameters" in c.get("metadata", {}).get("tags", [])), None)
     if idx is None:
-        raise ValueError("the notebook has no cell tagged 'parameters' to override; tag the "
-                         "cell that sets the sizes with 'parameters'")
+        return None, []
+    try:
+        tree = ast.parse(nb.cells[idx].source)
+    except SyntaxError:
+        return idx, []
+    names = [t.id for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AnnAssign))
+             for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+             if isinstance(t, ast.Name)]
+    return idx, list(dict.fromkeys(names))
+
+
+def inject_parameters(nb, parameters: dict) -> None:
+    import nbformat
+    idx, names = parameter_names(nb)
+    if idx is None:
+        raise ParametersError("the notebook has no cell tagged 'parameters' to override; tag "
+                              "the cell that sets the sizes with 'parameters'")
+    unknown = [k for k in parameters if k not in names]
+    if unknown:     # a typo would otherwise run the notebook at its full size, silently
+        raise ParametersError(f"{', '.join(unknown)}: not set in the notebook's parameters "
+                              f"cell (it sets {', '.join(names) or 'nothing'})")
     src = "# injected parameters\n" + "\n".join(f"{k} = {v!r}" for k, v in parameters.items())
     cell = nbformat.v4.new_code_cell(src)
     cell.metadata["tags"] = ["injected-parameters"]
