@@ -17,7 +17,7 @@ wrapping the calls Lab() makes (nothing in the package is changed for it):
 - spares: starting the warm spares (Pool.fill_spares; returns at once unless it waits)
 - other: the rest of Lab()'s wall time
 
-Then, with no pause, the first fault: rank 1 of a custom step raises. "ready" is from the
+Then, with no pause, the first fault: the last rank of a custom step raises. "ready" is from the
 error until the next small run has returned, minus that small run's median time (measured
 after, on the healed lab). Then a second fault at once (back to back: the spares started
 by the first heal). Medians over --starts.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import statistics
 import sys
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from faults import CUSTOM, SMALL, _exception  # noqa: E402  (the fault benchmark's own step)
+from faults import CUSTOM, SMALL  # noqa: E402  (the fault benchmark's configs)
 
 import ipyparallel as ipp  # noqa: E402
 
@@ -58,9 +59,23 @@ def _timed(owner, name, phase):
     setattr(owner, name, wrapper)
 
 
+def _timed_async(owner, name, phase):
+    """The same for ipyparallel's coroutine methods (their *_sync forms call these)."""
+    fn = getattr(owner, name)
+
+    @functools.wraps(fn)
+    async def wrapper(*a, **kw):
+        t = time.perf_counter()
+        try:
+            return await fn(*a, **kw)
+        finally:
+            PHASES[phase] += time.perf_counter() - t
+    setattr(owner, name, wrapper)
+
+
 def instrument() -> None:
-    _timed(ipp.Cluster, "start_controller_sync", "controller")
-    _timed(ipp.Cluster, "connect_client_sync", "connect")
+    _timed_async(ipp.Cluster, "start_controller", "controller")
+    _timed_async(ipp.Cluster, "connect_client", "connect")
     _timed(pool_mod.Pool, "launch", "launch")
     _timed(pool_mod.Pool, "await_engine", "register")
     _timed(ipp.Client, "wait_for_engines", "register")
@@ -77,6 +92,12 @@ def instrument() -> None:
     lab_mod.Lab._join = join
 
 
+def _exception(ctx):
+    """The last rank raises (rank 1 of 2; rank 0 on one GPU)."""
+    if ctx.rank == ctx.world_size - 1:
+        raise ValueError("planted")
+
+
 def small_run_s(lab) -> float:
     t = time.perf_counter()
     assert lab.run(SMALL).ok
@@ -85,6 +106,7 @@ def small_run_s(lab) -> float:
 
 def fault_ready(lab) -> tuple[float, float]:
     """(seconds to the error, seconds from the error until the next small run returned)."""
+    lab.heal_s = float("nan")       # set by a heal (all ranks swapped for spares: CUDA)
     t0 = time.perf_counter()
     try:
         lab.run(_exception, CUSTOM)
@@ -96,7 +118,13 @@ def fault_ready(lab) -> tuple[float, float]:
     return t1 - t0, time.perf_counter() - t1
 
 
-def one_start(n) -> dict:
+_START_WITH = pool_mod.Pool.start_with
+
+
+def one_start(n, mode: str) -> dict:
+    """mode "with": the lab as it is (spares start with the ranks where the host has room);
+    "after": spares started only after the ranks joined (the lab before issue 26)."""
+    pool_mod.Pool.start_with = _START_WITH if mode == "with" else (lambda self, k: None)
     PHASES.clear()
     t = time.perf_counter()
     lab = Lab(n=n, history=None, timeout=300)
@@ -114,7 +142,7 @@ def one_start(n) -> dict:
                   else f"{lab.world_size} CPU ranks")
     finally:
         lab.close()
-    return dict(device=device, lab_s=wall, phases=phases, small_run_s=base,
+    return dict(mode=mode, device=device, lab_s=wall, phases=phases, small_run_s=base,
                 first_fault=dict(error_s=err1, ready_s=ready1 - base, heal_s=heal1),
                 second_fault=dict(error_s=err2, ready_s=ready2 - base, heal_s=heal2))
 
@@ -124,24 +152,37 @@ def main() -> None:
     ap.add_argument("--starts", type=int, default=3)
     ap.add_argument("--n", type=int, default=None, help="ranks (default: one per GPU, else 2)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--modes", nargs="+", default=["with", "after"], choices=["with", "after"],
+                    help="spares started with the ranks (the lab) / after they joined (before "
+                         "issue 26); several: interleaved, start by start")
     args = ap.parse_args()
     instrument()
     rows = []
     for i in range(args.starts):
-        r = one_start(args.n)
-        rows.append(r)
-        ph = ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items())
-        print(f"start {i + 1}: Lab() {r['lab_s']:.2f} s ({ph}); first fault: error "
-              f"{r['first_fault']['error_s']:.2f} s, ready {r['first_fault']['ready_s']:.2f} s "
-              f"(heal {r['first_fault']['heal_s']:.2f} s); second, back to back: ready "
-              f"{r['second_fault']['ready_s']:.2f} s (heal {r['second_fault']['heal_s']:.2f} s); "
-              f"small run {r['small_run_s']:.2f} s", flush=True)
+        for mode in (args.modes if i % 2 == 0 else args.modes[::-1]):    # ABBA
+            rows.append(report(i, one_start(args.n, mode)))
+    for mode in args.modes:
+        summarise([r for r in rows if r["mode"] == mode])
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
 
+
+def report(i, r) -> dict:
+    ph = ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items())
+    print(f"start {i + 1} (spares {r['mode']}): Lab() {r['lab_s']:.2f} s ({ph}); first fault: "
+          f"error {r['first_fault']['error_s']:.2f} s, ready {r['first_fault']['ready_s']:.2f} s "
+          f"(heal {r['first_fault']['heal_s']:.2f} s); second, back to back: ready "
+          f"{r['second_fault']['ready_s']:.2f} s (heal {r['second_fault']['heal_s']:.2f} s); "
+          f"small run {r['small_run_s']:.2f} s", flush=True)
+    return r
+
+
+def summarise(rows) -> None:
     def med(get):
         return statistics.median(get(r) for r in rows)
     keys = list(dict.fromkeys(k for r in rows for k in r["phases"]))
-    print(f"\n### Lab() start-up and the first fault, {rows[0]['device']} (medians of "
-          f"{len(rows)})\n")
+    print(f"\n### Lab() start-up and the first fault, {rows[0]['device']}, spares "
+          f"{rows[0]['mode']} the ranks (medians of {len(rows)})\n")
     print(f"Lab(): {med(lambda r: r['lab_s']):.2f} s ("
           + ", ".join(f"{r['lab_s']:.2f}" for r in rows) + ")")
     for k in keys:
@@ -151,8 +192,6 @@ def main() -> None:
           f"{med(lambda r: r['first_fault']['error_s']):.2f} s")
     print(f"second fault, back to back: ready {med(lambda r: r['second_fault']['ready_s']):.2f} s "
           f"(heal {med(lambda r: r['second_fault']['heal_s']):.2f} s)")
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

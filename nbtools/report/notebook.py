@@ -93,6 +93,15 @@ def _client_class():
 
     class Client(NotebookClient):
         nbtools_say = None
+
+        def create_kernel_manager(self):
+            # local sockets (IPC): ipykernel warns on the terminal of every export that a
+            # TCP kernel runs without encryption; a socket file is local and private
+            km = super().create_kernel_manager()
+            path = _ipc_path()
+            if path is not None:
+                km.transport, km.ip = "ipc", path
+            return km
         nbtools_last = ("", "", 0.0)      # run, phase, when said
 
         def process_message(self, msg, cell, cell_index):
@@ -108,6 +117,19 @@ def _client_class():
                     self.nbtools_last = (m.group(1), m.group(2), now)
             return super().process_message(msg, cell, cell_index)
     return Client
+
+
+def _ipc_path() -> str | None:
+    """A socket path prefix in Jupyter's runtime folder, or None (TCP then) where it would
+    pass the 107 bytes a Unix socket's path may have, or the platform has none."""
+    import uuid
+    if os.name != "posix":
+        return None
+    from jupyter_core.paths import jupyter_runtime_dir
+    folder = jupyter_runtime_dir()
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"nbtools-{uuid.uuid4().hex[:12]}-ipc")
+    return path if len(path.encode()) + 8 <= 107 else None
 
 
 def _report_cells(client, nb, say, start) -> None:
