@@ -264,9 +264,9 @@ def test_a_workload_takes_any_step_config_and_its_runs_carry_its_name(lab, tmp_p
     run = lab.run(NET, cfg)
     assert run.ok and run.config.resolved_parallel == "ddp"
     assert run.title.startswith("net ") and run.label.startswith(f"#{run.run_id} net ")
-    assert "\nnet parallel=ddp" in format_table([run])
+    assert "parallel=ddp" in run.title and f"\n{run.title}\n" in format_table([run])
     html = export_html(tmp_path / "r.html", [run]).read_text()
-    assert f"Run #{run.run_id} · net parallel=ddp" in html
+    assert f"Run #{run.run_id} · {run.title}</h2>" in html
     again = History.load(lab.history.folder)[run.run_id]
     assert again.title == run.title
     # notebook 06's table: the CLI's names, rounded, nothing-measured columns left out

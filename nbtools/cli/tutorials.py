@@ -113,8 +113,8 @@ docs/ work. From an installed package it first copies the tutorials into DIR (de
 ./{DEFAULT_DIR}; copies you edited are kept) and serves that folder.
 
 Every other option goes to `jupyter lab` as written, e.g. --no-browser, --port 8899,
---ServerApp.token=... (see `jupyter lab --help`). Needs the [lab] extra:
-pip install 'torch-nbtools[lab]'."""
+--ServerApp.token=... (see `jupyter lab --help`). As root (GPU containers often are) it
+passes --allow-root, and says so. Needs the [lab] extra: pip install 'torch-nbtools[lab]'."""
 
 
 def lab_main(argv: list[str]) -> int:

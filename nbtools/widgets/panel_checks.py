@@ -132,10 +132,13 @@ def export_list() -> W.SelectMultiple:
 
 
 def refresh_export_list(panel, opts: list) -> None:
-    """The history's runs as options; picked: what was picked (still there), else the runs
-    this panel ran (the history may hold other notebooks' runs too)."""
+    """The history's runs as options, picked: the runs this panel ran (the history may hold
+    other notebooks' runs too), until the person picks others: then those (still there)."""
     w = panel.export_runs
     ids = {v for _, v in opts}
-    picked = [r for r in w.value if r in ids] if w.value else []
+    default = tuple(r for r in panel.mine if r in ids)
+    chosen = tuple(r for r in w.value if r in ids)
+    keep = set(w.value) != set(getattr(panel, "_export_default", ()))
     w.options = opts
-    w.value = tuple(picked or [r for r in panel.mine if r in ids])
+    w.value = chosen if keep and chosen else default
+    panel._export_default = tuple(w.value) if not (keep and chosen) else ()
