@@ -30,7 +30,8 @@ from nbtools.results.torch_trace import link_html
 # Everything else in run.env (connection files, keys, user names, environment dumps) stays out.
 ENV_KEYS = ("torch", "torch_version", "cuda", "cuda_version", "nccl", "nccl_version", "cudnn",
             "triton", "python", "platform", "driver", "gpus", "gpu", "devices", "device",
-            "device_name", "world_size", "hosts", "host", "backend", "nbtools")
+            "device_name", "world_size", "hosts", "host", "backend", "nbtools",
+            "workload")   # the Workload's name: the run's title (Run.title)
 KIND_ORDER = ("recompile", "graph_break", "cudagraph_skip", "limit_hit", "compile",
               "backward_compile", "cudagraph_record")
 MAX_COMPILE_ROWS = 200

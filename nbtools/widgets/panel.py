@@ -65,8 +65,9 @@ def _control(name: str, value, choices: dict) -> W.Widget:
     elif name in choices:
         w = W.Dropdown(options=choices[name], value=value, description=name, style=style,
                        layout=layout)
-    elif isinstance(value, bool):
-        w = W.Checkbox(value=value, description=name, indent=True, style=style, layout=layout)
+    elif isinstance(value, bool):      # indent + box + its name ("reshard_after_forward") whole
+        w = W.Checkbox(value=value, description=name, indent=True, style=style,
+                       layout=W.Layout(width="360px"))
     else:
         w = W.BoundedIntText(value=value, min=0, max=1_000_000, description=name, style=style,
                              layout=layout)

@@ -7,6 +7,7 @@ its A/B selectors move away from the pair it shows; Export writes the runs picke
 (by default the ones this panel ran) while its status counts the seconds."""
 from __future__ import annotations
 
+import html
 from typing import Callable
 
 import ipywidgets as W
@@ -90,6 +91,8 @@ class Guard:
             self.refused = refusals(values, self.check, self.choices)
             for name, w in self.panel.controls.items():
                 mine = self.refused.get(name, {})
+                if not hasattr(w, "description_allow_html"):
+                    continue
                 if name in self.choices and not w.disabled:
                     opts = tuple((MARK + str(o) if o in mine else str(o), o)
                                  for o in self.choices[name])
@@ -97,8 +100,14 @@ class Guard:
                         v = w.value
                         w.options = opts          # (selects the first option: put v back)
                         w.value = v
-                w.tooltip = ("the lab would refuse:\n" + "\n".join(
+                tip = ("the lab would refuse:\n" + "\n".join(
                     f"{o}: {r}" for o, r in mine.items())) if mine else None
+                w.tooltip = tip
+                # ipywidgets shows no tooltip on a described dropdown or checkbox: the
+                # reasons go on its name instead, where hovering finds them
+                w.description_allow_html = True
+                w.description = (f"<span title='{html.escape(tip, quote=True)}'>{name} ⓘ</span>"
+                                 if tip else name)
             self.reason = self.check(values)
             self.panel.run_button.disabled = bool(self.reason) or self.panel._busy
             self.panel.run_button.tooltip = (f"the lab would refuse this config: {self.reason}"
