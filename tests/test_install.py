@@ -138,14 +138,23 @@ def test_installed_export_right_after_install(installed):
                                  "language": "python"}
     path = installed["cwd"] / "first.ipynb"
     nbformat.write(nb, str(path))
-    r = run_nbtools(installed, "export", path.name, "--save-ipynb", "first.out.ipynb")
+    # nbconvert's templates are data files of the environment that installed it (this
+    # interpreter's, made visible by the .pth): where a real install of [export] puts them
+    # (only those: that folder also holds a torch-nbtools kernel for this interpreter)
+    jpath = installed["cwd"].parent / "jpath"
+    jpath.mkdir(exist_ok=True)
+    if not (jpath / "nbconvert").exists():
+        (jpath / "nbconvert").symlink_to(Path(sys.prefix) / "share" / "jupyter" / "nbconvert")
+    env = dict(installed["env"], JUPYTER_PATH=str(jpath))
+    inst = dict(installed, env=env)
+    r = run_nbtools(inst, "export", path.name, "--save-ipynb", "first.out.ipynb")
     assert f"installed the torch-nbtools kernel in {installed['venv']}" in r.stderr, r.stderr
     assert "without encryption" not in r.stderr and "NoSuchKernel" not in r.stderr, r.stderr
     out = nbformat.read(str(installed["cwd"] / "first.out.ipynb"), as_version=4)
     exe, where = out.cells[0].outputs[0]["text"].split()
     assert exe == str(installed["py"]) and Path(where).is_relative_to(installed["site"])
     assert (installed["cwd"] / "first.html").exists()
-    again = run_nbtools(installed, "export", path.name)      # known now: nothing installed
+    again = run_nbtools(inst, "export", path.name)      # known now: nothing installed
     assert "installed the torch-nbtools kernel" not in again.stderr, again.stderr
 
 
