@@ -372,7 +372,11 @@ _CLIPPED = """() => {
       if (d.clientWidth && getComputedStyle(d).textOverflow === 'ellipsis'
           && d.scrollWidth > d.clientWidth + 1) { out.push(name + ': text cut'); break; }
     }
-    if (r.width && r.right > area.right + 1) out.push(name + ': past the right edge');
+    let scrolls = false;       // inside a box that scrolls sideways: reachable, not cut
+    for (let a = el.parentElement; a && !scrolls; a = a.parentElement)
+      scrolls = ['auto', 'scroll'].includes(getComputedStyle(a).overflowX)
+                && a.getBoundingClientRect().right <= area.right + 1;
+    if (r.width && r.right > area.right + 1 && !scrolls) out.push(name + ': past the right edge');
   }
   return out;
 }"""

@@ -305,7 +305,8 @@ class Panel:
     def show(self, run) -> None:
         """Put ``run`` into the timeline (data replaced in place), summary and flags."""
         self.timeline.update(run)
-        self.summary.value = summary_html(run)
+        # a wide table scrolls inside the panel rather than being cut at its edge
+        self.summary.value = f"<div style='overflow-x:auto'>{summary_html(run)}</div>"
         self.flags.value = flags_html(run.flags)
         self.shown = run
 

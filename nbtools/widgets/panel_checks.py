@@ -106,7 +106,8 @@ class Guard:
                 # ipywidgets shows no tooltip on a described dropdown or checkbox: the
                 # reasons go on its name instead, where hovering finds them
                 w.description_allow_html = True
-                w.description = (f"<span title='{html.escape(tip, quote=True)}'>{name} ⓘ</span>"
+                w.description = (f"<span title='{html.escape(tip, quote=True)}' style='"
+                                 f"border-bottom:1px dotted #888;cursor:help'>{name}</span>"
                                  if tip else name)
             self.reason = self.check(values)
             self.panel.run_button.disabled = bool(self.reason) or self.panel._busy
