@@ -27,6 +27,7 @@ IMPORTS = {
 TORCH_IS = "import torch; print(torch.__version__, torch.__file__, torch.version.cuda)"
 
 
+@pytest.mark.timeout(1800)     # a first run downloads every extra's packages
 def test_each_extra_installs_beside_cpu_torch(tmp_path):
     clone = tmp_path / "clone"
     sh("git", "clone", "-q", ROOT, clone)
