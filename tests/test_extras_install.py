@@ -22,7 +22,9 @@ IMPORTS = {
               "m.llama(batch=1, seq=8)",
     "lab": "import jupyterlab, ipywidgets, jupyter_bokeh",
     "export": "import nbclient, nbconvert, nbformat",
-    "trace": "import tlparse",
+    # tlparse is a program (Rust), installed beside the interpreter, not a module
+    "trace": "import pathlib, subprocess, sys; subprocess.run([str(pathlib.Path(sys.executable)"
+             ".parent / 'tlparse'), '--help'], check=True, capture_output=True)",
 }
 TORCH_IS = "import torch; print(torch.__version__, torch.__file__, torch.version.cuda)"
 
