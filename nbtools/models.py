@@ -104,9 +104,9 @@ def _resnet50_model(classes):
     try:
         import torchvision
     except Exception as e:
+        from nbtools.common.extras import hint
         raise RuntimeError(f"ResNet-50 needs torchvision, which does not import on this engine "
-                           f"({type(e).__name__}: {e}); install the torchvision built for this "
-                           "torch, or run on a GPU host") from None
+                           f"({type(e).__name__}: {e}); {hint('torchvision')}") from None
     return torchvision.models.resnet50(num_classes=classes)
 
 

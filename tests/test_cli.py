@@ -87,10 +87,21 @@ def test_version():
     (["run", "--history", "bad.ipynb"], "is a file, not a history folder"),
     (["run", "--html", "nowhere/report.html"], "folder nowhere does not exist"),
     (["run", "--parallel", "sideways"], "parallel='sideways' is not one of"),
+    # the default scenario's rules, before any engine starts
+    (["run", "--parallel", "ddp"], "StepConfig's default scenario"),
+    # README: -p on a notebook that cannot take it is one line, exit 2
+    (["export", "params.ipynb", "-p", "NOPE=1"], "-p: NOPE: not set in the notebook's parameters cell (it sets SMALL, STEPS)"),
+    (["export", "plain.ipynb", "-p", "SMALL=True"], "-p: the notebook has no cell tagged 'parameters'"),
 ], ids=lambda x: " ".join(x) if isinstance(x, list) else None)
 def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path, args, says):
+    import nbformat
     (tmp_path / "bad.ipynb").write_text('{"cells": [')
     (tmp_path / "wrong.ipynb").write_text('{"cells": 3}')
+    params = nbformat.v4.new_code_cell("SMALL = False\nSTEPS: int = 10")
+    params.metadata["tags"] = ["parameters"]
+    nbformat.write(nbformat.v4.new_notebook(cells=[params]), str(tmp_path / "params.ipynb"))
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]),
+                   str(tmp_path / "plain.ipynb"))
     r = nbtools_cli(*args, cwd=tmp_path)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -101,6 +112,34 @@ def test_missing_extra_names_it(tmp_path):
     r = nbtools_cli("lab", "--no-browser", cwd=tmp_path, pre="sys.modules['jupyterlab'] = None; ")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "jupyterlab" in r.stderr and "pip install 'torch-nbtools[lab]'" in r.stderr
+
+
+def test_a_scenario_without_its_package_stops_before_the_lab_naming_the_build(tmp_path):
+    """resnet50-ddp without torchvision: one line naming the torchvision built for this
+    torch (from PyTorch's index for its build), before any engine starts."""
+    from nbtools.common.extras import torch_build
+    version, cuda = torch_build()
+    r = nbtools_cli("run", "--scenario", "resnet50-ddp", cwd=tmp_path,
+                    pre="sys.modules['torchvision'] = None; ")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "lab:" not in r.stdout, r.stdout + r.stderr
+    minor = int(version.split(".")[1])
+    assert f"torchvision==0.{minor + 15}.*" in r.stderr, r.stderr
+    assert f"download.pytorch.org/whl/{'cpu' if cuda is None else 'cu' + cuda.replace('.', '')}" \
+        in r.stderr
+
+
+def test_run_help_says_what_compile_outside_does():
+    """docs/findings.md: torch.compile(DDP(m)) compiled the inner forward (1 graph) on 2.11."""
+    r = nbtools_cli("run", "--help")
+    text = " ".join(r.stdout.split())
+    assert "compiles nothing" not in text and "0 graphs" not in text
+    assert "compiles the model's forward whole" in text
+
+
+def test_table_is_narrow_with_each_label_whole():
+    head = format_table([]).splitlines()[0]
+    assert len(head) <= 112 and head.split()[0] == "rank"
 
 
 def test_table_legend_explains_every_short_column():

@@ -239,3 +239,22 @@ def test_ctrl_c_keeps_the_run_as_interrupted_and_nothing_queues(lab, tmp_path):
     # had the abandoned step kept running, the next run would have queued behind it and
     # the step would have finished first
     assert os.listdir(marker_dir) == []
+
+
+# -- the first fault after Lab() (issue 26) -----------------------------------------------
+def test_spares_started_with_the_ranks_are_warm_when_lab_returns(monkeypatch):
+    """Where the host has room (or NBTOOLS_SPARES_WITH_RANKS=1), the spares start with the
+    ranks and Lab() returns with every one registered and torch imported, so a rank that
+    dies in the very first run is swapped for a warm engine (no wait for one to start)."""
+    from nbtools.engine import liveness
+    monkeypatch.setenv("NBTOOLS_SPARES_WITH_RANKS", "1")
+    with Lab(n=2, history=None, timeout=120, pg_timeout=60) as lab:
+        assert lab.pool.early and sorted(lab.pool.spares) == [0, 1]
+        for slot in lab.pool.spares.values():
+            assert slot.engine_id is not None and slot.engine_id not in lab.rank_to_engine.values()
+            assert lab.client[slot.engine_id].apply_sync(liveness.wait_warm, 0)   # no waiting
+        spare = lab.pool.spares[1].engine_id
+        with pytest.raises(RunFailed, match="rank 1's engine died: killed by SIGKILL"):
+            lab.run(_sigkill, CUSTOM)                # the first run after Lab()
+        assert lab.run(StepConfig(**SMALL)).ok
+        assert lab.rank_to_engine[1] == spare        # the warm spare took rank 1

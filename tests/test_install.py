@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -121,6 +123,46 @@ def test_installed_notebooks_copies_the_tutorials(installed):
     assert got == SHIPPED_NOTEBOOKS and len(got) >= 6
     assert f"{len(got)} tutorial notebooks in" in out
     assert (installed["cwd"] / "tut" / "docs" / "findings.md").exists()
+    # the docs link only to what the package carries (the recorded HTML reports stay in
+    # the repository: their links say so instead)
+    for doc in (installed["cwd"] / "tut" / "docs").glob("*.md"):
+        text = doc.read_text()
+        for link in re.findall(r"\]\(((?!https?:|#|mailto:)[^)\s#]+)", text):
+            assert (doc.parent / link).exists(), (doc.name, link)
+    assert "`docs/findings/02-compile-and-ddp-h200x2.html` in the torch-nbtools repository" in \
+        (installed["cwd"] / "tut" / "docs" / "findings.md").read_text()
+
+
+def test_installed_export_right_after_install(installed):
+    """`pip install` then `nbtools export`, no other step: the torch-nbtools kernel is
+    registered on first use for this interpreter, and the terminal shows our progress, not
+    ipykernel's TCP warning."""
+    import nbformat
+    shutil.rmtree(installed["venv"] / "share/jupyter/kernels", ignore_errors=True)  # as installed
+    cell = nbformat.v4.new_code_cell("import sys, nbtools; print(sys.executable, nbtools.__file__)")
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    nb.metadata["kernelspec"] = {"name": "torch-nbtools", "display_name": "torch-nbtools",
+                                 "language": "python"}
+    path = installed["cwd"] / "first.ipynb"
+    nbformat.write(nb, str(path))
+    # nbconvert's templates are data files of the environment that installed it (this
+    # interpreter's, made visible by the .pth): where a real install of [export] puts them
+    # (only those: that folder also holds a torch-nbtools kernel for this interpreter)
+    jpath = installed["cwd"].parent / "jpath"
+    jpath.mkdir(exist_ok=True)
+    if not (jpath / "nbconvert").exists():
+        (jpath / "nbconvert").symlink_to(Path(sys.prefix) / "share" / "jupyter" / "nbconvert")
+    env = dict(installed["env"], JUPYTER_PATH=str(jpath))
+    inst = dict(installed, env=env)
+    r = run_nbtools(inst, "export", path.name, "--save-ipynb", "first.out.ipynb")
+    assert f"installed the torch-nbtools kernel in {installed['venv']}" in r.stderr, r.stderr
+    assert "without encryption" not in r.stderr and "NoSuchKernel" not in r.stderr, r.stderr
+    out = nbformat.read(str(installed["cwd"] / "first.out.ipynb"), as_version=4)
+    exe, where = out.cells[0].outputs[0]["text"].split()
+    assert exe == str(installed["py"]) and Path(where).is_relative_to(installed["site"])
+    assert (installed["cwd"] / "first.html").exists()
+    again = run_nbtools(inst, "export", path.name)      # known now: nothing installed
+    assert "installed the torch-nbtools kernel" not in again.stderr, again.stderr
 
 
 def test_installed_kernel_install_writes_the_shipped_spec(installed):
@@ -160,6 +202,17 @@ def test_installed_lab_serves_a_copy_of_the_tutorials(installed, monkeypatch):
         assert served_href(page, server_pid=pid + 1) is None     # not our server
 
 
+def test_lab_as_root_passes_allow_root_and_says_so(tmp_path):
+    """GPU containers often run as root, where jupyter lab stops ("Running as root is not
+    recommended"): `nbtools lab` starts anyway, with one line saying it passed --allow-root
+    (not root: nothing said, nothing passed)."""
+    env = clean_env(PYTHONPATH=str(ROOT), JUPYTER_RUNTIME_DIR=str(tmp_path / "jrun"))
+    with serving(sys.executable, tmp_path, env, allow_root=False) as (base, token, log, pid):
+        assert get(base, token, "/api/status")["started"]
+        said = "running as root: passing --allow-root to jupyter lab" in log()
+        assert said == (os.geteuid() == 0), log()[-2000:]
+
+
 def test_lab_from_a_clone_serves_the_repository(tmp_path):
     env = clean_env(PYTHONPATH=str(ROOT), JUPYTER_RUNTIME_DIR=str(tmp_path / "jrun"))
     with serving(sys.executable, tmp_path, env) as (base, token, log, pid):
@@ -178,16 +231,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(python, cwd, env):
-    """`python -m nbtools lab --no-browser ...` until its API answers; stopped after."""
+def serving(python, cwd, env, allow_root=True):
+    """`python -m nbtools lab --no-browser ...` until its API answers; stopped after.
+    ``allow_root=False``: no --allow-root from us, as a person types it."""
     port, token = free_port(), "nbtools-test-token"
     logf = open(Path(cwd) / f"lab-{port}.log", "w+")
     proc = subprocess.Popen([str(python), "-m", "nbtools", "lab", "--no-browser",
                              f"--port={port}", "--ip=127.0.0.1",
                              f"--IdentityProvider.token={token}",
                              # options pass straight through to jupyter lab
-                             *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0
-                               else [])],
+                             *(["--allow-root"] if allow_root and hasattr(os, "geteuid")
+                               and os.geteuid() == 0 else [])],
                             cwd=cwd, env=env, stdout=logf, stderr=subprocess.STDOUT)
 
     def log():

@@ -170,9 +170,9 @@ class _Page:
     """A fresh JupyterLab page on one notebook; records every page error and every error
     a widget or output shows."""
 
-    def __init__(self, browser, server, name: str):
+    def __init__(self, browser, server, name: str, width: int = 1500):
         self.server, self.name = server, name
-        self.page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        self.page = browser.new_page(viewport={"width": width, "height": 1100})
         self.errors = []
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
         self.page.on("console", lambda m: self.errors.append(f"console: {m.text}")
@@ -358,4 +358,72 @@ def test_panel_draws_after_every_action(tmp_path):
         page.page.wait_for_function("() => /\\[\\d+\\]/.test([...document.querySelectorAll("
                                     "'.jp-CodeCell .jp-InputPrompt')][3].textContent)",
                                     timeout=120_000)
+    _serve(tmp_path, test)
+
+
+# Every control of the panel: clipped (its label cut, or past the output area's right edge)?
+_CLIPPED = """() => {
+  const area = document.querySelector('.jp-OutputArea-output').getBoundingClientRect();
+  const out = [];
+  for (const el of document.querySelectorAll('[class*="nbtools-"]')) {
+    const name = [...el.classList].find(c => c.startsWith('nbtools-'));
+    const r = el.getBoundingClientRect();
+    for (const d of [el, ...el.querySelectorAll('*')]) {     // any text cut with an ellipsis
+      if (d.clientWidth && getComputedStyle(d).textOverflow === 'ellipsis'
+          && d.scrollWidth > d.clientWidth + 1) { out.push(name + ': text cut'); break; }
+    }
+    let scrolls = false;       // inside a box that scrolls sideways: reachable, not cut
+    for (let a = el.parentElement; a && !scrolls; a = a.parentElement)
+      scrolls = ['auto', 'scroll'].includes(getComputedStyle(a).overflowX)
+                && a.getBoundingClientRect().right <= area.right + 1;
+    if (r.width && r.right > area.right + 1 && !scrolls) out.push(name + ': past the right edge');
+  }
+  return out;
+}"""
+
+
+@pytest.mark.timeout(900)
+def test_panel_fits_1280_and_marks_what_the_lab_would_refuse(tmp_path):
+    """Issue 26 in a real JupyterLab page 1280 px wide: no control clipped, every default
+    shown as 'default', a choice the lab would refuse marked with its reason on hover, Run
+    disabled (reason on hover) while the controls hold such a config, and Export listing
+    this panel's run."""
+    def test(browser, server):
+        _write(server.root / "fit.ipynb", PANEL_CELLS[:2] + [PANEL_CELLS[-1]])
+        page = _Page(browser, server, "fit.ipynb", width=1280)
+        pg = page.page
+        page.run_cell(0)
+        page.run_cell(1)
+        run_button = pg.locator("button.nbtools-run").first
+        run_button.wait_for(timeout=150_000)
+        pg.wait_for_timeout(1000)
+        assert pg.evaluate(_CLIPPED) == []
+        for field in ("parallel", "seq_schedule"):
+            assert pg.locator(f".nbtools-{field} select").first.input_value() == "default"
+        for field in ("batch", "seq_len"):
+            assert pg.locator(f".nbtools-{field} input").first.input_value() == "default"
+        # (ipywidgets writes an option's spaces as no-break spaces)
+        options = [t.replace("\xa0", " ") for t in
+                   pg.locator(".nbtools-cudagraph option").all_inner_texts()]
+        assert options == ["off", "✗ manual"], options        # CPU ranks: needs CUDA
+        # the reasons on hover: over the control's name (ipywidgets shows no tooltip on a
+        # described dropdown)
+        assert "needs CUDA" in pg.locator(".nbtools-cudagraph .widget-label span[title]").first.get_attribute("title")
+        pg.locator(".nbtools-cudagraph select").first.select_option(index=1)
+        pg.wait_for_function("() => document.querySelector('button.nbtools-run').disabled",
+                             timeout=30_000)
+        assert "needs CUDA" in run_button.get_attribute("title")
+        page.shot("refused-1280")
+        pg.locator(".nbtools-cudagraph select").first.select_option(index=0)
+        pg.wait_for_function("() => !document.querySelector('button.nbtools-run').disabled",
+                             timeout=30_000)
+        run_button.click()
+        run_id = _wait_status(pg, r"#([0-9a-f]{8}) done", 150)
+        picked = pg.locator(".nbtools-export-runs select option:checked").all_inner_texts()
+        assert len(picked) == 1 and run_id in picked[0], picked
+        assert pg.evaluate(_CLIPPED) == []
+        pg.locator(".nbtools-run").first.scroll_into_view_if_needed()
+        page.shot("ran-1280")
+        page.assert_no_errors()
+        page.run_cell(2)
     _serve(tmp_path, test)

@@ -123,12 +123,12 @@ def _html_close(shown: float, value: float) -> bool:
 def _cli_rows(text: str) -> list:
     """The "all" rows of format_table: one {metric: value} per run, in order."""
     lines = text.splitlines()
-    labels = lines[0][58:].split()[1:-1]        # after "rank", before "status"
+    labels = lines[0].split()[1:-1]        # after "rank", before "status"
     names = [metrics.ABBREVIATIONS.get(h, h) for h in labels]
     assert names == list(metrics.CLI)
     rows = []
     for line in lines[2:]:
-        cells = line[58:].split()
+        cells = line.split()        # a run's label has a line of its own, above its rows
         if cells and cells[0] == "all":
             rows.append(dict(zip(names, map(_shown, cells[1:1 + len(names)]))))
     return rows

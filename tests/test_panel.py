@@ -32,9 +32,32 @@ def test_values_round_trip(cfg):
 
 def test_none_fields_have_widget_values():
     v = values_from_config(StepConfig())
-    assert v["parallel"] == v["seq_schedule"] == DEFAULT and v["batch"] == v["seq_len"] == 0
-    cfg = config_from_values(dict(v, parallel="none", batch=2))
+    # one word for every default, as on the command line (and in the export)
+    assert v["parallel"] == v["seq_schedule"] == v["batch"] == v["seq_len"] == DEFAULT == "default"
+    cfg = config_from_values(dict(v, parallel="none", batch="2"))
     assert cfg.parallel == "none" and cfg.batch == 2 and cfg.seq_len is None
+    with pytest.raises(ConfigError, match="batch='two': give a whole number, or 'default'"):
+        config_from_values(dict(v, batch="two"))
+
+
+def test_refused_choices_are_found_with_the_labs_reason():
+    """What the panel marks: each choice lab.run would refuse with the others as they are,
+    and the reason (the same checks: the config's, the device's)."""
+    from nbtools.config.workload import check_run
+    from nbtools.widgets.panel import CHOICES
+    from nbtools.widgets.panel_checks import refusals
+
+    def check(values):
+        try:
+            check_run(None, config_from_values(values), "cpu")
+        except ConfigError as e:
+            return str(e)
+        return ""
+    got = refusals(values_from_config(StepConfig(scenario="tp-mlp-infer")), check, CHOICES)
+    assert "is not supported by scenario 'tp-mlp-infer'" in got["parallel"]["ddp"]
+    assert "needs CUDA" in got["cudagraph"]["manual"]
+    assert "compile='off'" in got["fullgraph"][True]
+    assert "tp" not in got["parallel"] and "compile" not in got     # every mode runs here
 
 
 def test_invalid_values_raise_config_error():
@@ -133,8 +156,15 @@ def test_invalid_combination_shows_config_error_and_runs_nothing(lab, panel):
     panel.controls["cudagraph"].value = "manual"           # these ranks are CPUs
     panel.run_button.click()
     assert "ConfigError" in panel.error.value and "needs CUDA" in panel.error.value
-    assert len(lab.history) == n and not panel.run_button.disabled
+    assert len(lab.history) == n
+    # before any click: Run is disabled with the reason on hover, the choice marked
+    assert panel.run_button.disabled and "needs CUDA" in panel.run_button.tooltip
     panel.controls["cudagraph"].value = "off"
+    assert not panel.run_button.disabled
+    labels = dict((v, k) for k, v in panel.controls["cudagraph"].options)
+    assert labels["manual"] == "✗ manual" and "manual: cudagraph='manual' needs CUDA" in \
+        panel.controls["cudagraph"].tooltip
+    assert panel.controls["cudagraph"].value == "off"
 
 
 def test_auto_rerun_on_change(lab, panel):
@@ -204,13 +234,31 @@ def test_compare_two_runs(lab, panel):
     assert isinstance(view, BokehModel) and view is panel.compare_view
 
 
-def test_export_writes_the_history(lab, panel):
+def test_compare_is_cleared_when_its_selectors_move(lab, panel):
+    panel._refresh_history()
+    listed = {v for _, v in panel.compare_a.options}
+    ok = [r.run_id for r in lab.history if r.ok and r.run_id in listed]
+    panel.compare_a.value, panel.compare_b.value = ok[0], ok[1]
+    panel.compare_button.click()
+    assert panel.compare_box.children and ok[0] in panel.compare_html.value
+    panel.compare_b.value = ok[-1] if ok[-1] != ok[1] else ok[0]
+    assert panel.compare_box.children == () and "press Compare" in panel.compare_html.value
+
+
+def test_export_writes_this_panels_runs(lab, panel):
+    other = lab.run(StepConfig(scenario="tp-mlp-infer", seed=9, **SMALL))   # not the panel's
+    panel._refresh_history()
+    assert set(panel.export_runs.value) == set(panel.mine) and other.run_id not in panel.mine
     panel.export_notes.value = "panel test"
     panel.export_button.click()
     path = panel.export_path.value
     text = open(path, encoding="utf-8").read()
-    assert all(r.run_id in text for r in lab.history)
+    assert all(r in text for r in panel.mine) and other.run_id not in text
     assert "panel test" in text and "wrote" in panel.export_status.value
+    assert f"{len(panel.mine)} runs" in panel.export_status.value
+    panel.export_runs.value = tuple(r.run_id for r in lab.history)     # the whole history
+    panel.export_button.click()
+    assert all(r.run_id in open(path, encoding="utf-8").read() for r in lab.history)
 
 
 def _step_hanging_on_rank0(ctx):

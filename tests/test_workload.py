@@ -249,6 +249,33 @@ def test_llama_tensor_parallel_with_the_plan(lab, tiny_llama):
     assert local == full - sharded // 2
 
 
+def test_a_workload_takes_any_step_config_and_its_runs_carry_its_name(lab, tmp_path):
+    """StepConfig(parallel="ddp") names no scenario: the default one (tp-mlp-infer, no DDP)
+    never judges a Workload's run; only the Workload's own rules do. Its runs are titled by
+    the Workload's name everywhere (label, CLI table, report), also once reloaded."""
+    from nbtools.cli.main import format_table
+    from nbtools.config.workload import check_run
+    from nbtools.report.html import export_html
+    from nbtools.results.history import History
+    cfg = StepConfig(parallel="ddp", autocast="bf16", autocast_scope="step",
+                     warmup=0, steps=1, profiled=0)
+    with pytest.raises(ConfigError, match="StepConfig's default scenario"):
+        check_run(None, cfg, "cpu")                    # run alone, it is that scenario's
+    run = lab.run(NET, cfg)
+    assert run.ok and run.config.resolved_parallel == "ddp"
+    assert run.title.startswith("net ") and run.label.startswith(f"#{run.run_id} net ")
+    assert "parallel=ddp" in run.title and f"\n{run.title}\n" in format_table([run])
+    html = export_html(tmp_path / "r.html", [run]).read_text()
+    assert f"Run #{run.run_id} · {run.title}</h2>" in html
+    again = History.load(lab.history.folder)[run.run_id]
+    assert again.title == run.title
+    # notebook 06's table: the CLI's names, rounded, nothing-measured columns left out
+    from nbtools.claims.model_sweep import styled, table
+    shown = styled(table([run]))
+    assert "step_ms" in shown.data and "nan" not in shown.to_html().lower()
+    assert not shown.data.isna().all().any()
+
+
 def test_panel_drives_a_workload(lab):
     """lab.panel(workload): the controls' config runs the workload; a choice it cannot
     honour shows its ConfigError and runs nothing."""

@@ -82,6 +82,35 @@ def table(runs, columns=COLUMNS, fields=("parallel", "compile", "autocast")) -> 
     return t
 
 
+# Digits per unit, as the CLI and the panel show them (a notebook table: no 69.623705)
+_DIGITS = {"ms": "{:.2f}", "s": "{:.1f}", "%": "{:.1f}", "MB": "{:,.0f}", "/s": "{:,.0f}",
+           "TFLOP/s": "{:.2f}", "": "{:.0f}"}
+
+
+def styled(t: pd.DataFrame):
+    """``table(...)`` as the notebooks show a table: columns named as the CLI and the panel
+    name them (units in the name), numbers rounded per unit, columns nothing was measured
+    for (GPU-only ones on CPU ranks) left out, a failed run's status on one short line, no
+    index. The DataFrame itself stays for code (``table``)."""
+    from nbtools.analysis.metrics import METRICS, unit
+    t = t.dropna(axis=1, how="all").copy()
+    if "status" in t:
+        t["status"] = [str(s).strip().splitlines()[0][:60] if str(s).strip() else ""
+                       for s in t["status"]]
+    names, fmt = {}, {}
+    for c in t.columns:
+        if c in METRICS:
+            names[c] = METRICS[c].label
+            fmt[names[c]] = _DIGITS.get(unit(c), "{:.3g}")
+        elif c == "mfu_pct":
+            names[c], fmt["mfu%"] = "mfu%", "{:.1f}"
+        elif c == "check_rel":
+            names[c], fmt["check_rel"] = "check_rel", "{:.1e}"
+    t = t.rename(columns=names)
+    return (t.style.format(fmt, na_rep="-").hide(axis="index")
+            .set_table_styles([{"selector": "td, th", "props": "white-space: nowrap"}]))
+
+
 def collectives_per_step(run, rank: int = 0) -> pd.Series:
     """Collectives per profiled step on ``rank``, by kind (all_reduce, all_gather,
     reduce_scatter, ...): what shows the strategy ran. Empty for a run with none."""

@@ -33,3 +33,23 @@ def install(user: bool = False, prefix: str | None = None) -> str:
         if prefix is None and not user:
             prefix = sys.prefix
         return KernelSpecManager().install_kernel_spec(str(d), NAME, user=user, prefix=prefix)
+
+
+def ensure_kernel(say=print) -> None:
+    """The notebooks ask for the torch-nbtools kernel: install it for this interpreter when
+    Jupyter does not know it yet (`nbtools lab` and `nbtools export` right after pip install;
+    never replacing one the user installed). Into this environment, else the user's folder
+    when the environment is read-only (a system Python)."""
+    import os
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    try:
+        spec = KernelSpecManager().get_kernel_spec(NAME)
+        if spec.argv and os.path.realpath(spec.argv[0]) != os.path.realpath(sys.executable):
+            say(f"note: the {NAME} kernel runs {spec.argv[0]}, not this interpreter; "
+                f"`{sys.executable} -m nbtools kernel install` points it here")
+    except NoSuchKernel:
+        try:
+            where = install()
+        except PermissionError:
+            where = install(user=True)
+        say(f"installed the {NAME} kernel in {where} (first use; runs {sys.executable})")

@@ -12,22 +12,9 @@ from nbtools.config.grid import grid
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.config.field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, help_text
 
+from nbtools.cli.table import TABLE_LEGEND, format_table  # noqa: F401  (tests and benchmarks read them here)
+
 _FIELDS = {f.name: f for f in dataclasses.fields(StepConfig)}
-
-
-def _legend() -> str:
-    """Every header of format_table, explained from the registry the panel and the report
-    read too (analysis/metrics.py), with how its "all" row combines the ranks."""
-    from nbtools.analysis.metrics import CLI, METRICS, explain, how
-    lines = [(f"{METRICS[c].short} = " if METRICS[c].short else "") + explain(c)
-             + f"; rank all: {how(c)}" for c in CLI]
-    return "\n".join(["columns:"] + [f"  {line}" for line in lines]
-                     + ["  rank all = the run: its ranks combined as the panel, the report and "
-                        "table() combine them",
-                        "  - = not measured in this run (e.g. profiled=0, or on CPU ranks)"])
-
-
-TABLE_LEGEND = _legend()
 
 
 def _parse_value(name: str, text: str):
@@ -59,7 +46,16 @@ def sweep(values: dict) -> list[StepConfig]:
     bad = next((c for c in cfgs if isinstance(c, ConfigError)), None)
     if bad is not None:
         raise bad
+    for c in cfgs:     # the CLI runs scenarios: the default one's rules too, before any engine
+        c.check_scenario()
     return cfgs
+
+
+def check_extras(cfgs) -> None:
+    """A scenario whose model needs an extra fails here, before the lab starts, naming it."""
+    from nbtools.common.extras import require
+    if any(c.scenario == "resnet50-ddp" for c in cfgs):
+        require("torchvision", why="scenario resnet50-ddp (torchvision's ResNet-50)")
 
 
 class _Help(argparse.HelpFormatter):
@@ -77,50 +73,6 @@ def _add_field_args(p: argparse.ArgumentParser) -> None:
     for name in _FIELDS:
         g.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar="V[,V...]",
                        help=help_text(name).replace("%", "%%"))
-
-
-# Digits per unit: what the CLI shows of a number (ms to the µs, shares to a tenth).
-_FORMAT = {"ms": "{:.3f}", "s": "{:.2f}", "%": "{:.1f}", "MB": "{:.0f}", "/s": "{:.0f}",
-           "": "{:.0f}"}
-
-
-def format_table(runs) -> str:
-    """One row per (config, rank), then, for a run of several ranks, the run's own row
-    (rank "all": metrics.combine, the numbers the panel and the report show): median and
-    p10/p90 step ms, throughput, compile s, recompiles, busy and overlap shares, memory."""
-    from nbtools.analysis.metrics import CLI, METRICS, combine
-    cols = [(c, max(len(METRICS[c].label) + 1, 8)) for c in CLI]
-    head = f"{'config':<58} {'rank':>4} " + " ".join(
-        f"{METRICS[c].label:>{w}}" for c, w in cols) + "  status"
-    lines = [head, "-" * len(head)]
-
-    def line(label, rank, values, end: str) -> str:      # values None: a failed run's blanks
-        return (f"{label[:58]:<58} {rank:>4} " + " ".join(
-            f"{'' if values is None else _number(c, values.get(c)):>{w}}" for c, w in cols)
-            + f"  {end}")
-
-    for run in runs:
-        label = run.config.label() if run.config else run.run_id
-        s = run.summary
-        if not len(s):
-            lines.append(line(label, "-", None, "failed: " + "; ".join(
-                f"rank {r}: {e.splitlines()[0][:80]}" for r, e in sorted(run.errors.items()))))
-            continue
-        for row in s.to_dict("records"):
-            lines.append(line(label, str(int(row["rank"])), row, run.status))
-        if len(s) > 1:
-            lines.append(line(label, "all", {c: combine(s, c, run.config) for c in CLI},
-                              run.status))
-        for f in run.flags:
-            lines.append(f"    ! {f}")
-    return "\n".join(lines)
-
-
-def _number(column: str, value) -> str:
-    from nbtools.analysis.metrics import unit
-    if value is None or value != value:
-        return "-"
-    return _FORMAT.get(unit(column), "{:.3g}").format(float(value))
 
 
 def demo_configs(device_type: str) -> list[StepConfig]:
@@ -145,7 +97,9 @@ def _run_all(lab, cfgs):
         print(f"-> {cfg.label()}", flush=True)
         runs.append(run_or_keep(lab, checked[cfg], lambda e: print(f"   failed: {e}", flush=True)))
         print(f"   {time.perf_counter() - t:.1f} s", flush=True)
-        print("\n".join("   " + line for line in format_table(runs[-1:]).splitlines()[2:]), flush=True)
+        table = format_table(runs[-1:]).splitlines()
+        # the header, then the rows under the label "->" already printed
+        print("\n".join("   " + line for line in table[:2] + table[3:]), flush=True)
     return runs
 
 
@@ -261,14 +215,23 @@ def _main(argv) -> int:
     if args.cmd == "export":
         from nbtools.common.extras import require
         require("nbclient", "nbconvert", "nbformat", why="`nbtools export`")
-        from nbtools.report.notebook import NotebookStopped, check_parameters, export_notebook
-        _check_notebook(args.notebook)
-        check_parameters(args.notebook, _parse_params(args.param))
+        from nbtools.report.notebook import NotebookStopped, export_notebook
+        nb = _check_notebook(args.notebook)
         _need_writable_parent(args.output)
         _need_writable_parent(args.save_ipynb)
+        params = _parse_params(args.param)
+        if params:
+            from nbtools.report.notebook import ParametersError, check_parameters
+            try:      # checked before a kernel starts
+                check_parameters(nb, params)
+            except ParametersError as e:
+                raise UserError(f"-p: {e}") from None
+        if not args.no_execute:
+            from nbtools.cli.kernelspec import ensure_kernel
+            ensure_kernel(lambda line: print(line, file=sys.stderr))
         try:
             out = export_notebook(args.notebook, args.output, execute_first=not args.no_execute,
-                                  parameters=_parse_params(args.param),
+                                  parameters=params,
                                   timeout=args.cell_timeout, deadline_s=args.deadline,
                                   save_ipynb=args.save_ipynb)
         except NotebookStopped as e:
@@ -311,7 +274,7 @@ def _need_writable_parent(path) -> None:
         raise UserError(f"{path}: folder {p.parent} does not exist")
 
 
-def _check_notebook(path) -> None:
+def _check_notebook(path):
     import json
     from pathlib import Path
     p = Path(path)
@@ -321,7 +284,9 @@ def _check_notebook(path) -> None:
         raise UserError(f"{path}: is a folder, not a notebook (.ipynb)")
     import nbformat
     try:
-        nbformat.validate(nbformat.read(str(p), as_version=4))
+        nb = nbformat.read(str(p), as_version=4)
+        nbformat.validate(nb)
+        return nb
     except (json.JSONDecodeError, UnicodeDecodeError, nbformat.reader.NotJSONError) as e:
         raise UserError(f"{path}: not a notebook (not notebook JSON: {_one_line(e)[:120]})") from None
     except (nbformat.ValidationError, KeyError, AttributeError, TypeError) as e:
@@ -357,6 +322,7 @@ def _cmd_run(args) -> int:
             return 2
         # in rounds, every other one reversed (ABBA): drift spreads over every config
         cfgs = [c for k in range(args.repeats) for c in in_rounds(cfgs, k)]
+        check_extras(cfgs)
     t = time.perf_counter()
     with Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,
              echo=not args.quiet, compile_cache=args.compile_cache) as lab:
@@ -366,7 +332,8 @@ def _cmd_run(args) -> int:
             cfgs = demo_configs(lab.device_type)
         runs = _run_all(lab, cfgs)
     print()
-    print(format_table(runs))
+    if len(runs) > 1:      # one run's table was just printed under it
+        print(format_table(runs))
     print(TABLE_LEGEND)
     if getattr(args, "repeats", 1) > 1:
         from nbtools.lab.sweeps import spread

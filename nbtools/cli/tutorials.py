@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from nbtools.common import package_data as pd_
 from nbtools.common.extras import MissingExtra, require
-from nbtools.cli.kernelspec import install
+from nbtools.cli.kernelspec import ensure_kernel
 
 DEFAULT_DIR = "nbtools-notebooks"
 # What we last wrote into a folder (name -> sha256): a file still matching it is ours to
@@ -28,8 +29,23 @@ def _shipped() -> dict[str, bytes]:
     for nb in pd_.notebooks():
         files[nb.name] = nb.read_bytes().replace(b"](../docs/", b"](docs/")
     for doc in pd_.docs():
-        files[f"docs/{doc.name}"] = doc.read_bytes()
+        files[f"docs/{doc.name}"] = _unshipped_links(doc, doc.read_bytes())
     return files
+
+
+_LOCAL_LINK = re.compile(rb"\[([^\]\n]+)\]\(((?!https?:|#|mailto:)[^)\s#]+)(#[^)\s]*)?\)")
+
+
+def _unshipped_links(doc: Path, text: bytes) -> bytes:
+    """A link to a file the package does not carry (the recorded HTML reports of
+    docs/findings/, 2-4 MB each, stay in the repository) becomes its text and where the
+    file lives, instead of a link that opens nothing."""
+    def sub(m):
+        if (doc.parent / m.group(2).decode()).exists():
+            return m.group(0)
+        return (m.group(1) + b" (`docs/" + m.group(2) +
+                b"` in the torch-nbtools repository; not in the installed package)")
+    return _LOCAL_LINK.sub(sub, text)
 
 
 def _sha(data: bytes) -> str:
@@ -97,8 +113,8 @@ docs/ work. From an installed package it first copies the tutorials into DIR (de
 ./{DEFAULT_DIR}; copies you edited are kept) and serves that folder.
 
 Every other option goes to `jupyter lab` as written, e.g. --no-browser, --port 8899,
---ServerApp.token=... (see `jupyter lab --help`). Needs the [lab] extra:
-pip install 'torch-nbtools[lab]'."""
+--ServerApp.token=... (see `jupyter lab --help`). As root (GPU containers often are) it
+passes --allow-root, and says so. Needs the [lab] extra: pip install 'torch-nbtools[lab]'."""
 
 
 def lab_main(argv: list[str]) -> int:
@@ -119,7 +135,8 @@ def lab_main(argv: list[str]) -> int:
     else:
         root = Path(dest or DEFAULT_DIR).expanduser().resolve()
         print(describe_copy(root, copy_tutorials(root)))
-    _ensure_kernel()
+    ensure_kernel()
+    argv = _root_ok(argv)
     # -m jupyterlab, not the `jupyter` launcher: that one looks for a jupyter-lab script on
     # PATH, which may belong to another environment or be missing
     cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root}",
@@ -144,14 +161,12 @@ def _pop_option(argv, name):
     return out, value
 
 
-def _ensure_kernel() -> None:
-    """The notebooks ask for the torch-nbtools kernel: install it for this interpreter when
-    Jupyter does not know it yet (never replacing one the user installed)."""
-    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
-    try:
-        spec = KernelSpecManager().get_kernel_spec(pd_.KERNEL_NAME)
-        if spec.argv and os.path.realpath(spec.argv[0]) != os.path.realpath(sys.executable):
-            print(f"note: the {pd_.KERNEL_NAME} kernel runs {spec.argv[0]}, not this interpreter; "
-                  f"`{sys.executable} -m nbtools kernel install` points it here")
-    except NoSuchKernel:
-        print(f"installed the {pd_.KERNEL_NAME} kernel in {install()}")
+def _root_ok(argv: list[str]) -> list[str]:
+    """GPU containers often run as root, where Jupyter refuses to start without
+    --allow-root: the person asked for a lab, so pass it, and say so."""
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    if not root or any(a == "--allow-root" or a.startswith(("--allow-root=", "--ServerApp.allow_root"))
+                       for a in argv):
+        return argv
+    print("running as root: passing --allow-root to jupyter lab (it refuses root otherwise)")
+    return [*argv, "--allow-root"]

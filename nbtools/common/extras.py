@@ -1,17 +1,24 @@
 """Optional dependencies: which extra of torch-nbtools brings which module, and one clear
-message when it is missing."""
+message when it is missing, naming what installs on the person's own torch build."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
+from pathlib import Path
 
 # module -> the extra that installs it (pyproject.toml [project.optional-dependencies])
 EXTRA_OF = {
     "jupyterlab": "lab", "ipywidgets": "lab", "jupyter_bokeh": "lab",
     "nbclient": "export", "nbconvert": "export", "nbformat": "export",
-    "transformers": "models", "torchvision": "models",
+    "transformers": "models",
     "tlparse": "trace",
 }
+# torchvision is in no extra: PyPI's wheel pairs with PyPI's CUDA torch of one version only;
+# beside a CPU build (or another CUDA build) it fails to import (torchvision::nms does not
+# exist) and takes `from transformers import LlamaConfig` down with it. The hint names the
+# build of torchvision that matches the torch installed here instead.
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
 
 
 class MissingExtra(ImportError):
@@ -22,11 +29,52 @@ def missing(*modules: str) -> list[str]:
     return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
+def torch_build() -> tuple[str | None, str | None]:
+    """(torch's version, e.g. '2.13.0+cpu', its CUDA version or None for a CPU build), read
+    from torch/version.py: common/ never imports torch, and a hint must not cost its import."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None, None
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except OSError:
+        return None, None
+    ver = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M)
+    cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)", text, re.M)
+    return (ver.group(1) if ver else None), (cuda.group(1) if cuda else None)
+
+
+def torchvision_command(version: str | None = None, cuda: str | None = None) -> str:
+    """The pip command for the torchvision built for this torch (torchvision 0.N pairs with
+    torch 2.(N-15)), from PyTorch's index for its build (cpu, cu130, ...)."""
+    if version is None:
+        version, cuda = torch_build()
+    m = re.match(r"2\.(\d+)", version or "")
+    if not m:
+        return "pip install torchvision (the release paired with your torch)"
+    build = "cpu" if not cuda else "cu" + cuda.replace(".", "")
+    return (f"pip install 'torchvision==0.{int(m.group(1)) + 15}.*' --index-url "
+            f"{PYTORCH_INDEX}/{build}")
+
+
+def hint(module: str) -> str:
+    """How to install ``module`` beside the torch installed here."""
+    if module == "torchvision":
+        version, cuda = torch_build()
+        build = f"torch {version} ({'CUDA ' + cuda if cuda else 'CPU'} build)" if version else "your torch"
+        return (f"{torchvision_command(version, cuda)}  (the torchvision built for {build}; "
+                "PyPI's plain `pip install torchvision` matches only PyPI's CUDA torch of the "
+                "same release and, beside any other, breaks `import transformers` too)")
+    extra = EXTRA_OF.get(module)
+    return f"pip install 'torch-nbtools[{extra}]'" if extra else f"pip install {module}"
+
+
 def require(*modules: str, why: str) -> None:
     """Raise MissingExtra naming the pip command that installs ``modules``."""
     gone = missing(*modules)
     if gone:
-        extras = sorted({EXTRA_OF.get(m, "") for m in gone} - {""})
-        spec = f"torch-nbtools[{','.join(extras)}]" if extras else " ".join(gone)
+        extras = sorted({EXTRA_OF[m] for m in gone if m in EXTRA_OF})
+        cmds = ([f"pip install 'torch-nbtools[{','.join(extras)}]'"] if extras else []) + \
+            [hint(m) for m in gone if m not in EXTRA_OF]
         raise MissingExtra(f"{why} needs {', '.join(gone)}, which is not installed for "
-                           f"{sys.executable}: pip install '{spec}'")
+                           f"{sys.executable}: {'; and '.join(cmds)}")

@@ -38,3 +38,41 @@ def scenario_spec(name: str) -> ScenarioSpec:
         return ScenarioSpec("custom", ("none", "ddp", "fsdp2", "tp"), train=True,
                             sequence=False, batch=(1, 1), about="a user's own step function")
     return SCENARIOS[name]
+
+
+class _DefaultScenario(str):
+    """The scenario of a StepConfig that chose none. It runs when the config runs alone
+    (lab.run(cfg)); its rules (strategies, train or inference, sequence dim) judge the config
+    only then (check_scenario, from workload.check_run), never a Workload's or a step
+    function's run, which the person may have written StepConfig(parallel="ddp") for."""
+
+    def __reduce__(self):
+        return _DefaultScenario, (str(self),)
+
+
+DEFAULT_SCENARIO = _DefaultScenario("tp-mlp-infer")
+
+
+def check_scenario(cfg, error) -> None:
+    """StepConfig.check_scenario (``error``: ConfigError, which lives there)."""
+    if cfg.scenario == "custom":
+        return
+    spec = SCENARIOS[cfg.scenario]
+    par = cfg.resolved_parallel
+    chosen = ("" if not cfg.scenario_unchosen else
+              " (StepConfig's default scenario: give scenario=... to run another, or "
+              "lab.run(workload, cfg) for your own model)")
+    if not spec.train and cfg.autocast_scope != "forward":
+        raise error(
+            f"autocast_scope={cfg.autocast_scope!r}: {cfg.scenario} is inference (no "
+            f"loss, no backward){chosen}; use autocast_scope='forward'.")
+    if par not in spec.parallel:
+        raise error(
+            f"parallel={par!r} is not supported by scenario {cfg.scenario!r}{chosen}; it supports "
+            f"{', '.join(spec.parallel)}.")
+    if cfg.seq_schedule not in (None, "fixed") and not spec.sequence:
+        raise error(
+            f"seq_schedule={cfg.seq_schedule!r}: {cfg.scenario} has no sequence dimension; "
+            "use varlen-train or fsdp2-train.")
+    if cfg.seq_len is not None and not spec.sequence:
+        raise error(f"seq_len is set but {cfg.scenario} has no sequence dimension.")

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional
 
-from nbtools.config.scenarios import SCENARIOS, scenario_spec
+from nbtools.config.scenarios import (DEFAULT_SCENARIO, SCENARIOS, _DefaultScenario,  # noqa: F401
+                                      check_scenario, scenario_spec)
 from nbtools.config.values import (ConfigError, _as_bool, _as_int, _as_str,  # noqa: F401
                                    _show)
 
@@ -53,7 +54,7 @@ _OPTIONAL = frozenset({"parallel", "seq_schedule", "batch", "seq_len"})
 class StepConfig:
     """What one distributed step looks like. Frozen and picklable; compare with ``diff``."""
 
-    scenario: str = "tp-mlp-infer"
+    scenario: str = DEFAULT_SCENARIO
     """Workload: model, inputs and step. See ``nbtools.config.scenarios.SCENARIOS``."""
 
     compile: str = "off"
@@ -89,7 +90,8 @@ class StepConfig:
 
     ddp_wrap: str = "compile-inside"
     """For DDP: compile-inside is DDP(torch.compile(m)); compile-outside is
-    torch.compile(DDP(m)), which compiles nothing on torch 2.11-2.13 (the run shows 0 graphs)."""
+    torch.compile(DDP(m)): Dynamo breaks the graph in DDP's forward and compiles the model's
+    forward whole, without DDP's per-bucket split (the run flags it; docs/findings.md)."""
 
     optimize_ddp: str = "ddp_optimizer"
     """torch._dynamo.config.optimize_ddp: ddp_optimizer (a graph per bucket), python_reducer
@@ -163,7 +165,6 @@ class StepConfig:
 
     # -- cross-field rules -------------------------------------------------------------
     def _check_combination(self) -> None:
-        spec = scenario_spec(self.scenario)
         if self.compile == "off":
             if self.backend != "inductor":
                 raise ConfigError(
@@ -193,15 +194,9 @@ class StepConfig:
             raise ConfigError(
                 f"autocast_scope={self.autocast_scope!r} with autocast='off' would be ignored; "
                 "pick an autocast dtype or leave the scope at 'forward'.")
-        if not spec.train and self.autocast_scope != "forward":
-            raise ConfigError(
-                f"autocast_scope={self.autocast_scope!r}: {self.scenario} is inference (no "
-                "loss, no backward); use autocast_scope='forward'.")
         par = self.resolved_parallel
-        if self.scenario != "custom" and par not in spec.parallel:
-            raise ConfigError(
-                f"parallel={par!r} is not supported by scenario {self.scenario!r}; it supports "
-                f"{', '.join(spec.parallel)}.")
+        if not self.scenario_unchosen:
+            self.check_scenario()
         if par != "ddp":
             if self.ddp_wrap != "compile-inside":
                 raise ConfigError(f"ddp_wrap={self.ddp_wrap!r} applies to parallel='ddp' only.")
@@ -224,18 +219,22 @@ class StepConfig:
                 "which the lab cannot guarantee. Use compile='reduce-overhead' or parallel='none'/'tp'.")
         if self.optimize_ddp == "python_reducer" and self.ddp_wrap != "compile-inside":
             raise ConfigError("optimize_ddp='python_reducer' needs ddp_wrap='compile-inside'.")
-        if self.seq_schedule not in (None, "fixed") and not spec.sequence:
-            raise ConfigError(
-                f"seq_schedule={self.seq_schedule!r}: {self.scenario} has no sequence dimension; "
-                "use varlen-train or fsdp2-train.")
-        if self.seq_len is not None and not spec.sequence:
-            raise ConfigError(f"seq_len is set but {self.scenario} has no sequence dimension.")
         if self.compile == "off":
             if self.fullgraph:
                 raise ConfigError("fullgraph=True with compile='off' would be ignored; turn compile on.")
             if self.dynamic != "auto":
                 raise ConfigError(f"dynamic={self.dynamic!r} with compile='off' would be ignored; "
                                   "turn compile on (dynamic shapes are a compiler setting).")
+
+    @property
+    def scenario_unchosen(self) -> bool:
+        """True for a config that never named a scenario (StepConfig's default one)."""
+        return type(self.scenario) is _DefaultScenario
+
+    def check_scenario(self) -> None:
+        """The scenario's own rules (its strategies, train or inference, sequence dim);
+        ConfigError naming the scenario. A Workload or step function run never comes here."""
+        check_scenario(self, ConfigError)
 
     # -- derived -----------------------------------------------------------------------
     @property

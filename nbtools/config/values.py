@@ -5,6 +5,8 @@ from __future__ import annotations
 import operator
 import reprlib
 
+from nbtools.config.scenarios import _DefaultScenario
+
 
 class ConfigError(ValueError):
     """A StepConfig that cannot run; the message names the fields and the fix."""
@@ -39,6 +41,8 @@ def _as_str(name: str, value, allowed, optional: bool):
         raise ConfigError(f"{name}={_show(value)} is a {type(value).__name__}; give {what}{none}")
     if allowed is not None and value not in allowed:
         raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
+    if type(value) is _DefaultScenario:
+        return value    # not chosen: kept so that replace() and pickling still know it
     return str(value)   # numpy.str_ -> str, so the config pickles and compares as plain data
 
 

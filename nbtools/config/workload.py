@@ -164,6 +164,8 @@ def check_run(fn, cfg: StepConfig, device_type: str) -> None:
     if not isinstance(cfg, StepConfig):
         raise ConfigError(f"a run needs a StepConfig, got {type(cfg).__name__}")
     cfg.check_device(device_type)
+    if fn is None:
+        cfg.check_scenario()      # deferred for a config that chose no scenario
     if isinstance(fn, Workload):
         fn.check(cfg)
     elif fn is not None:

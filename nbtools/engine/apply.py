@@ -105,8 +105,8 @@ def autocast_ctxs(cfg: StepConfig, device: torch.device):
 
 def apply_parallel_and_compile(cfg: StepConfig, wl: Built, device, group, cache: dict):
     """Wrap for the strategy and compile. The order differs per strategy on purpose:
-    DDP offers both wrapping orders (torch.compile(DDP(m)) compiles nothing on 2.11-2.13,
-    and the run shows it); FSDP2 compiles each block before fully_shard, as torchtitan does,
+    DDP offers both wrapping orders (torch.compile(DDP(m)) breaks the graph in DDP's forward
+    and compiles the model's forward whole, without DDP's per-bucket split; the run flags it); FSDP2 compiles each block before fully_shard, as torchtitan does,
     because FSDP2's hooks are Dynamo-disabled (graph boundaries at the hooks)."""
     par = cfg.resolved_parallel
     model = wl.model

@@ -182,8 +182,10 @@ def _resnet50(size, batch, seed) -> Workload:
     try:
         import torchvision
     except Exception as e:  # the CPU torch build here cannot import PyPI's torchvision
+        from nbtools.common.extras import hint
         raise ConfigError(f"resnet50-ddp needs torchvision, which does not import on this "
-                          f"engine ({type(e).__name__}: {e}); use ddp-train instead") from None
+                          f"engine ({type(e).__name__}: {e}): {hint('torchvision')}; or use "
+                          "ddp-train") from None
     hw = 64 if size == "small" else 224
     return _image_workload(lambda: torchvision.models.resnet50(num_classes=1000), batch, hw,
                            1000, seed, "resnet50", flops=3 * 4.1e9 * batch * (hw / 224) ** 2)

@@ -100,6 +100,7 @@ class Lab:
                 print(hosts.summary(self.placements), file=sys.stderr)
             if self.pool is not None:
                 self.pool.fill_spares(max(p.local_world for p in self.placements))
+                self.pool.ready(self.client, self.start_timeout)
         except BaseException:
             if self._external is None:      # a failed start leaves no process behind
                 self._stop(graceful=False)  # (an external cluster's engines are the user's)
@@ -128,6 +129,7 @@ class Lab:
             threads = placement.threads_per_rank(os.cpu_count(), n) if not gpus else 0
             self.pool = Pool(self.cluster, self._guard, gpus, threads, self.spares)
             slots = [self.pool.launch(i) for i in range(n)]
+            self.pool.start_with(n)
         else:
             self.cluster.start_engines_sync(n=n)
             for es in self.cluster.engines.values():   # the launcher's local process (mpiexec, ...)
@@ -310,6 +312,7 @@ class Lab:
             recovery.interrupted(self, cfg, run_id, t0, ars)
             raise
         run = assemble(self, cfg, run_id, t0, reports, unfinished)
+        run.env["workload"] = getattr(fn, "name", None) or getattr(fn, "__name__", None)
         self.history.add(run)
         if unfinished:
             self._replace |= set(unfinished)

@@ -51,6 +51,7 @@ class Pool:
         self.slots: dict[int, Slot] = {}      # pid -> slot
         self.spares: dict[int, Slot] = {}     # local rank -> a started, unused engine
         self.retired: set = set()             # engine ids killed by us (the hub may still list them)
+        self.early = False                    # spares started with the ranks (start_with)
 
     def launch(self, local_rank: int) -> Slot:
         env = {"NBTOOLS_LOCAL_RANK": str(local_rank), "PYTHONUNBUFFERED": "1",
@@ -75,6 +76,25 @@ class Pool:
         for lr in range(local_world):
             if lr not in self.spares or self.spares[lr].exit_status() is not None:
                 self.spares[lr] = self.launch(lr)
+
+    def start_with(self, local_world: int) -> None:
+        """Start the spares together with the ranks where the host has room (two cores per
+        engine process): they register and import torch while the ranks do, and Lab()
+        returns with them warm (ready()), so a fault in the first run is a swap, not a wait
+        for a spare still starting (issue 26: 5-10 s on H200). On a small host they start
+        after the ranks have joined, as before: four torch imports on two cores would slow
+        every Lab() down for the sake of a fault that may not come."""
+        forced = os.environ.get("NBTOOLS_SPARES_WITH_RANKS")     # "1" / "0": regardless of cores
+        room = (os.cpu_count() or 1) >= 2 * 2 * local_world
+        if self.want_spares and (forced == "1" or (forced is None and room)):
+            self.fill_spares(local_world)
+            self.early = True
+
+    def ready(self, client, timeout: float) -> None:
+        """Spares started with the ranks: wait (rarely long: they started together) until
+        they are warm."""
+        if self.early:
+            self.warm_spares(client, timeout)
 
     def take_spare(self, client, local_rank: int, timeout: float) -> Optional[int]:
         """The engine id of a registered spare for this local rank (started now if there is

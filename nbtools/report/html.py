@@ -32,7 +32,8 @@ from nbtools.results.torch_trace import link_html
 # Everything else in run.env (connection files, keys, user names, environment dumps) stays out.
 ENV_KEYS = ("torch", "torch_version", "cuda", "cuda_version", "nccl", "nccl_version", "cudnn",
             "triton", "python", "platform", "driver", "gpus", "gpu", "devices", "device",
-            "device_name", "world_size", "hosts", "host", "backend", "nbtools")
+            "device_name", "world_size", "hosts", "host", "backend", "nbtools",
+            "workload")   # the Workload's name: the run's title (Run.title)
 KIND_ORDER = ("recompile", "graph_break", "cudagraph_skip", "limit_hit", "compile",
               "backward_compile", "cudagraph_record")
 MAX_COMPILE_ROWS = 200
@@ -179,7 +180,7 @@ def render_markdown(text: str) -> str:
 
 def _run_header(run: Run) -> str:
     out = [f"<h2 id='run-{_e(run.run_id)}'>Run #{_e(run.run_id)} · "
-           f"{_e(run.config.label() if run.config else run.source)}</h2>",
+           f"{_e(run.title)}</h2>",
            f"<p class='muted'>status {_e(run.status)} · source {_e(run.source)} · "
            f"world size {run.world_size} · started "
            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(run.started))} · "
@@ -243,7 +244,9 @@ def _config_table(runs) -> str:
     fields = [f.name for f in dataclasses.fields(StepConfig)]
     rows = [("label", [r.label for r in runs]), ("status", [r.status for r in runs]),
             ("world size", [r.world_size for r in runs])]
-    rows += [(f, [getattr(r.config, f) if r.config else "—" for r in runs]) for f in fields]
+    # None is the scenario's own value: the word the panel and the CLI use for it
+    rows += [(f, [("default" if getattr(r.config, f) is None else getattr(r.config, f))
+                  if r.config else "—" for r in runs]) for f in fields]
     return _matrix(runs, rows)
 
 

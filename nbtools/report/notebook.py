@@ -92,7 +92,10 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-_RUN_LINE = re.compile(r"^run \w{8}: ")     # progress_view's text: "run <id>: <phase> ..."
+# progress_view's text: "run <id>: <phase> · <s> s · rank 0: ..."; updated in place every
+# second in a notebook, which a terminal would show as a line a second
+_RUN_LINE = re.compile(r"^run (\w{8}): ([^·]*)")
+_HEARTBEAT_S = 15.0
 
 
 def _client_class():
@@ -103,14 +106,42 @@ def _client_class():
     class Client(NotebookClient):
         nbtools_say = None
 
+        def create_kernel_manager(self):
+            # local sockets (IPC): ipykernel warns on the terminal of every export that a
+            # TCP kernel runs without encryption; a socket file is local and private
+            km = super().create_kernel_manager()
+            path = _ipc_path()
+            if path is not None:
+                km.transport, km.ip = "ipc", path
+            return km
+        nbtools_last = ("", "", 0.0)      # run, phase, when said
+
         def process_message(self, msg, cell, cell_index):
             if self.nbtools_say is not None and msg.get("msg_type") in (
                     "display_data", "update_display_data"):
                 text = (msg.get("content", {}).get("data") or {}).get("text/plain", "")
-                if isinstance(text, str) and _RUN_LINE.match(text):
+                m = _RUN_LINE.match(text) if isinstance(text, str) else None
+                now = time.monotonic()
+                if m and ((m.group(1), m.group(2)) != self.nbtools_last[:2]
+                          or now - self.nbtools_last[2] >= _HEARTBEAT_S):
+                    # a line when the run's phase changes, else one every 15 s
                     self.nbtools_say(f"  cell {cell_index}: {text}")
+                    self.nbtools_last = (m.group(1), m.group(2), now)
             return super().process_message(msg, cell, cell_index)
     return Client
+
+
+def _ipc_path() -> str | None:
+    """A socket path prefix in Jupyter's runtime folder, or None (TCP then) where it would
+    pass the 107 bytes a Unix socket's path may have, or the platform has none."""
+    import uuid
+    if os.name != "posix":
+        return None
+    from jupyter_core.paths import jupyter_runtime_dir
+    folder = jupyter_runtime_dir()
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"nbtools-{uuid.uuid4().hex[:12]}-ipc")
+    return path if len(path.encode()) + 8 <= 107 else None
 
 
 def _report_cells(client, nb, say, start) -> None:
@@ -138,17 +169,61 @@ def _last_executed(nb) -> int | None:
     return done[-1] if done else None
 
 
-def inject_parameters(nb, parameters: dict) -> None:
-    import nbformat
+class ParametersError(ValueError):
+    """-p NAME=VALUE the notebook cannot take: no parameters cell, or a name it does not set."""
+
+
+def parameter_names(nb) -> tuple[int | None, list[str]]:
+    """(index of the cell tagged ``parameters``, the names it assigns at top level:
+    a = ..., a: int = ..., a, b = ...)."""
+    import ast
     idx = next((i for i, c in enumerate(nb.cells)
                 if "parameters" in c.get("metadata", {}).get("tags", [])), None)
     if idx is None:
-        raise ValueError("the notebook has no cell tagged 'parameters' to override; tag the "
-                         "cell that sets the sizes with 'parameters'")
+        return None, []
+    try:
+        tree = ast.parse(nb.cells[idx].source)
+    except SyntaxError:
+        return idx, []
+    names = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for t in targets:
+            names += [n.id for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return idx, list(dict.fromkeys(names))
+
+
+def inject_parameters(nb, parameters: dict) -> None:
+    """A cell setting ``parameters`` after the one tagged 'parameters'. Names that cell does
+    not set are let through here (the tests inject one set of sizes into every notebook);
+    a person's ``-p`` is checked first by check_parameters."""
+    import nbformat
+    idx, _ = parameter_names(nb)
+    if idx is None:
+        raise ParametersError("the notebook has no cell tagged 'parameters' to override; tag "
+                              "the cell that sets the sizes with 'parameters'")
     src = "# injected parameters\n" + "\n".join(f"{k} = {v!r}" for k, v in parameters.items())
     cell = nbformat.v4.new_code_cell(src)
     cell.metadata["tags"] = ["injected-parameters"]
     nb.cells.insert(idx + 1, cell)
+
+
+def check_parameters(nb, parameters: dict) -> None:
+    """A person's ``-p NAME=...``: the notebook must have a parameters cell and NAME must be
+    set there, else it would be injected and change nothing (a typo runs the defaults for an
+    hour). ParametersError says which names and what the cell sets."""
+    idx, names = parameter_names(nb)
+    if parameters and idx is None:
+        raise ParametersError("the notebook has no cell tagged 'parameters' to override; tag "
+                              "the cell that sets the sizes with 'parameters'")
+    unknown = [k for k in parameters if k not in names]
+    if unknown:
+        hint = {k: difflib.get_close_matches(k, names, 1) for k in unknown}
+        raise ParametersError(", ".join(
+            k + (f" (did you mean {hint[k][0]}?)" if hint[k] else "") for k in unknown)
+            + f": not set in the notebook's parameters cell (it sets "
+            f"{', '.join(names) or 'nothing'}), so it would change nothing")
 
 
 def to_html(nb) -> str:
@@ -222,40 +297,3 @@ def export_notebook(path, output=None, execute_first: bool = True, parameters=No
         stopped.output = out
         raise stopped
     return out
-
-
-def check_parameters(path, parameters: dict) -> None:
-    """A person's ``-p NAME=...``: NAME must be set in the notebook's parameters cell, else
-    it would be injected and change nothing (a typo runs the defaults for an hour). The
-    tests' injection of one set of names into every notebook does not come through here.
-    A notebook without a parameters cell is inject_parameters' to refuse."""
-    import nbformat
-    nb = nbformat.read(str(path), as_version=4)
-    cell = next((c for c in nb.cells
-                 if "parameters" in c.get("metadata", {}).get("tags", [])), None)
-    if cell is None or not parameters:
-        return
-    known = _assigned(cell.source)
-    unknown = [k for k in parameters if k not in known]
-    if unknown:
-        hint = {k: difflib.get_close_matches(k, known, 1) for k in unknown}
-        raise ConfigError("-p " + ", ".join(
-            k + (f" (did you mean {hint[k][0]}?)" if hint[k] else "") for k in unknown)
-            + f": not set in {Path(path).name}'s parameters cell, so it would change "
-            f"nothing; that cell sets: {', '.join(sorted(known)) or 'nothing'}")
-
-
-def _assigned(source: str) -> set:
-    """Names the parameters cell assigns at top level (a = ..., a: int = ..., a, b = ...)."""
-    import ast
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
-    names = set()
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
-        for t in targets:
-            names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
-    return names

@@ -54,9 +54,19 @@ class Run:
         return self.status == "ok"
 
     @property
+    def title(self) -> str:
+        """The config's label, named after the Workload or step function that ran (its
+        ``name``, kept in env["workload"]) rather than scenario 'custom'."""
+        if self.config is None:
+            return self.source
+        head, name = self.config.label(), self.env.get("workload")
+        if name and self.config.scenario == "custom" and head.startswith("custom"):
+            head = name + head[len("custom"):]
+        return head
+
+    @property
     def label(self) -> str:
-        head = self.config.label() if self.config is not None else self.source
-        return f"#{self.run_id} {head}" + ("" if self.ok else " [failed]")
+        return f"#{self.run_id} {self.title}" + ("" if self.ok else " [failed]")
 
     @property
     def torch_trace(self) -> list:

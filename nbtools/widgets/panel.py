@@ -30,10 +30,10 @@ from nbtools.ui.html import comparison_html, describe_error, flags_html, summary
 from nbtools.config.scenarios import SCENARIOS
 from nbtools.ui.timeline import Timeline, compare_figure
 from nbtools.report.html import export_html
+from nbtools.widgets import panel_checks
+from nbtools.widgets.panel_checks import (DEFAULT, _NONE_AS, _NUMBER_OR_DEFAULT,  # noqa: F401
+                                          config_from_values, values_from_config)
 
-DEFAULT = "scenario default"      # widget value standing for None (the scenario decides)
-# Fields whose None (the scenario's default) a widget shows as this value.
-_NONE_AS = {"parallel": DEFAULT, "seq_schedule": DEFAULT, "batch": 0, "seq_len": 0}
 CHOICES = {
     "scenario": tuple(SCENARIOS), "compile": COMPILE_MODES, "backend": BACKENDS,
     "dynamic": DYNAMIC, "autocast": AUTOCAST, "autocast_scope": AUTOCAST_SCOPES,
@@ -57,32 +57,23 @@ _ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;paddi
                 "margin:4px 0;white-space:pre-wrap;font-family:monospace;font-size:12px")
 
 
-# -- widget values <-> StepConfig (pure: no widgets involved) ------------------------------
-def config_from_values(values: dict) -> StepConfig:
-    """Widget values (``values_from_config``'s form) -> a validated StepConfig.
-    Raises ConfigError for a combination that cannot run."""
-    return StepConfig.from_dict({k: None if k in _NONE_AS and v in (_NONE_AS[k], None) else v
-                                 for k, v in values.items()})
-
-
-def values_from_config(cfg: StepConfig) -> dict:
-    """StepConfig -> one value per control (None becomes DEFAULT or 0)."""
-    return {k: _NONE_AS[k] if v is None and k in _NONE_AS else v
-            for k, v in cfg.to_dict().items()}
-
-
 def _control(name: str, value, choices: dict) -> W.Widget:
-    style, layout = {"description_width": "110px"}, W.Layout(width="270px")
-    if name in choices:
+    # 4 x 290 px wrap in rows rather than clip in a 1280-px notebook; 150 px keeps
+    # "reshard_after_forward" whole
+    style, layout = {"description_width": "150px"}, W.Layout(width="290px")
+    if name in _NUMBER_OR_DEFAULT:      # a number, or the word every default is shown as
+        w = W.Combobox(value=value, options=[DEFAULT], ensure_option=False, description=name,
+                       style=style, layout=layout)
+        w.tooltip = f"a whole number, or {DEFAULT}: the scenario's own"
+    elif name in choices:
         w = W.Dropdown(options=choices[name], value=value, description=name, style=style,
                        layout=layout)
-    elif isinstance(value, bool):
-        w = W.Checkbox(value=value, description=name, indent=True, style=style, layout=layout)
+    elif isinstance(value, bool):      # indent + box + its name ("reshard_after_forward") whole
+        w = W.Checkbox(value=value, description=name, indent=True, style=style,
+                       layout=W.Layout(width="360px"))
     else:
         w = W.BoundedIntText(value=value, min=0, max=1_000_000, description=name, style=style,
                              layout=layout)
-        if name in _NONE_AS:
-            w.tooltip = "0: the scenario's default"
     w.add_class(f"nbtools-{name}")          # stable handles for browser tests
     return w
 
@@ -212,23 +203,26 @@ class Panel:
         self.export_button = _button("Export HTML", self.export, icon="download")
         self.perfetto_button = _button("Save Perfetto trace", self.save_perfetto, icon="share")
         self.export_status = _html()
+        self.export_runs, self.mine = panel_checks.export_list(), []   # runs of this panel
 
         groups = [W.VBox([W.HTML(f"<b>{title}</b>")] + [self.controls[n] for n in names])
                   for title, names in GROUPS]
         log_box = W.Accordion([self.log], titles=("engine output (by rank)",))
         log_box.selected_index = None
         self.widget = _PanelBox([
-            W.HBox(groups),
+            W.HBox(groups, layout=W.Layout(flex_flow="row wrap")),
             W.HBox([self.run_button, self.auto, self.status]),
             W.HBox([self.error, self.restart_button]), self.flags, self.summary,
             self.timeline_view, log_box,
             W.HTML("<b>history</b>"), W.HBox([self.history_list, self.load_button]),
             W.HBox([self.compare_a, self.compare_b, self.compare_rounds, self.compare_button]),
             self.compare_html, self.compare_box,
-            W.HTML("<b>export</b>"), W.HBox([self.export_path, self.export_button,
-                                                     self.perfetto_button]),
+            W.HTML("<b>export</b>"), self.export_runs,
+            W.HBox([self.export_path, self.export_button, self.perfetto_button]),
             self.export_notes, self.export_status])
         self.widget.panel = self    # lab.panel() returns the widget; the Panel stays reachable
+        self.compared = None        # the (A, B) pair the comparison on screen shows
+        self.guard = panel_checks.Guard(self, choices, self._refused)
         self._refresh_history()
         last = next((r for r in reversed(list(lab.history)) if r.ok), None)
         if last is not None:
@@ -240,6 +234,14 @@ class Panel:
 
     def config(self) -> StepConfig:
         return config_from_values(self.values())
+
+    def _refused(self, values: dict) -> str:
+        """'' when lab.run would take these values, else its ConfigError's text."""
+        try:
+            self.lab.check(self.step_fn, config_from_values(values))
+        except ConfigError as e:
+            return str(e)
+        return ""
 
     def set_config(self, cfg: StepConfig) -> None:
         """Put a config into the controls without triggering an auto re-run."""
@@ -290,7 +292,10 @@ class Panel:
                                      else f"failed after {tick.elapsed:.1f} s")
                 self._set_error(describe_error(err))
         finally:
-            self._busy, self.run_button.disabled = False, False
+            self._busy, self.run_button.disabled = False, bool(self.guard.reason)
+            done = run or getattr(err, "run", None)
+            if done is not None:
+                self.mine.append(done.run_id)
             self.restart_button.layout.display = ("" if self.lab.needs_restart or self.lab.closed
                                                   else "none")
             self._refresh_history(select=run or getattr(err, "run", None))
@@ -310,7 +315,8 @@ class Panel:
     def show(self, run) -> None:
         """Put ``run`` into the timeline (data replaced in place), summary and flags."""
         self.timeline.update(run)
-        self.summary.value = summary_html(run)
+        # a wide table scrolls inside the panel rather than being cut at its edge
+        self.summary.value = f"<div style='overflow-x:auto'>{summary_html(run)}</div>"
         self.flags.value = flags_html(run.flags)
         self.shown = run
 
@@ -329,6 +335,7 @@ class Panel:
             a, b, picked = self.compare_a.value, self.compare_b.value, self.history_list.value
             self.history_list.options = opts     # (resets the selection: restored below)
             self.compare_a.options, self.compare_b.options = opts, opts
+            panel_checks.refresh_export_list(self, opts)
             picked = select.run_id if select is not None else picked
             self.history_list.value = picked if picked in {v for _, v in opts} else None
             if select is not None and select.ok and len(ok) >= 2:
@@ -373,24 +380,34 @@ class Panel:
             self._set_error(f"compare failed: {type(e).__name__}: {html.escape(str(e))}")
             return None
         old, self.compare_view = self.compare_box.children, view
+        self.compared = (a, b)
         self.compare_box.children = (view,)   # a new pair is a new figure: rebuilt, not patched
         for w in old:
             w.close()
         return cmp
 
     def export(self):
-        """export_html of the whole history (plus the current A/B pair) to the path given."""
+        """export_html of the runs picked in the export list (plus the current A/B pair,
+        when both are among them) to the path given; the status counts the seconds."""
         path = Path(self.export_path.value).expanduser()
+        ids = list(self.export_runs.value)
+        if not ids:
+            self._set_error("pick the runs to export in the list above the Export button")
+            return None
+        runs = [self.lab.history[r] for r in ids]
         pair = (self.compare_a.value, self.compare_b.value)
+        both = all(pair) and pair[0] != pair[1] and set(pair) <= set(ids)
         try:
-            out = export_html(path, self.lab.history, notes=self.export_notes.value,
-                              comparisons=[self.comparison] if self.comparison is not None
-                              else [pair] if all(pair) and pair[0] != pair[1] else ())
+            with _Ticker(self.export_status, f"exporting {len(runs)} runs…") as tick:
+                out = export_html(path, runs, notes=self.export_notes.value,
+                                  comparisons=[self.comparison] if self.comparison is not None
+                                  else [pair] if both else ())
         except Exception as e:  # noqa: BLE001
+            self.export_status.value = ""
             self._set_error(f"export failed: {type(e).__name__}: {html.escape(str(e))}")
             return None
         self.export_status.value = (f"wrote {html.escape(str(out))} ({out.stat().st_size / 1e6:.1f}"
-                                    f" MB, {len(self.lab.history)} runs)")
+                                    f" MB, {len(runs)} runs, {tick.elapsed:.1f} s)")
         return out
 
     def save_perfetto(self):

@@ -1,0 +1,61 @@
+"""The command line's run table (`run`, `demo`, `view`): per run its label, then a row per
+rank and the run's own row, about 100 characters wide; and the legend under it."""
+from __future__ import annotations
+
+
+def _legend() -> str:
+    """Every header of format_table, explained from the registry the panel and the report
+    read too (analysis/metrics.py), with how its "all" row combines the ranks."""
+    from nbtools.analysis.metrics import CLI, METRICS, explain, how
+    lines = [(f"{METRICS[c].short} = " if METRICS[c].short else "") + explain(c)
+             + f"; rank all: {how(c)}" for c in CLI]
+    return "\n".join(["columns:"] + [f"  {line}" for line in lines]
+                     + ["  rank all = the run: its ranks combined as the panel, the report and "
+                        "table() combine them",
+                        "  - = not measured in this run (e.g. profiled=0, or on CPU ranks)"])
+
+
+TABLE_LEGEND = _legend()
+
+
+# Digits per unit: what the CLI shows of a number (ms to the µs, shares to a tenth).
+_FORMAT = {"ms": "{:.3f}", "s": "{:.2f}", "%": "{:.1f}", "MB": "{:.0f}", "/s": "{:.0f}",
+           "": "{:.0f}"}
+
+
+def format_table(runs, header: bool = True) -> str:
+    """Per run: its label on a line of its own (never cut), then one row per rank and, for
+    a run of several ranks, the run's own row (rank "all": metrics.combine, the numbers the
+    panel and the report show): median and p10/p90 step ms, throughput, compile s,
+    recompiles, busy and overlap shares, memory. About 100 characters wide."""
+    from nbtools.analysis.metrics import CLI, METRICS, combine
+    cols = [(c, max(len(METRICS[c].label) + 1, 7)) for c in CLI]
+    head = f"{'rank':>6} " + " ".join(f"{METRICS[c].label:>{w}}" for c, w in cols) + "  status"
+    lines = [head, "-" * len(head)] if header else []
+
+    def line(rank, values, end: str) -> str:      # values None: a failed run's blanks
+        return (f"{rank:>6} " + " ".join(
+            f"{'' if values is None else _number(c, values.get(c)):>{w}}" for c, w in cols)
+            + f"  {end}")
+
+    for run in runs:
+        lines.append(run.title if run.config else run.run_id)
+        s = run.summary
+        if not len(s):
+            lines.append(line("-", None, "failed: " + "; ".join(
+                f"rank {r}: {e.splitlines()[0][:80]}" for r, e in sorted(run.errors.items()))))
+            continue
+        for row in s.to_dict("records"):
+            lines.append(line(str(int(row["rank"])), row, run.status))
+        if len(s) > 1:
+            lines.append(line("all", {c: combine(s, c, run.config) for c in CLI}, run.status))
+        for f in run.flags:
+            lines.append(f"    ! {f}")
+    return "\n".join(lines)
+
+
+def _number(column: str, value) -> str:
+    from nbtools.analysis.metrics import unit
+    if value is None or value != value:
+        return "-"
+    return _FORMAT.get(unit(column), "{:.3g}").format(float(value))
