@@ -109,3 +109,20 @@ def check_history(folder):
                           "give a writable folder, or history=None to keep runs in memory "
                           "only") from None
     return folder
+
+
+def cache_folder(path) -> Path | None:
+    """Lab(compile_cache=...): a folder made now (one subfolder per rank later), or a clear
+    error for a file or a place that cannot be written."""
+    if path is None:
+        return None
+    folder = Path(path).expanduser().resolve()
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"compile_cache={str(path)!r} is a file; give a folder (it gets one "
+                          "subfolder per rank)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"compile_cache={str(path)!r} cannot be created ({e}); give a "
+                          "writable folder") from None
+    return folder

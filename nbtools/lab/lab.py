@@ -65,7 +65,7 @@ class Lab:
         self.start_timeout = start_timeout
         self._external = cluster
         self.history = History.load(history) if history else History(None)
-        self.compile_cache = _cache_folder(compile_cache)
+        self.compile_cache = arguments.cache_folder(compile_cache)
         self.workdir = Path(tempfile.mkdtemp(prefix="nbtools-lab-"))
         self._guard = reaper.Guard()        # nothing the lab starts outlives this process
         self._guard.folder(self.workdir)
@@ -148,7 +148,7 @@ class Lab:
     def _count(self) -> tuple[int, list]:
         """(ranks, GPU ids for local engines). GPUs are counted without initialising CUDA
         in this process (the client needs no GPU)."""
-        gpus = _visible_gpus() if self.engines == "local" else []
+        gpus = placement.visible_gpus() if self.engines == "local" else []
         n = self._n_requested or len(gpus) or 2
         if gpus and n > len(gpus):
             raise ConfigError(f"Lab(n={n}) but only {len(gpus)} GPUs are visible; one engine "
@@ -375,36 +375,3 @@ class Checked:
     fn: Optional[Callable]
     cfg: StepConfig
     device_type: str
-
-
-def _cache_folder(path) -> Optional[Path]:
-    if path is None:
-        return None
-    folder = Path(path).expanduser().resolve()
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"compile_cache={str(path)!r} is a file; give a folder (it gets one "
-                          "subfolder per rank)")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"compile_cache={str(path)!r} cannot be created ({e}); give a "
-                          "writable folder") from None
-    return folder
-
-
-def _visible_gpus() -> list:
-    """GPU ids this client may hand out, honouring CUDA_VISIBLE_DEVICES, via nvidia-smi so
-    the client never initialises CUDA."""
-    import shutil
-    import subprocess
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20).stdout
-    except Exception:
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip().isdigit()]

@@ -90,3 +90,21 @@ def pin(local_rank: int) -> str:
     chosen = devices[local_rank % len(devices)] if devices else str(local_rank)
     os.environ["CUDA_VISIBLE_DEVICES"] = chosen
     return chosen
+
+
+def visible_gpus() -> list:
+    """GPU ids this client may hand out, honouring CUDA_VISIBLE_DEVICES, via nvidia-smi so
+    the client never initialises CUDA."""
+    import shutil
+    import subprocess
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout
+    except Exception:
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip().isdigit()]

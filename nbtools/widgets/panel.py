@@ -8,8 +8,6 @@ since ipykernel sends iopub messages from any thread while the shell is busy.
 from __future__ import annotations
 
 import html
-import threading
-import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -31,6 +29,7 @@ from nbtools.config.scenarios import SCENARIOS
 from nbtools.ui.timeline import Timeline, compare_figure
 from nbtools.report.html import export_html
 from nbtools.widgets import panel_checks
+from nbtools.widgets.panel_parts import _Ticker, _button, _control, _html
 from nbtools.widgets.panel_checks import (DEFAULT, _NONE_AS, _NUMBER_OR_DEFAULT,  # noqa: F401
                                           config_from_values, values_from_config)
 
@@ -57,27 +56,6 @@ _ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;paddi
                 "margin:4px 0;white-space:pre-wrap;font-family:monospace;font-size:12px")
 
 
-def _control(name: str, value, choices: dict) -> W.Widget:
-    # 4 x 290 px wrap in rows rather than clip in a 1280-px notebook; 150 px keeps
-    # "reshard_after_forward" whole
-    style, layout = {"description_width": "150px"}, W.Layout(width="290px")
-    if name in _NUMBER_OR_DEFAULT:      # a number, or the word every default is shown as
-        w = W.Combobox(value=value, options=[DEFAULT], ensure_option=False, description=name,
-                       style=style, layout=layout)
-        w.tooltip = f"a whole number, or {DEFAULT}: the scenario's own"
-    elif name in choices:
-        w = W.Dropdown(options=choices[name], value=value, description=name, style=style,
-                       layout=layout)
-    elif isinstance(value, bool):      # indent + box + its name ("reshard_after_forward") whole
-        w = W.Checkbox(value=value, description=name, indent=True, style=style,
-                       layout=W.Layout(width="360px"))
-    else:
-        w = W.BoundedIntText(value=value, min=0, max=1_000_000, description=name, style=style,
-                             layout=layout)
-    w.add_class(f"nbtools-{name}")          # stable handles for browser tests
-    return w
-
-
 class _PanelBox(W.VBox):
     """The panel's outer box: each display first loads BokehJS into the page (the timeline's
     view needs it when it is created), without leaving it in the notebook file."""
@@ -90,52 +68,6 @@ class _PanelBox(W.VBox):
         # without a kernel: the last run's timeline and summary as a picture
         return document_bundle(super()._repr_mimebundle_(**kwargs), self.panel.timeline.layout,
                                "panel")
-
-
-def _button(description: str, action: Callable, cls: str = "", **kw) -> W.Button:
-    b = W.Button(description=description, **kw)
-    b.on_click(lambda _: action())
-    if cls:
-        b.add_class(cls)
-    return b
-
-
-def _html(value: str = "", cls: str = "") -> W.HTML:
-    w = W.HTML(value)
-    if cls:
-        w.add_class(cls)
-    return w
-
-
-class _Ticker:
-    """Shows the elapsed time in a widget while the with-block runs (from a thread: the
-    kernel is busy in the block and cannot update it itself)."""
-
-    def __init__(self, target: W.HTML, text: str):
-        self.target, self.text, self.stop = target, text, threading.Event()
-        self.detail = ""          # the run's phase and steps per rank (Lab.progress)
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self):
-        while True:
-            self.target.value = (f"<b>⏳ {self.text}</b> {time.perf_counter() - self.t0:.1f} s"
-                                 + (f"<br><small>{html.escape(self.detail)}</small>"
-                                    if self.detail else ""))
-            if self.stop.wait(0.5):
-                return
-
-    def set_detail(self, text: str) -> None:
-        self.detail = text
-
-    def __enter__(self):
-        self.t0 = time.perf_counter()
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
-        self.elapsed = time.perf_counter() - self.t0
 
 
 class Panel:

@@ -131,6 +131,7 @@ class Guard:
             for w in old:
                 w.close()
             p.compared = None
+            p.comparison = None     # its verdict no longer describes the pair on screen
 
 
 def export_list() -> W.SelectMultiple:
