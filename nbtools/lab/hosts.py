@@ -8,7 +8,6 @@ cluster (``Lab(cluster=c)``) is only waited for and described (``wait_external``
 """
 from __future__ import annotations
 
-import os
 import selectors
 import socket
 import subprocess
@@ -161,15 +160,9 @@ class Hosts:
         lab = self.lab
         first = next(iter(self.spec.hosts))
         self.addr = route_address(self.spec, first, lab.start_timeout)
-        from nbtools.lab.launchers import SSHEngineSetLauncher
-        lab.cluster = ipp.Cluster(n=0, engines=SSHEngineSetLauncher, log_level=40,
-                                  controller_ip=self.addr,
-                                  cluster_id=f"nbtools-{uuid.uuid4().hex[:6]}",
-                                  profile_dir=str(lab.workdir / "ipython"))
-        lab.cluster.start_controller_sync(
-            controller_cmd=[sys.executable, "-m", "nbtools.engine.liveness"],
-            environment={"NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_WARM": "0"})
-        lab._guard.watch(lab.cluster.controller.pid)
+        from nbtools.lab.launchers import SSHEngineSetLauncher, start_controller
+        lab.cluster = start_controller(ipp, SSHEngineSetLauncher, lab.workdir, lab._guard,
+                                       controller_ip=self.addr)
         self.lifeline = Lifeline(self.addr)
         for host, n in self.spec.hosts.items():
             for lr in range(n):

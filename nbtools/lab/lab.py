@@ -115,16 +115,10 @@ class Lab:
             self.hosts = hosts.Hosts(self, spec)
             return self.hosts.launch(ipp)
         n, gpus = self._count()
-        from nbtools.lab.launchers import EngineSetLauncher
+        from nbtools.lab.launchers import EngineSetLauncher, start_controller
         local = self.engines == "local"
-        self.cluster = ipp.Cluster(n=0, engines=EngineSetLauncher if local else self.engines,
-                                   log_level=40,
-                                   cluster_id=f"nbtools-{uuid.uuid4().hex[:6]}",
-                                   profile_dir=str(self.workdir / "ipython"))
-        self.cluster.start_controller_sync(
-            controller_cmd=[sys.executable, "-m", "nbtools.engine.liveness"],
-            environment={"NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_WARM": "0"})
-        self._guard.watch(self.cluster.controller.pid)
+        self.cluster = start_controller(ipp, EngineSetLauncher if local else self.engines,
+                                        self.workdir, self._guard)
         if local:
             threads = placement.threads_per_rank(os.cpu_count(), n) if not gpus else 0
             self.pool = Pool(self.cluster, self._guard, gpus, threads, self.spares)

@@ -8,7 +8,11 @@ died ("killed by SIGKILL"), so the waiter's process handle records it.
 """
 from __future__ import annotations
 
+import os
+import sys
 import threading
+import uuid
+from pathlib import Path
 
 import psutil
 from ipyparallel.cluster import launcher as _ipp_launcher
@@ -104,3 +108,17 @@ def forget_profiles(prefix: str) -> None:
     with _LOCK:
         for key in [k for k in _PROFILES if k[1].startswith(prefix)]:
             _PROFILES.discard(key)
+
+
+def start_controller(ipp, engines, workdir: Path, guard, **cluster_kw):
+    """A cluster with no engines yet and its controller started under the lab's liveness
+    watchdog (it ends when the client's pid does); the guard watches it too. The one place
+    a lab makes its controller, on one host or several (``controller_ip=`` there)."""
+    cluster = ipp.Cluster(n=0, engines=engines, log_level=40,
+                          cluster_id=f"nbtools-{uuid.uuid4().hex[:6]}",
+                          profile_dir=str(workdir / "ipython"), **cluster_kw)
+    cluster.start_controller_sync(
+        controller_cmd=[sys.executable, "-m", "nbtools.engine.liveness"],
+        environment={"NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_WARM": "0"})
+    guard.watch(cluster.controller.pid)
+    return cluster
