@@ -29,7 +29,8 @@ PLOTS = """() => {
   window.__nbtools_n = window.__nbtools_n || 0;
   const out = [];
   for (const v of Bokeh.index.all_views()) {
-    if (!v.frame || !v.model.y_range || !v.el.isConnected) continue;
+    // a figure its owner hid (a memory lane with no memory recorded) is not to be drawn
+    if (!v.frame || !v.model.y_range || !v.el.isConnected || !v.model.visible) continue;
     if (v.__nbtools_id === undefined) v.__nbtools_id = window.__nbtools_n++;
     const src = __nbtools_events(v);
     const yr = v.model.y_range;

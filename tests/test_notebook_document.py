@@ -1,6 +1,6 @@
 """The notebook is a document (issue 24), in real JupyterLab and Chromium: Run All of
 00-quickstart (the tests' CPU sizes), Save; a new tab on the live kernel draws every figure
-without re-running a cell (canvas pixels); the kernel shut down, tab switching raises
+without re-running a cell (canvas pixels); the kernel restarted, then shut down: tab switching raises
 nothing; a reload shows each figure's static picture with its note and no errors; nbconvert
 --to html of the saved file (not executed) holds a picture per figure; the saved file stays
 under 2 MB. Screenshots of each state land in artifacts/ (notebook-doc-*.png).
@@ -50,6 +50,22 @@ def _all_errors(page, into: list) -> None:
     page.on("console", lambda m: into.append(f"console: {m.text}") if m.type == "error" else None)
 
 
+def _touch_pages(pages) -> None:
+    """What a person does after a kernel event: switch side tabs, resize the window."""
+    for pg in pages:
+        pg.wait_for_timeout(3000)
+        pg.bring_to_front()
+        for tab in ("Running Terminals and Kernels", "File Browser"):
+            pg.locator(f".lm-TabBar-tab[title^='{tab}']").first.click()
+            pg.wait_for_timeout(500)
+            pg.locator(f".lm-TabBar-tab[title^='{tab}']").first.click()
+            pg.wait_for_timeout(500)
+        pg.set_viewport_size({"width": 1200, "height": 1000})
+        pg.wait_for_timeout(1000)
+        pg.set_viewport_size({"width": 1500, "height": 1100})
+        pg.wait_for_timeout(1000)
+
+
 @pytest.mark.timeout(900)
 def test_saved_notebook_shows_figures_live_and_static(tmp_path):
     def test(browser, server):
@@ -85,24 +101,22 @@ def test_saved_notebook_shows_figures_live_and_static(tmp_path):
         shot(second.page, "new-tab")
         assert not errors, errors
 
-        print("new tab drawn; shutting the kernel down", flush=True)
-        # the kernel shut down: switching tabs must raise nothing ("Cannot send")
+        print("new tab drawn; restarting the kernel", flush=True)
+        # a kernel restart (its widget models gone, the views still on both pages), then the
+        # kernel shut down: switching tabs and resizing must raise nothing ("Cannot send")
         _all_errors(first.page, errors)
+        for k in _api(server.base, server.token, "/api/kernels"):
+            _api(server.base, server.token, f"/api/kernels/{k['id']}/restart", method="POST")
+        _touch_pages((first.page, second.page))
+        first.assert_no_errors()
+        second.assert_no_errors()
+        shot(first.page, "kernel-restarted")
+        assert not errors, errors
+        print("kernel restarted; shutting it down", flush=True)
         for k in _api(server.base, server.token, "/api/kernels"):
             _api(server.base, server.token, f"/api/kernels/{k['id']}", method="DELETE")
         print("kernel deleted", flush=True)
-        for pg in (first.page, second.page):
-            pg.wait_for_timeout(3000)
-            pg.bring_to_front()
-            for tab in ("Running Terminals and Kernels", "File Browser"):
-                pg.locator(f".lm-TabBar-tab[title^='{tab}']").first.click()
-                pg.wait_for_timeout(500)
-                pg.locator(f".lm-TabBar-tab[title^='{tab}']").first.click()
-                pg.wait_for_timeout(500)
-            pg.set_viewport_size({"width": 1200, "height": 1000})
-            pg.wait_for_timeout(1000)
-            pg.set_viewport_size({"width": 1500, "height": 1100})
-            pg.wait_for_timeout(1000)
+        _touch_pages((first.page, second.page))
         shot(first.page, "kernel-stopped")
         assert not errors, errors
         first.page.close()

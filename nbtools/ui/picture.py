@@ -115,6 +115,8 @@ class _Axis:
 
 def _figures_in(model):
     """(figure or None, title) leaves of a layout, in reading order; Tabs draw every panel."""
+    if getattr(model, "visible", True) is False:    # hidden in the page: not drawn there
+        return []
     if hasattr(model, "renderers") and hasattr(model, "x_range"):
         return [model]
     if hasattr(model, "tabs"):
@@ -228,7 +230,13 @@ def _draw_figure(fig, width, font, skipped) -> Image.Image:
     h = int(getattr(fig, "height", None) or getattr(fig, "frame_height", None) or DEFAULT_H)
     img = Image.new("RGBA", (w, h), "white")
     draw = ImageDraw.Draw(img, "RGBA")
-    x0, x1, y0, y1 = LEFT, w - RIGHT, TOP, h - BOTTOM
+    yaxis = (getattr(fig, "yaxis", None) or [None])[0]
+    ticks = getattr(getattr(yaxis, "ticker", None), "ticks", None)
+    overrides = getattr(yaxis, "major_label_overrides", None) or {}
+    ylabels = {t: str(overrides.get(t, overrides.get(str(t), f"{t:g}")))[:40] for t in ticks or []}
+    # as wide as the longest lane label needs ("r0 GPU 0 stream 7"), as BokehJS does
+    x0 = int(min(max([LEFT] + [font.getlength(v) + 10 for v in ylabels.values()]), w // 3))
+    x1, y0, y1 = w - RIGHT, TOP, h - BOTTOM
     renderers = [r for r in fig.renderers
                  if hasattr(r, "glyph") and hasattr(r, "data_source") and r.visible]
     xv, yv = [], []
@@ -258,12 +266,8 @@ def _draw_figure(fig, width, font, skipped) -> Image.Image:
     else:
         for f, v in X.factors.items():
             draw.text((X(v), y1 + 6), str(f)[:14], fill="#444", font=font, anchor="mt")
-    yaxis = (getattr(fig, "yaxis", None) or [None])[0]
-    ticks = getattr(getattr(yaxis, "ticker", None), "ticks", None)
-    labels = getattr(yaxis, "major_label_overrides", None) or {}
-    for t in ticks or []:
-        label = labels.get(t, labels.get(str(t), f"{t:g}"))
-        draw.text((x0 - 4, Y(t)), str(label)[:12], fill="#444", font=font, anchor="rm")
+    for t, label in ylabels.items():
+        draw.text((x0 - 4, Y(t)), label, fill="#444", font=font, anchor="rm")
     _legend(draw, fig, x0, font)
     if Y.factors is not None:
         for f, v in Y.factors.items():

@@ -31,10 +31,10 @@ def compare_figure(run_a, run_b, **kw):
     va = np.array([float(ca.get(c, 0.0)) for c in cats])
     vb = np.array([float(cb.get(c, 0.0)) for c in cats])
     delta = vb - va
-    # one grey: a category's delta of two runs' profiled steps has no interval, and a colour
-    # reads as a verdict (the verdict with its interval is the comparison's table)
+    # one neutral colour, not red/green: a category's delta of two runs' profiled steps has
+    # no interval, and red or green reads as a verdict (the comparison's table has that)
     src = ColumnDataSource(dict(category=cats, a=va, b=vb, delta=delta,
-                                color=np.full(len(cats), "#888888", dtype=object)))
+                                color=np.full(len(cats), "#6b8cae", dtype=object)))
     size = dict(width=kw["width"]) if kw.get("width") else dict(sizing_mode="stretch_width")
     bar = figure(**size, height=60 + 22 * max(len(cats), 1),
                  y_range=cats[::-1] or ["none"], toolbar_location=None, tools="",
