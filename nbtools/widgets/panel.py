@@ -306,6 +306,9 @@ class Panel:
             cmp = compare_in_rounds(self.lab, a, b, self.compare_rounds.value, self.step_fn)
             self.compare_html.value = comparison_html(cmp)
             self.comparison = cmp
+            # what the comparison shows is this panel's too: Export offers it by default
+            shown = [cmp.a, cmp.b] + list(cmp.runs_a or []) + list(cmp.runs_b or [])
+            self.mine += [r.run_id for r in shown if r.run_id not in self.mine]
             self._refresh_history()
             view = LiveBokehModel(compare_figure(cmp.a, cmp.b, width=self.width))
         except Exception as e:  # noqa: BLE001
