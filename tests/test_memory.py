@@ -78,3 +78,16 @@ def test_panel_saves_the_shown_run_for_perfetto(lab, tmp_path):
     assert {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"} \
         == {"rank 0", "rank 1"}
     assert "ui.perfetto.dev" in panel.export_status.value
+
+
+def test_a_cpu_rank_without_reserved_bytes_still_draws_its_allocations():
+    """CPU ranks report no reserved bytes (NaN): the lane's peak must come from what was
+    allocated, or every height is NaN and the lane draws nothing (seen in notebook 01)."""
+    import numpy as np
+    import pandas as pd
+    from nbtools.ui.timeline.memory import memory_data
+    mem = pd.DataFrame(dict(rank=[0, 0, 0], ts_ns=[10, 20, 30], allocated=[1e6, 2e6, 5e5],
+                            reserved=[np.nan] * 3, graph_pool=[0.0] * 3))
+    data, labels = memory_data(mem, [0], 0)
+    assert np.isfinite(data["top"]).all() and data["top"].min() < data["bottom"].min()
+    assert labels == {0: "r0 memory (peak 1.9 MB)"}

@@ -119,13 +119,14 @@ class Panel:
         self.history_list.add_class("nbtools-history")
         self.history_list.observe(self._picked, "value")
         self.load_button = _button("Load its config", self.load_config, icon="upload")
-        self.compare_a = W.Dropdown(options=[], description="A", layout=W.Layout(width="360px"))
-        self.compare_b = W.Dropdown(options=[], description="B", layout=W.Layout(width="360px"))
+        # A, B, rounds and the button in one row of a 1280-px notebook, the label whole
+        self.compare_a = W.Dropdown(options=[], description="A", layout=W.Layout(width="320px"))
+        self.compare_b = W.Dropdown(options=[], description="B", layout=W.Layout(width="320px"))
         self.compare_button = _button("Compare A / B", self.compare, "nbtools-compare",
-                                      icon="columns")
+                                      icon="columns", layout=W.Layout(width="auto"))
         # 1: the two runs as they are; more: their configs again in ABBA rounds (lab.ab)
         self.compare_rounds = W.BoundedIntText(value=1, min=1, max=50, description="rounds",
-                                               layout=W.Layout(width="140px"))
+                                               layout=W.Layout(width="130px"))
         self.comparison = None     # the last Comparison (its rounds go into the export)
         self.compare_html, self.compare_box, self.compare_view = _html(), W.VBox([]), None
         self.export_path = W.Text(value=str(export_path), description="export to",
@@ -133,7 +134,8 @@ class Panel:
         self.export_notes = W.Textarea(placeholder="notes for the report (Markdown)",
                                        layout=W.Layout(width="720px", height="60px"))
         self.export_button = _button("Export HTML", self.export, icon="download")
-        self.perfetto_button = _button("Save Perfetto trace", self.save_perfetto, icon="share")
+        self.perfetto_button = _button("Save Perfetto trace", self.save_perfetto, icon="share",
+                                       layout=W.Layout(width="auto"))
         self.export_status = _html()
         self.export_runs, self.mine = panel_checks.export_list(), []   # runs of this panel
 

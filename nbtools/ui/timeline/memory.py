@@ -35,7 +35,8 @@ def memory_data(mem: pd.DataFrame | None, ranks: list, t0: int) -> tuple[dict, d
             ts, a, res, pool = (ts[starts], np.maximum.reduceat(a, starts),
                                 np.maximum.reduceat(res, starts), np.maximum.reduceat(pool, starts))
         end = np.r_[ts[1:], ts[-1] + max((ts[-1] - ts[0]) // 100, 1)]
-        peak = max(float(res.max()), float(a.max()), 1.0)
+        # CPU ranks report no reserved bytes (NaN): a NaN peak would draw nothing at all
+        peak = max([float(np.nanmax(v)) for v in (res, a) if np.isfinite(v).any()] + [1.0])
         base = i + 0.45
         h = lambda v: base - 0.9 * v / peak            # noqa: E731
         parts.append(dict(left=(ts - t0) / 1e6, right=(end - t0) / 1e6,
