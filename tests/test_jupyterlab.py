@@ -372,7 +372,8 @@ _CLIPPED = """() => {
     const r = el.getBoundingClientRect();
     for (const d of [el, ...el.querySelectorAll('*')]) {     // any text cut with an ellipsis
       if (d.clientWidth && getComputedStyle(d).textOverflow === 'ellipsis'
-          && d.scrollWidth > d.clientWidth + 1) { out.push(name + ': text cut'); break; }
+          && d.scrollWidth > d.clientWidth + 1) {
+        out.push(name + ': text cut: ' + (d.textContent || '').trim().slice(0, 40)); break; }
     }
     let scrolls = false;       // inside a box that scrolls sideways: reachable, not cut
     for (let a = el.parentElement; a && !scrolls; a = a.parentElement)

@@ -123,7 +123,7 @@ class Panel:
         self.compare_a = W.Dropdown(options=[], description="A", layout=W.Layout(width="320px"))
         self.compare_b = W.Dropdown(options=[], description="B", layout=W.Layout(width="320px"))
         self.compare_button = _button("Compare A / B", self.compare, "nbtools-compare",
-                                      icon="columns", layout=W.Layout(width="auto"))
+                                      icon="columns", layout=W.Layout(width="auto", flex="0 0 auto"))
         # 1: the two runs as they are; more: their configs again in ABBA rounds (lab.ab)
         self.compare_rounds = W.BoundedIntText(value=1, min=1, max=50, description="rounds",
                                                layout=W.Layout(width="130px"))
@@ -135,7 +135,7 @@ class Panel:
                                        layout=W.Layout(width="720px", height="60px"))
         self.export_button = _button("Export HTML", self.export, icon="download")
         self.perfetto_button = _button("Save Perfetto trace", self.save_perfetto, icon="share",
-                                       layout=W.Layout(width="auto"))
+                                       layout=W.Layout(width="auto", flex="0 0 auto"))
         self.export_status = _html()
         self.export_runs, self.mine = panel_checks.export_list(), []   # runs of this panel
 
