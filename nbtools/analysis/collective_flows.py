@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis.straggler import _arrivals
+from nbtools.analysis.straggler import arrivals_by_rank
 
 FLOW_COLUMNS = ["step", "k", "name", "rank", "lane", "ts_ns", "end_ns", "last_rank",
                 "last_ts_ns", "last_lane", "wait_ns"]
@@ -19,18 +19,14 @@ def collective_flows(events: pd.DataFrame) -> pd.DataFrame:
     straggler.attribute). Only collectives matched on every rank, as the straggler verdict
     uses; empty when fewer than two ranks have collectives."""
     empty = pd.DataFrame({c: [] for c in FLOW_COLUMNS})
-    if events is None or not len(events):
+    got = arrivals_by_rank(events)
+    if got is None:
         return empty
-    ev = events[events["step"] >= 0]
-    ranks = sorted(int(r) for r in ev["rank"].unique())
-    if len(ranks) < 2:
-        return empty
+    ev, per = got
+    ranks = sorted(per)
     frames = []
-    for r in ranks:
+    for r, a in per.items():
         mine = ev[ev["rank"] == r]
-        a = _arrivals(mine)
-        if a is None:
-            return empty
         comm = mine[mine["category"] == "communication"]
         lane = pd.Series(comm["lane"].astype(str).to_numpy(),
                          index=comm["ts_ns"].to_numpy(np.int64))

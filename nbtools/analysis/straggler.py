@@ -46,15 +46,11 @@ def attribute(events: pd.DataFrame) -> dict | None:
     chance (how likely that share is by luck),
     cause (``host`` | ``compute`` | ``unknown``), extra_compute_ms (median), kind ("all-reduces"),
     waits {rank: median ms per step spent waiting}."""
-    if events is None or not len(events):
+    got = arrivals_by_rank(events)
+    if got is None:
         return None
-    ev = events[events["step"] >= 0]
-    ranks = sorted(int(r) for r in ev["rank"].unique())
-    if len(ranks) < 2:
-        return None
-    per = {r: _arrivals(ev[ev["rank"] == r]) for r in ranks}
-    if any(a is None for a in per.values()):
-        return None
+    ev, per = got
+    ranks = sorted(per)
     keys = set.intersection(*(set(a.index) for a in per.values()))
     if not keys:
         return None
@@ -161,6 +157,22 @@ def sentence(verdict: dict) -> str:
                 f"compute not told: no step range before them was captured); {waits}")
     return (f"rank {r} reached the {kind} late, {late:.3g} ms per step on median: slower compute "
             f"({verdict['extra_compute_ms']:.3g} ms more before them than the others); {waits}")
+
+
+def arrivals_by_rank(events: pd.DataFrame):
+    """(the events inside steps, {rank: its collectives' arrivals (_arrivals)}), or None
+    when fewer than two ranks, or a rank with no collective: what the straggler verdict and
+    the flows between ranks (collective_flows) both match on."""
+    if events is None or not len(events):
+        return None
+    ev = events[events["step"] >= 0]
+    ranks = sorted(int(r) for r in ev["rank"].unique())
+    if len(ranks) < 2:
+        return None
+    per = {r: _arrivals(ev[ev["rank"] == r]) for r in ranks}
+    if any(a is None for a in per.values()):
+        return None
+    return ev, per
 
 
 def _arrivals(ev: pd.DataFrame) -> pd.DataFrame | None:
