@@ -61,11 +61,12 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
                machine=sampler.result() if sampler is not None else None, **mem.collect(prof))
     if prof is not None:
         from nbtools.trace.load import events_from_profiler
-        from nbtools.trace.details import details_from_profiler
+        from nbtools.trace.details import detail_rows, details_wire
         progress.publish("parse")
         t = time.perf_counter()
-        out["events"] = events_from_profiler(prof, rank, windows)
-        out["event_details"] = details_from_profiler(prof, rank)   # tooltips: shapes, groups
+        details = detail_rows()                  # tooltips: shapes, groups, same pass
+        out["events"] = events_from_profiler(prof, rank, windows, details=details)
+        out["event_details"] = details_wire(details)
         out["parse_s"] = time.perf_counter() - t
     return out
 

@@ -60,22 +60,29 @@ def describe(shapes, dtypes, meta: str) -> str:
     return " · ".join(parts)
 
 
-def details_from_profiler(prof, rank: int) -> dict:
-    """The details of a finished profile (``record_shapes=True`` for shapes) -> wire form."""
-    rows = {"rank": [], "ts_ns": [], "name": [], "detail": []}
-    for e in prof.profiler.kineto_results.events():
-        try:
-            shapes, dtypes, meta = e.shapes(), e.dtypes(), e.metadata_json()
-        except Exception:  # noqa: BLE001 - older builds lack some accessors
-            continue
-        if not (shapes or meta):
-            continue
-        text = describe(shapes, dtypes, meta)
-        if text:
-            rows["rank"].append(rank)
-            rows["ts_ns"].append(e.start_ns())
-            rows["name"].append(e.name())
-            rows["detail"].append(text)
+def detail_rows() -> dict:
+    """Empty columns for add_detail; details_wire turns them into the wire form."""
+    return {"rank": [], "ts_ns": [], "name": [], "detail": []}
+
+
+def add_detail(rows: dict, rank: int, e) -> None:
+    """One profiler event's detail (shapes need ``record_shapes=True``), if it has one.
+    Called from the one pass over a profile's events (load.events_from_profiler)."""
+    try:
+        shapes, dtypes, meta = e.shapes(), e.dtypes(), e.metadata_json()
+    except Exception:  # noqa: BLE001 - older builds lack some accessors
+        return
+    if not (shapes or meta):
+        return
+    text = describe(shapes, dtypes, meta)
+    if text:
+        rows["rank"].append(rank)
+        rows["ts_ns"].append(e.start_ns())
+        rows["name"].append(e.name())
+        rows["detail"].append(text)
+
+
+def details_wire(rows: dict) -> dict:
     return tables.to_wire(DETAIL_COLUMNS, rows)
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 from nbtools.analysis import tables
 from nbtools.analysis.breakdown import rank_table
 from nbtools.analysis.step_metrics import step_times
+from nbtools.trace.details import add_detail
 from nbtools.trace.kineto import GPU_KINDS, RAW, build
 from nbtools.trace.kineto import classify  # noqa: F401  (re-exported: tests import it from here)
 from nbtools.trace.read_json import MAX_GB, TraceError, _short, read_trace  # TraceError: users catch it here
@@ -45,13 +46,17 @@ def _table_list(table: dict, problems: dict | None = None) -> list:
 # ---------------------------------------------------------------------------------------
 # live profiler (engine side)
 
-def events_from_profiler(prof, rank: int, step_windows=None) -> dict:
+def events_from_profiler(prof, rank: int, step_windows=None, details: dict | None = None) -> dict:
     """A finished ``torch.profiler.profile`` -> EVENT_COLUMNS wire form, without writing
     JSON. ``step_windows``: [(step, start_ns, end_ns)] on the host clock (time.time_ns());
     without it, steps come from ``nbtools/step N`` / ``ProfilerStep#N`` ranges."""
     kinds, names = {}, {}
     rows = []
+    # one pass over the profile (each events() call builds every event's wrapper anew): the
+    # tooltips' details (``details``: trace.details.detail_rows()) come from the same walk
     for e in prof.profiler.kineto_results.events():
+        if details is not None:
+            add_detail(details, rank, e)
         kind = _kind_of(e)
         gpu = kind in GPU_KINDS
         rows.append((kinds.setdefault(kind, len(kinds)), names.setdefault(e.name(), len(names)),
