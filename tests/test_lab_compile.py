@@ -240,7 +240,8 @@ def test_run_cli_keeps_the_compile_cache_and_repeats_in_rounds(tmp_path, capsys)
     assert all(line.split()[-2] == "2" for line in spread[1:]), spread     # n runs each
     # two configs: an A/B, and its verdict as lab.ab prints it (2 rounds: says too few)
     verdict = out.split("A/B verdict (step_ms, B over A, 95 % interval over rounds): ")[1]
-    assert verdict.splitlines()[0].endswith(
-        "(2 rounds: too few for a trustworthy interval, run 5)"), verdict
+    line = verdict.splitlines()[0]
+    assert line.startswith("no difference resolved: B/A = ") and line.endswith(
+        "2 rounds: too few for a trustworthy interval, run 5)"), verdict
     assert sorted(p.name for p in (tmp_path / "cc").iterdir()) == ["rank0", "rank1"]
     assert main(argv[:-5] + ["--repeats", "0"]) == 2

@@ -105,8 +105,10 @@ def test_degenerate_input_gives_words_not_exceptions():
     assert "2 of 5 rounds dropped (failed or no step_ms)" in failed.text
     none = rounds_verdict([np.nan] * 3, [1.0, 2.0, 3.0])
     assert not none.resolved and none.text.startswith("no verdict on step_ms: no round")
-    two = rounds_verdict([10, 10.2], [13, 13.1])
-    assert "too few for a trustworthy interval" in two.text
+    two = rounds_verdict([10, 10.2], [13, 13.1])   # both rounds agree: still no verdict
+    assert not two.resolved and two.good is None and two.ratio == pytest.approx(1.2934, 1e-3)
+    assert two.text.startswith("no difference resolved: B/A = 1.29 (range 1.28-1.30, 2 rounds")
+    assert two.text.endswith("too few for a trustworthy interval, run 5)")
     with pytest.raises(ValueError, match="one value per round"):
         rounds_verdict([1, 2, 3], [1, 2])
 

@@ -93,9 +93,14 @@ def rounds_verdict(a, b, metric: str = "step_ms", resamples: int = RESAMPLES) ->
         return _none(metric, 1, failed, f"no difference resolved: B/A = {_f(ratio)} from one "
                      f"round, which gives no interval (run 3 rounds or more){lost}", ratio)
     low, high = _interval((per_round,), _median, resamples)
-    return _make(metric, ratio, low, high, n, failed,
-                 f"{n} rounds{lost}" + (": too few for a trustworthy interval, run 5" if n < 3
-                                        else ""))
+    if n < 3:
+        # Two rounds' bootstrap interval is just their range: two rounds that agree by
+        # chance would read as a resolved difference. Show it, never resolve on it.
+        return Verdict(metric, ratio, low, high, False, n,
+                       f"no difference resolved: B/A = {_f(ratio)} (range {_f(low)}-"
+                       f"{_f(high)}, {n} rounds{lost}: too few for a trustworthy interval, "
+                       "run 5)", failed)
+    return _make(metric, ratio, low, high, n, failed, f"{n} rounds{lost}")
 
 
 def steps_verdict(a_steps, b_steps, metric: str = "step_ms",
