@@ -4,6 +4,7 @@ switchable (engine/quiet.py)."""
 from __future__ import annotations
 
 import gc
+import os
 
 import pandas as pd
 import pytest
@@ -112,3 +113,28 @@ def test_the_frame_counter_pauses_for_the_timed_steps_and_keeps_its_count():
         rec.finish_run(0)
         rec.uninstall()
         torch.compiler.reset()
+
+
+def test_cupti_is_torn_down_after_profiles_unless_graphs_or_the_person_say_otherwise(monkeypatch):
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    monkeypatch.setattr(quiet, "_teardown_ours", False)
+    monkeypatch.setattr(quiet, "_graphs_seen", False)
+    assert quiet.cupti_teardown("13.0", False) and os.environ["TEARDOWN_CUPTI"] == "1"
+    assert quiet.cupti_teardown(None, False)             # CPU build: harmless, kept on
+    assert not quiet.cupti_teardown("12.4", False)       # torch's own crash workaround
+    assert "TEARDOWN_CUPTI" not in os.environ            # ours, taken back
+    assert quiet.cupti_teardown("12.8", False)
+    try:
+        quiet.configure(**quiet.BEFORE)
+        assert not quiet.cupti_teardown("12.8", False) and "TEARDOWN_CUPTI" not in os.environ
+    finally:
+        quiet.configure(**quiet.DEFAULTS)
+    # a graph-capturing config: off for it and for the engine's life after it
+    assert not quiet.cupti_teardown("12.8", True)
+    assert not quiet.cupti_teardown("12.8", False) and "TEARDOWN_CUPTI" not in os.environ
+    # the person's own setting wins either way
+    monkeypatch.setattr(quiet, "_graphs_seen", False)
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    assert not quiet.cupti_teardown("12.8", False) and os.environ["TEARDOWN_CUPTI"] == "0"
+    monkeypatch.setenv("TEARDOWN_CUPTI", "1")
+    assert quiet.cupti_teardown("12.8", True) and os.environ["TEARDOWN_CUPTI"] == "1"

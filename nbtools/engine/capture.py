@@ -12,7 +12,7 @@ from nbtools.engine import machine, progress, quiet
 from nbtools.engine.memory import MemoryRecorder
 from nbtools.analysis import tables
 from nbtools.engine.apply import range_ctx
-from nbtools.config.step_config import StepConfig
+from nbtools.config.step_config import CAPTURING_MODES, StepConfig
 
 _graphs_initialised = False
 
@@ -37,11 +37,15 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
     the step is a user's function (it may capture CUDA graphs itself)."""
     cuda = device.type == "cuda"
     profiled = cfg.profiled if cfg.capture == "full" else 0
-    # Only where a graph may be captured or a profile taken: this starts a profiler session,
-    # and an engine that never profiles stays as a plain script is (benchmarks/fidelity.py's
-    # 'noprof' side tests whether a session leaves a cost behind). Any compile or a user's
-    # own step may capture graphs, which must come after it.
-    if cuda and (profiled or cfg.compiled or cfg.cudagraph != "off" or own_step):
+    # A profiler session leaves CUPTI attached (a cost on every later launch) unless it is
+    # torn down (quiet.cupti_teardown). With teardown each profile attaches and detaches it
+    # and nothing needs attaching early; without it (graph-capturing configs, old CUDA)
+    # CUPTI is attached before anything may capture a graph: any compile or a user's own
+    # step may.
+    teardown = quiet.cupti_teardown(torch.version.cuda,
+                                    cfg.cudagraph != "off" or cfg.compile in CAPTURING_MODES)
+    if cuda and not teardown and (profiled or cfg.compiled or cfg.cudagraph != "off"
+                                  or own_step):
         init_for_cuda_graphs()
     rows = dict(rank=[], step=[], phase=[], ts_ns=[], dur_ns=[])
     plan = [("warmup", cfg.warmup), ("measured", cfg.steps)]

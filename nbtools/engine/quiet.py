@@ -24,22 +24,37 @@ against a plain script with each switch at its old setting (``BEFORE``) and at i
 - ``sample_machine``: sample the machine's state over the timed steps (engine/machine.py).
   Not a cost removed but one added: on by default, off in ``BEFORE`` (the engine had no
   sampler), so the benchmark's 'after' pays for it.
+- ``cupti_teardown``: let Kineto detach CUPTI (``cuptiFinalize``) when a profiler session
+  ends, by setting ``TEARDOWN_CUPTI=1`` in the engine process (Kineto reads it with getenv
+  at every teardown). Without it CUPTI stays subscribed for the process's life and every
+  later kernel launch pays its callback: on 1 x H200 a host-bound step ran 1.08-1.36x
+  slower after one profiled session, 1.20-1.28x after torch's empty ``_init_for_cuda_graphs``
+  session, and 0.80-0.97x with the teardown (docs/findings.md §8, three runs of
+  benchmarks/gpu/cupti_after_profile.py). Only where torch allows it (CUDA 12.6 or newer:
+  older CUPTI crashed re-attaching after a teardown with CUDA graphs, which is why torch
+  sets ``TEARDOWN_CUPTI=0`` itself there), only while this engine has run no config that
+  captures CUDA graphs (whether kernels of a graph captured while CUPTI was detached show
+  in later profiles is not checked yet), and never over the person's own setting.
 """
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 
 DEFAULTS = dict(progress_steps=False, gc_freeze=True, slow_watchers=True,
-                frame_hook_after_warmup=True, sample_machine=True)
+                frame_hook_after_warmup=True, sample_machine=True, cupti_teardown=True)
 BEFORE = dict(progress_steps=True, gc_freeze=False, slow_watchers=False,
-              frame_hook_after_warmup=False, sample_machine=False)
+              frame_hook_after_warmup=False, sample_machine=False, cupti_teardown=False)
 """What the engine did before these switches (benchmarks/fidelity.py's 'before')."""
 SETTINGS = dict(DEFAULTS)
 WATCH_TIMED_S = 2.0
 
 _timed = threading.Event()      # set while measured/profiled steps run
+_TEARDOWN = "TEARDOWN_CUPTI"
+_teardown_ours = False          # TEARDOWN_CUPTI=1 was set by us (not by the person or torch)
+_graphs_seen = False            # a config that captures CUDA graphs has run in this engine
 
 
 def configure(**switches) -> dict:
@@ -50,6 +65,35 @@ def configure(**switches) -> dict:
         raise ValueError(f"unknown switch(es) {bad}; known: {sorted(DEFAULTS)}")
     SETTINGS.update(switches)
     return dict(SETTINGS)
+
+
+def cupti_teardown(cuda_version, captures_graphs: bool) -> bool:
+    """Before a run's first profiler session: set or clear our ``TEARDOWN_CUPTI=1`` (see
+    ``cupti_teardown`` above). ``cuda_version``: torch.version.cuda (None on a CPU build,
+    where Kineto has no CUPTI and the variable is harmless). Returns whether teardown is on
+    for this run."""
+    global _teardown_ours, _graphs_seen
+    _graphs_seen = _graphs_seen or captures_graphs
+    theirs = _TEARDOWN in os.environ and not _teardown_ours
+    if theirs:
+        return os.environ[_TEARDOWN] == "1"
+    want = SETTINGS["cupti_teardown"] and not _graphs_seen and _new_enough(cuda_version)
+    if want:
+        os.environ[_TEARDOWN] = "1"
+    elif _teardown_ours:
+        os.environ.pop(_TEARDOWN, None)
+    _teardown_ours = want
+    return want
+
+
+def _new_enough(cuda_version) -> bool:
+    if not cuda_version:
+        return True
+    try:
+        major, minor = (int(x) for x in str(cuda_version).split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (12, 6)
 
 
 def poll_interval(normal_s: float) -> float:
