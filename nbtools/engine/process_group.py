@@ -81,10 +81,9 @@ def setup(rank: int, world: int, master_addr: str, port: int, threads: int,
     t2 = time.perf_counter()
     _init_pg()
     t3 = time.perf_counter()
-    if _S.recorder is None:
-        from nbtools.engine.compile_recorder import CompileRecorder
-        _S.recorder = CompileRecorder()
-    _S.recorder.install()
+    # The compile recorder (torch._dynamo, pandas: seconds to import) is made and installed
+    # by the first run (runner.recorder()), not here: Lab() does not wait for it, and the
+    # engine's background import (liveness._warm) has usually loaded both by then.
     return dict(rank=rank, backend=dist.get_backend(), leave_s=t1 - t0, store_s=t2 - t1,
                 group_s=t3 - t2)
 
