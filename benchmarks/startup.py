@@ -20,10 +20,10 @@ wrapping the calls Lab() makes (nothing in the package is changed for it):
 - spares: starting the warm spares (Pool.fill_spares; returns at once unless it waits)
 - other: the rest of Lab()'s wall time
 
-On the engines (liveness.warm_times; the slowest rank): when their process started, when
-the background import began and when torch, torch.distributed and the rest (torch._dynamo,
-the run's modules: what the first run waits for) were imported, in seconds after Lab() was
-called; and how long after Lab() returned they were all warm.
+On the engines (liveness.warm_times; the slowest rank): when the background import began
+(liveness.start(), first thing in the process) and when torch, torch.distributed and the
+rest (torch._dynamo, the run's modules: what the first run waits for) were imported, in
+seconds after Lab() was called; and how long after Lab() returned they were all warm.
 
 Then, with no pause, the first fault: the last rank of a custom step raises. "ready" is from the
 error until the next small run has returned, minus that small run's median time (measured
@@ -129,7 +129,8 @@ def fault_ready(lab) -> tuple[float, float]:
 
 def engine_times(lab, t_wall: float) -> tuple[dict, float]:
     """What the ranks' engines did, seconds after Lab() was called (the slowest rank's):
-    their process started, liveness.start() ran (the background import began), torch and
+    liveness.start() ran (the interpreter and nbtools.engine.liveness loaded; the background
+    import began), torch and
     torch.distributed were imported (what Lab()'s setup waits for), the rest of the warm
     import was done (torch._dynamo and the run's modules: the first run waits for it).
     And how long after Lab() returned the engines were warm (0 when they already were)."""
@@ -138,7 +139,7 @@ def engine_times(lab, t_wall: float) -> tuple[dict, float]:
     lab._on(eids, liveness.wait_warm, args_for=lambda e: (300.0,))
     warm_s = time.perf_counter() - t
     times = lab._on(eids, liveness.warm_times)
-    keys = list(dict.fromkeys(k for tm in times for k in tm))
+    keys = ["started", "torch", "torch.distributed", "the rest (dynamo, run modules)"]
     return {k: max((tm[k] or t_wall) - t_wall for tm in times if k in tm) for k in keys}, warm_s
 
 

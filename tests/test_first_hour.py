@@ -1,5 +1,6 @@
 """What a person meets in their first hour at the command line (issue 26): a one-config
-`run` prints its table once; `export` says where it is while it runs, not at the end."""
+`run` prints its table once; `export` says where it is while it runs, not at the end; the
+client does not import torch to start a lab."""
 from __future__ import annotations
 
 import os
@@ -102,3 +103,20 @@ def test_export_says_where_it_is_while_it_runs(tmp_path):
     assert starts[1] < said["go-cell"] <= starts[2] < said["go-run"], "\n".join(seen)
     html = (tmp_path / "nb.html").read_text()
     assert "run ok" in html
+
+
+@pytest.mark.slow
+def test_the_client_never_imports_torch_to_start_a_lab_and_run(tmp_path):
+    """What the engines send back is plain data: a torch.__version__ (TorchVersion) in the
+    engines' info once made the notebook import torch while Lab() started (a second or
+    more of it, issue 26), and a run's env did it again on the first run."""
+    code = ("import sys\nfrom nbtools import Lab, StepConfig\n"
+            "with Lab(history=None) as lab:\n"
+            "    assert 'torch' not in sys.modules, 'Lab() imported torch'\n"
+            "    run = lab.run(StepConfig(warmup=0, steps=1, profiled=0))\n"
+            "    assert run.ok and isinstance(run.env['torch'], str)\n"
+            "    assert 'torch' not in sys.modules, 'a run imported torch'\n"
+            "print('no torch here')\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "no torch here" in r.stdout, r.stderr[-3000:]

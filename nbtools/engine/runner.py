@@ -178,7 +178,8 @@ def _rss_mb() -> float:
 def _env() -> dict:
     import platform
     import torch
-    env = dict(torch=torch.__version__, python=platform.python_version(),
+    # str: unpickling a TorchVersion would import torch in the client (seconds)
+    env = dict(torch=str(torch.__version__), python=platform.python_version(),
                device=str(_S.device), world_size=_S.world)
     if _S.device.type == "cuda":
         env.update(cuda=torch.version.cuda, gpu=torch.cuda.get_device_name(0),
