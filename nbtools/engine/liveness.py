@@ -44,20 +44,15 @@ _STARTED = False
 
 # Lab()'s calls on an engine (info, setup) need only torch and torch.distributed. The rest
 # of the warm import (torch._dynamo, the run's modules: seconds of CPU) waits until the
-# lab's setup is done (process_group.setup calls go_on), so it does not take the CPU and the
-# interpreter lock from those calls; on a spare no lab has set up, at most REST_WAIT_S.
+# lab's setup is done (process_group.setup sets state.S.import_rest), so it does not take the CPU
+# and the interpreter lock from those calls; on a spare no lab has set up, at most REST_WAIT_S.
 REST_WAIT_S = 5.0
-_REST = threading.Event()
-
-
-def go_on() -> None:
-    """On the engine: let the background import go on past torch.distributed now."""
-    _REST.set()
 
 
 def wait_warm(timeout: float = 300.0) -> bool:
-    """On the engine: block until the background imports are done."""
-    _REST.set()
+    """On the engine: block until the background imports are done (all of them now)."""
+    from nbtools.engine.state import S
+    S.import_rest.set()
     if _WARM is not None:
         _WARM.join(timeout)
     return _WARM is None or not _WARM.is_alive()
@@ -83,7 +78,8 @@ def _warm() -> None:
         WARM_AT["torch"] = time.time()
         import torch.distributed  # noqa: F401
         WARM_AT["torch.distributed"] = time.time()
-        _REST.wait(REST_WAIT_S)
+        from nbtools.engine.state import S
+        S.import_rest.wait(REST_WAIT_S)
         # what a run needs, after what Lab()'s setup needs (the two above): the compile
         # recorder's torch._dynamo (seconds) and the engine side of a run, so a first run
         # (a spare's too) pays only for its model

@@ -84,8 +84,7 @@ def setup(rank: int, world: int, master_addr: str, port: int, threads: int,
     # The compile recorder (torch._dynamo, pandas: seconds to import) is made and installed
     # by the first run (runner.recorder()), not here: Lab() does not wait for it. The
     # engine's background import loads them from now on (it waited for this call).
-    from nbtools.engine import liveness
-    liveness.go_on()
+    _S.import_rest.set()
     return dict(rank=rank, backend=str(dist.get_backend()), leave_s=t1 - t0, store_s=t2 - t1,
                 group_s=t3 - t2)
 
