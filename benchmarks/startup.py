@@ -6,16 +6,24 @@
 Each start is a fresh Lab() in this process; the phases are timed from the client by
 wrapping the calls Lab() makes (nothing in the package is changed for it):
 
-- controller: ipyparallel's controller process up (start_controller_sync)
-- launch: the engine processes spawned (Pool.launch, one call per engine)
-- connect: the client connected to the controller
+- controller: ipyparallel's controller process spawned (start_controller_sync)
+- launch: the engine processes spawned (Pool.launch, one call per engine; before issue 26's
+  engine/boot.py the first one also waited for the controller to write its connection file)
+- connect: the client connected to the controller (since then: waiting for the controller's
+  own start, while the engines start too)
 - register: until every engine has registered with the controller (their Python, ipykernel
-  and ipyparallel imports; torch's import starts in the background then, liveness._warm)
+  and ipyparallel imports, the controller's reply and its first heartbeat; torch's import
+  runs in the background meanwhile, liveness._warm)
 - join (all): Lab._join, of which identity / pin / info / setup are its calls on every
   engine (setup: torch.distributed's process group, which waits for the engines' torch
   import); the rest of it is rank 0 opening the store's port
 - spares: starting the warm spares (Pool.fill_spares; returns at once unless it waits)
 - other: the rest of Lab()'s wall time
+
+On the engines (liveness.warm_times; the slowest rank): when the background import began
+(liveness.start(), first thing in the process) and when torch, torch.distributed and the
+rest (torch._dynamo, the run's modules: what the first run waits for) were imported, in
+seconds after Lab() was called; and how long after Lab() returned they were all warm.
 
 Then, with no pause, the first fault: the last rank of a custom step raises. "ready" is from the
 error until the next small run has returned, minus that small run's median time (measured
@@ -39,6 +47,7 @@ from faults import CUSTOM, SMALL  # noqa: E402  (the fault benchmark's configs)
 import ipyparallel as ipp  # noqa: E402
 
 from nbtools import Lab  # noqa: E402
+from nbtools.engine import liveness  # noqa: E402
 from nbtools.lab import pool as pool_mod  # noqa: E402
 from nbtools.lab import lab as lab_mod  # noqa: E402
 from nbtools.lab.errors import RunFailed  # noqa: E402
@@ -118,6 +127,22 @@ def fault_ready(lab) -> tuple[float, float]:
     return t1 - t0, time.perf_counter() - t1
 
 
+def engine_times(lab, t_wall: float) -> tuple[dict, float]:
+    """What the ranks' engines did, seconds after Lab() was called (the slowest rank's):
+    liveness.start() ran (the interpreter and nbtools.engine.liveness loaded; the background
+    import began), torch and
+    torch.distributed were imported (what Lab()'s setup waits for), the rest of the warm
+    import was done (torch._dynamo and the run's modules: the first run waits for it).
+    And how long after Lab() returned the engines were warm (0 when they already were)."""
+    t = time.perf_counter()
+    eids = list(lab.rank_to_engine.values())
+    lab._on(eids, liveness.wait_warm, args_for=lambda e: (300.0,))
+    warm_s = time.perf_counter() - t
+    times = lab._on(eids, liveness.warm_times)
+    keys = ["started", "torch", "torch.distributed", "the rest (dynamo, run modules)"]
+    return {k: max((tm[k] or t_wall) - t_wall for tm in times if k in tm) for k in keys}, warm_s
+
+
 _START_WITH = pool_mod.Pool.start_with
 
 
@@ -126,13 +151,14 @@ def one_start(n, mode: str) -> dict:
     "after": spares started only after the ranks joined (the lab before issue 26)."""
     pool_mod.Pool.start_with = _START_WITH if mode == "with" else (lambda self, k: None)
     PHASES.clear()
-    t = time.perf_counter()
+    t, t_wall = time.perf_counter(), time.time()
     lab = Lab(n=n, history=None, timeout=300)
     wall = time.perf_counter() - t
     phases = dict(PHASES)
     top = ("controller", "connect", "launch", "register", "join (all)", "spares")
     phases["other"] = wall - sum(phases.get(k, 0.0) for k in top)
     try:
+        engine, warm_s = engine_times(lab, t_wall)
         err1, ready1 = fault_ready(lab)       # spares as Lab() left them
         heal1 = getattr(lab, "heal_s", float("nan"))
         err2, ready2 = fault_ready(lab)       # back to back: the first heal's new spares
@@ -143,6 +169,7 @@ def one_start(n, mode: str) -> dict:
     finally:
         lab.close()
     return dict(mode=mode, device=device, lab_s=wall, phases=phases, small_run_s=base,
+                engine=engine, warm_after_lab_s=warm_s,
                 first_fault=dict(error_s=err1, ready_s=ready1 - base, heal_s=heal1),
                 second_fault=dict(error_s=err2, ready_s=ready2 - base, heal_s=heal2))
 
@@ -173,7 +200,9 @@ def report(i, r) -> dict:
           f"error {r['first_fault']['error_s']:.2f} s, ready {r['first_fault']['ready_s']:.2f} s "
           f"(heal {r['first_fault']['heal_s']:.2f} s); second, back to back: ready "
           f"{r['second_fault']['ready_s']:.2f} s (heal {r['second_fault']['heal_s']:.2f} s); "
-          f"small run {r['small_run_s']:.2f} s", flush=True)
+          f"small run {r['small_run_s']:.2f} s; engine (s after Lab() was called): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in r["engine"].items())
+          + f"; warm {r['warm_after_lab_s']:.2f} s after Lab() returned", flush=True)
     return r
 
 
@@ -187,6 +216,11 @@ def summarise(rows) -> None:
           + ", ".join(f"{r['lab_s']:.2f}" for r in rows) + ")")
     for k in keys:
         print(f"  {k:12s} {med(lambda r: r['phases'].get(k, 0.0)):6.2f} s")
+    ekeys = list(dict.fromkeys(k for r in rows for k in r["engine"]))
+    print("engines (the slowest rank), s after Lab() was called: " + ", ".join(
+        f"{k} {med(lambda r: r['engine'].get(k, float('nan'))):.2f}" for k in ekeys))
+    print(f"warm (torch._dynamo, the run's modules) {med(lambda r: r['warm_after_lab_s']):.2f} s "
+          "after Lab() returned")
     print(f"first fault after Lab(): ready {med(lambda r: r['first_fault']['ready_s']):.2f} s "
           f"(heal {med(lambda r: r['first_fault']['heal_s']):.2f} s), error "
           f"{med(lambda r: r['first_fault']['error_s']):.2f} s")

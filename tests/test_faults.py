@@ -258,3 +258,28 @@ def test_spares_started_with_the_ranks_are_warm_when_lab_returns(monkeypatch):
             lab.run(_sigkill, CUSTOM)                # the first run after Lab()
         assert lab.run(StepConfig(**SMALL)).ok
         assert lab.rank_to_engine[1] == spare        # the warm spare took rank 1
+
+
+def _sigkill_last(ctx):
+    if ctx.rank == ctx.world_size - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_second_fault_right_after_a_heal_takes_the_second_spare(monkeypatch):
+    """Where the host has room for two spares per rank (or NBTOOLS_SPARE_DEPTH=2), the
+    second starts when Lab() returns and the first heal moves it up: a fault right after
+    that heal is swapped for an engine started before the first fault, not for the one
+    that heal has just started (issue 26: back-to-back faults waited ~10 s on H200)."""
+    monkeypatch.setenv("NBTOOLS_SPARES_WITH_RANKS", "1")
+    monkeypatch.setenv("NBTOOLS_SPARE_DEPTH", "2")
+    with Lab(n=1, history=None, timeout=120, pg_timeout=60) as lab:   # 3 engines in all
+        assert lab.pool.deep and sorted(lab.pool.reserve) == [0]
+        first, second = lab.pool.spares[0], lab.pool.reserve[0]
+        for _ in range(2):      # back to back: the second run starts with the first heal
+            with pytest.raises(RunFailed, match="rank 0's engine died: killed by SIGKILL"):
+                lab.run(_sigkill_last, CUSTOM)
+        assert lab.run(StepConfig(**SMALL)).ok
+        assert lab.rank_to_engine[0] == second.engine_id
+        assert first.exit_status() is not None       # took rank 0 in between, then killed
+        # both lines refilled by the heals, with engines started by them
+        assert lab.pool.spares[0] not in (first, second) and lab.pool.reserve[0] not in (first, second)

@@ -87,7 +87,7 @@ def _child_main(src: str, dst: str) -> None:
         "op_count": int(out.op_count),
         "ops_per_graph": [[str(op) for op in ops] for ops in (out.ops_per_graph or [])],
         "break_reasons": reasons,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),
     }
     with open(dst, "wb") as f:
         pickle.dump(result, f)

@@ -1,14 +1,16 @@
 """An engine started by a Lab: dies with its client, and is warm before it is asked.
 
-``start()`` runs as the engine's startup command (ipyparallel's IPEngine.startup_command),
-before the engine has any work:
+``start()`` runs first thing in a local engine's process (engine/boot.py), or as the
+engine's startup command (ipyparallel's IPEngine.startup_command, engines on other hosts),
+before the engine has any work; a second call does nothing:
 - a watchdog thread polls the client's pid (passed as NBTOOLS_CLIENT_PID: ipyparallel may
   launch engines through another process, so the parent is not necessarily the client)
   and takes the engine and its children down when the client is gone. The client's guard
   process (reaper.py) does the same from outside; this covers a guard that was killed too.
-- ``import torch`` (and torch._dynamo, which the lab's setup needs) starts in the
-  background, so it overlaps the engine's registration and the lab's other start-up steps
-  instead of following them (8 s on an H200 host), and a spare is warm when swapped in.
+- ``import torch`` (then torch._dynamo and the engine side of a run, which the first run
+  needs) starts in the background, so it overlaps the engine's interpreter start and
+  registration and the lab's other start-up steps instead of following them (8 s on an
+  H200 host), and a spare is warm when swapped in.
 Nothing here imports torch at module level, bokeh or ipywidgets.
 """
 from __future__ import annotations
@@ -22,6 +24,10 @@ POLL_S = 0.5
 
 
 def start() -> None:
+    global _STARTED, _STARTED_AT
+    if _STARTED:
+        return
+    _STARTED, _STARTED_AT = True, time.time()
     client = int(os.environ.get("NBTOOLS_CLIENT_PID", "0") or 0)
     if client > 0:
         threading.Thread(target=_watch, args=(client,), name="nbtools-client-watch",
@@ -33,24 +39,55 @@ def start() -> None:
 
 
 _WARM = None
+_STARTED = False
+
+
+# Lab()'s calls on an engine (info, setup) need only torch and torch.distributed. The rest
+# of the warm import (torch._dynamo, the run's modules: seconds of CPU) waits until the
+# lab's setup is done (process_group.setup sets state.S.import_rest), so it does not take the CPU
+# and the interpreter lock from those calls; on a spare no lab has set up, at most REST_WAIT_S.
+REST_WAIT_S = 5.0
 
 
 def wait_warm(timeout: float = 300.0) -> bool:
-    """On the engine: block until the background imports are done."""
+    """On the engine: block until the background imports are done (all of them now)."""
+    from nbtools.engine.state import S
+    S.import_rest.set()
     if _WARM is not None:
         _WARM.join(timeout)
     return _WARM is None or not _WARM.is_alive()
 
 
+# when each part of the background import finished (time.time()): benchmarks/startup.py
+# reads them to say what an engine's start is spent on
+WARM_AT: dict = {}
+
+
+def warm_times() -> dict:
+    """On the engine: when liveness.start() ran and each part of the warm import finished,
+    as wall-clock times (comparable with the client's on one host)."""
+    return dict(started=_STARTED_AT, **WARM_AT)
+
+
+_STARTED_AT = None
+
+
 def _warm() -> None:
     try:
         import torch  # noqa: F401
+        WARM_AT["torch"] = time.time()
         import torch.distributed  # noqa: F401
-        import torch._dynamo  # noqa: F401  (the compile recorder's setup needs it: seconds)
+        WARM_AT["torch.distributed"] = time.time()
+        from nbtools.engine.state import S
+        S.import_rest.wait(REST_WAIT_S)
+        # what a run needs, after what Lab()'s setup needs (the two above): the compile
+        # recorder's torch._dynamo (seconds) and the engine side of a run, so a first run
+        # (a spare's too) pays only for its model
+        import torch._dynamo  # noqa: F401
         import torch.profiler  # noqa: F401
-        # the engine side of a run: a spare's first run then pays only for its model
-        from nbtools.engine import apply, capture, custom_step, runner, scenarios  # noqa: F401
+        from nbtools.engine import apply, capture, compile_recorder, custom_step, runner, scenarios  # noqa: F401
         from nbtools.trace import load  # noqa: F401
+        WARM_AT["the rest (dynamo, run modules)"] = time.time()
     except Exception:
         pass    # the lab's own calls import it again and report the error there
 

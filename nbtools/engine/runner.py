@@ -59,6 +59,15 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None,
     return out
 
 
+def recorder():
+    """The engine's compile recorder, made on its first run (process_group.setup leaves it
+    to this, so a lab's start does not wait for torch._dynamo's import)."""
+    if _S.recorder is None:
+        from nbtools.engine.compile_recorder import CompileRecorder
+        _S.recorder = CompileRecorder()
+    return _S.recorder
+
+
 def _warning_rows(caught) -> list:
     """Each distinct warning once: category, message, where it was raised."""
     rows, seen = [], set()
@@ -89,7 +98,7 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
         # No lab checked it for this device. Unchecked, CPU ranks would run fp16 autocast
         # or the cudagraphs backend (as eager) without a word: a different run than asked.
         check_run(user_fn, cfg, _S.device.type)
-    rec = _S.recorder
+    rec = recorder()
     rec.install()
     rec.start_run()
     notes, reused = prepare(cfg, user_fn, source_key)
@@ -169,7 +178,8 @@ def _rss_mb() -> float:
 def _env() -> dict:
     import platform
     import torch
-    env = dict(torch=torch.__version__, python=platform.python_version(),
+    # str: unpickling a TorchVersion would import torch in the client (seconds)
+    env = dict(torch=str(torch.__version__), python=platform.python_version(),
                device=str(_S.device), world_size=_S.world)
     if _S.device.type == "cuda":
         env.update(cuda=torch.version.cuda, gpu=torch.cuda.get_device_name(0),

@@ -2,6 +2,7 @@
 them (model, optimizer, compiled step), reused across runs."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 
@@ -26,6 +27,9 @@ class EngineState:
     reports: list = field(default_factory=list)   # ctx.report() rows of the current run
     run_count: int = 0
     model_built_at: int = -1     # the engine's run count when the current weights were built
+    # set: the background import (liveness) goes on past torch.distributed (setup is done,
+    # or someone waits for all of it)
+    import_rest: threading.Event = field(default_factory=threading.Event)
 
     def release_model(self) -> None:
         """Drop the previous model, optimizer and compiled step before building the next.

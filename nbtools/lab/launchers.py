@@ -110,13 +110,22 @@ def forget_profiles(prefix: str) -> None:
             _PROFILES.discard(key)
 
 
+# The hub finds a new engine's heart only at its next beat after the engine's first pong,
+# and registration waits for that: up to two periods (ipyparallel's 3 s made each engine's
+# registration 3-6 s of an 8-s Lab() target, issue 26). Pings every 0.25 s; the misses
+# allowed before an engine counts as gone stay 30 s, as with the default 10 x 3 s.
+HEARTBEAT = ["--HeartMonitor.period=250", "--HeartMonitor.max_heartmonitor_misses=120"]
+
+
 def start_controller(ipp, engines, workdir: Path, guard, **cluster_kw):
     """A cluster with no engines yet and its controller started under the lab's liveness
     watchdog (it ends when the client's pid does); the guard watches it too. The one place
     a lab makes its controller, on one host or several (``controller_ip=`` there)."""
     cluster = ipp.Cluster(n=0, engines=engines, log_level=40,
                           cluster_id=f"nbtools-{uuid.uuid4().hex[:6]}",
-                          profile_dir=str(workdir / "ipython"), **cluster_kw)
+                          profile_dir=str(workdir / "ipython"),
+                          controller_args=HEARTBEAT + cluster_kw.pop("controller_args", []),
+                          **cluster_kw)
     cluster.start_controller_sync(
         controller_cmd=[sys.executable, "-m", "nbtools.engine.liveness"],
         environment={"NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_WARM": "0"})

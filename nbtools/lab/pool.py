@@ -8,14 +8,18 @@ ours to replace: the lab restarts them the old way.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from typing import Optional
 
 from nbtools.engine import liveness
 from nbtools.lab import placement, reaper
+from nbtools.lab.arguments import ENGINE_GB, available_gb
 
-STARTUP = "import nbtools.engine.liveness as _nbl; _nbl.start()"
+# liveness.start() (watchdog, background torch import) runs as the process's first line,
+# not as IPEngine's startup command: that one runs after registration (engine/boot.py)
+ENGINE_CMD = [sys.executable, "-m", "nbtools.engine.boot"]
 
 
 class Slot:
@@ -52,17 +56,24 @@ class Pool:
         self.spares: dict[int, Slot] = {}     # local rank -> a started, unused engine
         self.retired: set = set()             # engine ids killed by us (the hub may still list them)
         self.early = False                    # spares started with the ranks (start_with)
+        # local rank -> a second spare, where the host has room (start_with): a fault right
+        # after a heal takes it instead of waiting for the spare that heal started
+        self.reserve: dict[int, Slot] = {}
+        self.deep = self.deep_wanted = False
+        # engines read the controller's connection file themselves (engine/boot.py), so
+        # they start without waiting for the controller to write it
+        cluster.send_engines_connection_env = False
 
     def launch(self, local_rank: int) -> Slot:
         env = {"NBTOOLS_LOCAL_RANK": str(local_rank), "PYTHONUNBUFFERED": "1",
-               "NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_SLOT": uuid.uuid4().hex}
+               "NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_SLOT": uuid.uuid4().hex,
+               "NBTOOLS_CONNECTION_FILE": self.cluster.controller.connection_files["engine"]}
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.gpus[local_rank]
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
             env["OMP_NUM_THREADS"] = str(self.threads)
-        set_id = self.cluster.start_engines_sync(
-            n=1, environment=env, engine_args=[f"--IPEngine.startup_command={STARTUP}"])
+        set_id = self.cluster.start_engines_sync(n=1, environment=env, engine_cmd=ENGINE_CMD)
         launcher = self.cluster.engines[set_id].launchers["0"]
         self.guard.watch(launcher.pid)
         slot = self.slots[launcher.pid] = Slot(launcher, local_rank, env.get("CUDA_VISIBLE_DEVICES"))
@@ -73,9 +84,10 @@ class Pool:
         register and import torch in the background)."""
         if not self.want_spares:
             return
-        for lr in range(local_world):
-            if lr not in self.spares or self.spares[lr].exit_status() is not None:
-                self.spares[lr] = self.launch(lr)
+        for spares in ((self.spares, self.reserve) if self.deep else (self.spares,)):
+            for lr in range(local_world):
+                if lr not in spares or spares[lr].exit_status() is not None:
+                    spares[lr] = self.launch(lr)
 
     def start_with(self, local_world: int) -> None:
         """Start the spares together with the ranks where the host has room (two cores per
@@ -85,23 +97,33 @@ class Pool:
         after the ranks have joined, as before: four torch imports on two cores would slow
         every Lab() down for the sake of a fault that may not come."""
         forced = os.environ.get("NBTOOLS_SPARES_WITH_RANKS")     # "1" / "0": regardless of cores
-        room = (os.cpu_count() or 1) >= 2 * 2 * local_world
-        if self.want_spares and (forced == "1" or (forced is None and room)):
+        cores = os.cpu_count() or 1
+        if self.want_spares and (forced == "1" or (forced is None and cores >= 2 * 2 * local_world)):
             self.fill_spares(local_world)
             self.early = True
+            # two spares per rank where that still leaves two cores per engine process
+            # (1 or 2 GPUs on a 16-core host; 8 on a 128-core one); NBTOOLS_SPARE_DEPTH=1/2
+            depth = os.environ.get("NBTOOLS_SPARE_DEPTH")
+            self.deep_wanted = depth == "2" or (depth is None and cores >= 2 * 3 * local_world
+                                                and available_gb() >= 4 * ENGINE_GB * local_world)
 
     def ready(self, client, timeout: float) -> None:
         """Spares started with the ranks: wait (rarely long: they started together) until
-        they are warm."""
+        they are warm; then start the second spares (not waited for: a second fault comes
+        after a first one's heal at the earliest)."""
         if self.early:
             self.warm_spares(client, timeout)
+            self.deep = self.deep_wanted
+            self.fill_spares(len(self.spares))
 
     def take_spare(self, client, local_rank: int, timeout: float) -> Optional[int]:
-        """The engine id of a registered spare for this local rank (started now if there is
-        none), or None when it did not register in time."""
-        slot = self.spares.pop(local_rank, None)
-        if slot is None or slot.exit_status() is not None:
-            slot = self.launch(local_rank)
+        """The engine id of a registered spare for this local rank (the reserve moves up;
+        started now if there is none), or None when it did not register in time."""
+        alive = [s for s in (self.spares.pop(local_rank, None), self.reserve.pop(local_rank, None))
+                 if s is not None and s.exit_status() is None]
+        slot = alive.pop(0) if alive else self.launch(local_rank)
+        if alive:
+            self.spares[local_rank] = alive[0]
         eid = self.await_engine(client, slot, timeout)
         return eid
 

@@ -1,0 +1,107 @@
+"""The README's Python as a first-time user pastes it, run as written on this machine's
+CPU ranks (issue 26: its "In a notebook" snippet once called lab.panel(cfg) with no cfg)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+# What "Your own model in 10 lines" leaves to the reader: a net with `layers` of blocks
+# named `up` and `down` (the snippet's blocks= and tp_plan name them), 512 features in.
+MY_NET = '''
+import torch
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(512, 256), torch.nn.Linear(256, 512)
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(x)))
+class MyNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(Block() for _ in range(2))
+        self.head = torch.nn.Linear(512, 1)
+    def forward(self, x):
+        for block in self.layers:
+            x = block(x)
+        return self.head(x)
+'''
+
+
+def python_blocks() -> list[tuple[str, str]]:
+    """(the heading above it, its code) for every ```python block of the README."""
+    out, heading = [], ""
+    for m in re.finditer(r"^(#+ [^\n]*)$|^```python\n(.*?)^```", README, re.M | re.S):
+        if m.group(1):
+            heading = m.group(1).lstrip("#").strip()
+        else:
+            out.append((heading, m.group(2)))
+    return out
+
+
+def block(heading: str) -> str:
+    found = [code for h, code in python_blocks() if h == heading]
+    assert found, f"README has no python block under '{heading}'"
+    return found[0]
+
+
+def run_as_user(code: str, cwd: Path):
+    """The code as a script in a fresh interpreter, in an empty folder (what it writes,
+    history included, stays there)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    (cwd / "snippet.py").write_text(code)
+    r = subprocess.run([sys.executable, "snippet.py"], cwd=cwd, env=env, capture_output=True,
+                       text=True, timeout=1200)
+    assert r.returncode == 0, (r.stdout[-2000:] + r.stderr[-4000:])
+    return r
+
+
+def test_every_python_block_of_the_readme_compiles():
+    blocks = python_blocks()
+    assert len(blocks) >= 3, [h for h, _ in blocks]
+    for heading, code in blocks:
+        compile(code, f"README.md ({heading})", "exec")
+
+
+def test_every_name_the_notebook_snippet_uses_is_defined_in_it():
+    """Without running anything: each variable the snippet reads is assigned or imported
+    above that line (lab.panel(cfg) once read a cfg that no line made)."""
+    import ast
+    import builtins
+    tree = ast.parse(block("In a notebook"))
+    defined = set(dir(builtins))
+    for stmt in tree.body:
+        used = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        assert used <= defined, f"line {stmt.lineno} reads {sorted(used - defined)} before any line sets it"
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                defined.add(n.id)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                defined |= {(a.asname or a.name).split(".")[0] for a in n.names}
+
+
+@pytest.mark.slow
+def test_the_in_a_notebook_snippet_runs_as_written(tmp_path):
+    run_as_user(block("In a notebook"), tmp_path)
+    assert (tmp_path / "run.json").stat().st_size > 0        # run.to_perfetto("run.json")
+    html = (tmp_path / "findings.html").read_text()
+    assert "what I learned" in html
+    # every run of the snippet is in the history folder Lab() wrote: 1 + 2 x 5 A/B rounds
+    runs = [p for p in (tmp_path / "nbtools-runs").iterdir() if (p / "run.json").exists()]
+    assert len(runs) == 11, sorted(p.name for p in runs)
+
+
+@pytest.mark.slow
+def test_the_own_model_snippet_runs_with_a_net_of_ones_own(tmp_path):
+    r = run_as_user(MY_NET + block("Your own model in 10 lines")
+                    + "\nassert run.ok, run.errors\nprint('status', run.status)\nlab.close()\n",
+                    tmp_path)
+    assert "status ok" in r.stdout
