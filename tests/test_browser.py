@@ -20,10 +20,10 @@ from browser import ARTIFACTS, launch as _launch  # noqa: E402
 FIND_KERNEL = """(runId) => {
   const pv = [...Bokeh.index.all_views()].find(v => v.frame && v.model.title
       && v.model.title.text.includes(runId)
-      && v.model.renderers.some(r => r.data_source && r.data_source.data.hatch));
+      && v.model.renderers.some(r => r.name === "events"));
   if (!pv) return null;
   pv.el.scrollIntoView({block: "center"});
-  const d = pv.model.renderers.find(r => r.data_source && r.data_source.data.hatch).data_source.data;
+  const d = pv.model.renderers.find(r => r.name === "events").data_source.data;
   let best = -1, width = -1;
   for (let i = 0; i < d.left.length; i++) {
     const w = d.right[i] - d.left[i];

@@ -212,7 +212,11 @@ def test_sources_hold_both_ranks_and_lanes_per_thread_are_labelled():
                       "· depth 1", "r1 CPU thread 1002"]
     assert len(labels) == len(tl._rows)                        # every row has its label
     assert sorted(set(tl.compile_source.data["rank"])) == [0, 1]
-    assert "/" in set(data["hatch"]) and " " in set(data["hatch"])   # graph replays hatched
+    assert 0 < sum(data["graph"]) < len(data["graph"])   # graph replays and others
+    hatched = tl.graph_source.data                         # drawn hatched by one overlay
+    assert len(hatched["left"]) == sum(data["graph"])
+    assert set(zip(hatched["left"], hatched["y"])) == {
+        (x, y) for x, y, g in zip(data["left"], data["y"], data["graph"]) if g}
     assert tl.stats["events"] == len(run.events)
     # x axis: ms from the earliest event; the hover says ms and the time into the step,
     # never epoch nanoseconds

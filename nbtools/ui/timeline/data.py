@@ -176,7 +176,7 @@ def initial_window(run, t0, mode):
 
 
 EVENT_FIELDS = ("left", "right", "y", "rank", "category", "name", "lane", "step", "count", "when",
-                "dur", "busy_ns", "alpha", "hatch", "detail")
+                "dur", "busy_ns", "alpha", "graph", "detail")
 
 
 def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
@@ -216,7 +216,7 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
                 busy_ns=busy.astype(np.float64),
                 count=count.astype(np.int32), when=np.asarray(when, object),
                 dur=np.asarray(fmt_ns(dur), object),
-                alpha=alpha, hatch=np.where(boxes["graph"].to_numpy(bool), "/", " ").astype(object),
+                alpha=alpha, graph=boxes["graph"].to_numpy(bool),
                 detail=attach(boxes, details))
 
 

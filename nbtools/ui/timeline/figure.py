@@ -83,6 +83,7 @@ class Timeline:
         self._details = None
         self.steps_source = ColumnDataSource(steps_data(tables.empty(tables.STEP_COLUMNS)))
         self.labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
+        self.graph_source = ColumnDataSource(dict(left=[], right=[], y=[]))
         self.step_labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
         self.flows_source = ColumnDataSource({k: [] for k in FLOW_FIELDS})
         self.summary_source = ColumnDataSource(summary_data(pd.DataFrame(), []))
@@ -124,9 +125,14 @@ class Timeline:
         self._r_events = r_ev = fig.hbar(
             y="y", left="left", right="right", height=0.8,
             fill_color=factor_cmap("category", PALETTE, CATEGORIES, nan_color="#7f7f7f"),
-            fill_alpha="alpha", line_color=None, hatch_pattern="hatch", hatch_color="#ffffff",
-            hatch_alpha=0.9, hatch_scale=6, source=self.events_source, name="events")
+            fill_alpha="alpha", line_color=None, source=self.events_source, name="events")
         r_ev.nonselection_glyph.fill_alpha = 0.35
+        # Graph replays hatched by an overlay with one (scalar) pattern: a per-box hatch
+        # column makes BokehJS build a pattern canvas per box on every paint (10k boxes: 18 s
+        # to first paint in Chromium, a 100k-event page never finished)
+        fig.hbar(y="y", left="left", right="right", height=0.8, fill_color=None,
+                 line_color=None, hatch_pattern="/", hatch_color="#ffffff", hatch_alpha=0.9,
+                 hatch_scale=6, source=self.graph_source, name="graph-replays")
         fig.text(x="x", y="y", text="text", text_font_size="8pt", text_color="#111111",
                  text_baseline="middle", x_offset=2, source=self.labels_source,
                  name="event-names")
@@ -306,6 +312,8 @@ class Timeline:
         boxes = lod(self._prepared, width_px or self.lod_px, lo, hi)
         self.events_source.data = d = events_data(boxes, self._lane_y, self._rows, self.origin,
                                                   self._step_ts, self._details)
+        g = np.flatnonzero(d["graph"]) if len(d["graph"]) else []
+        self.graph_source.data = {k: np.asarray(d[k])[g] for k in ("left", "right", "y")}
         # the first paint's names (BokehJS refits them on every zoom and at the real width)
         x0, x1 = self.figure.x_range.start, self.figure.x_range.end
         single = np.asarray(d["count"]) == 1          # a merged box's name is not all it holds
