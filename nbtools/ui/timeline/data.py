@@ -108,30 +108,8 @@ def stack_depth(events: pd.DataFrame) -> np.ndarray:
             continue                              # nothing overlaps: one row
         # ranges still open at each start; that is the nesting depth when ranges nest
         d = (np.arange(b - a) - np.searchsorted(np.sort(ee), ss, side="right")).astype(np.int32)
-        out[order[a:b]] = d if _no_overlap(ss, ee, d) else _spread(ss, ee, d)
+        out[order[a:b]] = d if _no_overlap(ss, ee, d) else _lowest_free(ss, ee)
     return out
-
-
-def _spread(ss, ee, d, rounds: int = 64) -> np.ndarray:
-    """From the nesting depths ``d``, move each event that overlaps an earlier one of its
-    sub-row one row down, until none does: whole arrays per round (a few rounds: as many
-    as ranges chain), where a loop over events took most of a 1M-event build. Past
-    ``rounds``, the lowest free row of each event, one by one."""
-    d = np.maximum(d, 0)      # a zero-length range counts itself as ended: -1
-    times = np.unique(np.concatenate([ss, ee]))     # ranks of times: rows fit in int64
-    s_r, e_r = np.searchsorted(times, ss), np.searchsorted(times, ee)
-    span = len(times) + 1
-    for _ in range(rounds):
-        o = np.lexsort((s_r, d))
-        row = d[o].astype(np.int64)
-        reach = np.maximum.accumulate(e_r[o] + row * span)   # running end within a sub-row
-        prev = np.r_[np.int64(-1), reach[:-1]]
-        first = np.r_[True, row[1:] != row[:-1]]
-        clash = ~first & (s_r[o] + row * span < prev)
-        if not clash.any():
-            return d
-        d[o[clash]] += 1
-    return _lowest_free(ss, ee)
 
 
 def _no_overlap(ss, ee, d) -> bool:
