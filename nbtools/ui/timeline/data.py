@@ -175,15 +175,16 @@ def initial_window(run, t0, mode):
     return lo - pad, hi + pad
 
 
-EVENT_FIELDS = ("left", "right", "y", "rank", "category", "name", "lane", "step", "count", "when",
-                "dur", "busy_ns", "alpha", "graph", "detail")
+EVENT_FIELDS = ("left", "right", "y", "rank", "category", "name", "lane", "step", "count",
+                "busy_ns", "alpha", "graph", "detail")
 
 
 def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
-                step_ts: dict | None = None, details=None) -> dict:
+                details=None) -> dict:
     """The boxes' source. ``lane_y`` maps (rank, lane) to the lane's first row; a box sits
-    ``depth`` rows below it. Hover texts are relative: ms since ``t0`` and time into the
-    box's step (``step_ts``: (rank, step) -> the step's start, ns)."""
+    ``depth`` rows below it. The hover's start (ms since ``t0``, time into the step) and
+    duration are written in the page from left/right and step_table (a string per box
+    was a quarter of an exported timeline's bytes)."""
     if boxes is None or not len(boxes):
         return {k: [] for k in EVENT_FIELDS}
     rank = boxes["rank"].to_numpy(np.int64)
@@ -205,19 +206,19 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
     # A merged box is drawn as wide as its span; its opacity says how full that span was.
     alpha = np.where(merged, np.clip(busy / np.maximum(dur, 1), 0.35, 1.0), 1.0)
     alpha = np.where(cat == "annotation", 0.3, alpha).astype(np.float32)
-    left = (ts - t0) / 1e6
-    into = np.array([ts[i] - step_ts[(int(rank[i]), int(step[i]))]
-                     if step_ts and (int(rank[i]), int(step[i])) in step_ts else np.nan
-                     for i in range(len(ts))], np.float64)
-    when = [f"{x:,.3f} ms" + (f" · step {st} + {t}" if t else "")
-            for x, st, t in zip(left.tolist(), step.tolist(), fmt_ns(into))]
-    return dict(left=left, right=(ts + dur - t0) / 1e6, y=y, rank=rank.astype(np.int32),
+    return dict(left=(ts - t0) / 1e6, right=(ts + dur - t0) / 1e6, y=y, rank=rank.astype(np.int32),
                 category=cat, name=name, lane=np.asarray(rows, object)[base], step=step,
                 busy_ns=busy.astype(np.float64),
-                count=count.astype(np.int32), when=np.asarray(when, object),
-                dur=np.asarray(fmt_ns(dur), object),
-                alpha=alpha, graph=boxes["graph"].to_numpy(bool),
+                count=count.astype(np.int32), alpha=alpha, graph=boxes["graph"].to_numpy(bool),
                 detail=attach(boxes, details))
+
+
+def step_table(step_ts: dict, t0: int) -> dict:
+    """Every (rank, step)'s start in ms since ``t0``, for the hover's time into the step."""
+    keys = sorted(step_ts)
+    return dict(rank=np.array([r for r, _ in keys], np.int32),
+                step=np.array([s for _, s in keys], np.int32),
+                start=np.array([(step_ts[k] - t0) / 1e6 for k in keys], np.float64))
 
 
 def step_starts(steps: pd.DataFrame) -> dict:

@@ -25,8 +25,9 @@ from nbtools.analysis.tables import CATEGORIES
 from nbtools.ui.timeline.compile_strip import CompileStrip
 from nbtools.ui.timeline.data import (SUMMARY_STACK, events_data, fmt_ns, initial_window,
                                       lane_sort_key, lod, origin_ns, stack_depth,
-                                      step_starts, steps_data, summary_data)
-from nbtools.ui.timeline.interactions import Controls, fit_labels, link_labels, merged_hover
+                                      step_starts, step_table, steps_data, summary_data)
+from nbtools.ui.timeline.interactions import (Controls, duration_hover, fit_labels,
+                                              link_labels, merged_hover, start_hover)
 from nbtools.ui.timeline.memory import MemoryLane
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#98df8a", "#9467bd", "#17becf", "#c5b0d5",
@@ -84,6 +85,7 @@ class Timeline:
         self.steps_source = ColumnDataSource(steps_data(tables.empty(tables.STEP_COLUMNS)))
         self.labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
         self.graph_source = ColumnDataSource(dict(left=[], right=[], y=[]))
+        self.step_start_source = ColumnDataSource(step_table({}, 0))
         self.step_labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
         self.flows_source = ColumnDataSource({k: [] for k in FLOW_FIELDS})
         self.summary_source = ColumnDataSource(summary_data(pd.DataFrame(), []))
@@ -143,10 +145,13 @@ class Timeline:
         self._r_flows = [seg, head]
         fig.add_tools(
             HoverTool(renderers=[r_ev], point_policy="follow_mouse",
-                      tooltips=[("", "@name"), ("", "@category on @lane"), ("start", "@when"),
-                                ("duration", "@dur"), ("", "@busy_ns{custom}"),
-                                ("", "@detail")],
-                      formatters={"@busy_ns": merged_hover(self.events_source)}),
+                      tooltips=[("", "@name"), ("", "@category on @lane"),
+                                ("start", "@left{custom}"), ("duration", "@right{custom}"),
+                                ("", "@busy_ns{custom}"), ("", "@detail")],
+                      formatters={"@busy_ns": merged_hover(self.events_source),
+                                  "@left": start_hover(self.events_source,
+                                                       self.step_start_source),
+                                  "@right": duration_hover(self.events_source)}),
             HoverTool(renderers=[seg], line_policy="interp", tooltips=[("", "@text")]))
         # Legend-only renderers hold one NaN row: nothing is drawn, but the legend
         # needs a row to draw its swatch from.
@@ -219,6 +224,7 @@ class Timeline:
                 labels.append(f"{who} (no profiled events)")
         self._rows, self._lane_y, self._prepared = rows, lane_y, events
         self._step_ts = step_starts(run.steps)
+        self.step_start_source.data = step_table(self._step_ts, t0)
         self._details = getattr(run, "event_details", None)
 
         lo, hi = initial_window(run, t0, self.window)
@@ -311,7 +317,7 @@ class Timeline:
     def _set_events(self, lo: int, hi: int, width_px: int | None = None) -> None:
         boxes = lod(self._prepared, width_px or self.lod_px, lo, hi)
         self.events_source.data = d = events_data(boxes, self._lane_y, self._rows, self.origin,
-                                                  self._step_ts, self._details)
+                                                  self._details)
         g = np.flatnonzero(d["graph"]) if len(d["graph"]) else []
         self.graph_source.data = {k: np.asarray(d[k])[g] for k in ("left", "right", "y")}
         # the first paint's names (BokehJS refits them on every zoom and at the real width)

@@ -92,9 +92,10 @@ def name_totals(events: pd.DataFrame) -> dict:
 
 
 FMT_JS = """
-function fmt(ns) { const a = Math.abs(ns);
-  return a < 999.5 ? ns.toFixed(0) + " ns" : a < 999.5e3 ? (ns / 1e3).toPrecision(3) + " µs"
-       : a < 999.5e6 ? (ns / 1e6).toPrecision(3) + " ms" : (ns / 1e9).toFixed(2) + " s"; }
+function fmt(ns) { const a = Math.abs(ns), g = v => String(parseFloat(v.toPrecision(3)));
+  return a < 999.5 ? ns.toFixed(0) + " ns" : a < 999.5e3 ? g(ns / 1e3) + " µs"
+       : a < 999.5e6 ? g(ns / 1e6) + " ms"
+       : (ns / 1e9).toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2}) + " s"; }
 function esc(s) { return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;",
   ">": "&gt;", '"': "&quot;"}[c])); }
 """
@@ -156,6 +157,25 @@ def merged_hover(source) -> CustomJSHover:
 const c = src.data.count[special_vars.index];
 return c > 1 ? `${c} events merged (each under a pixel): ${fmt(value)} busy; named after the ` +
                "longest" : "";""")
+
+
+def start_hover(source, steps) -> CustomJSHover:
+    """A box's start: ms on the axis and the time into its step (``steps``: data.step_table),
+    as "1,234.567 ms · step 3 + 12.5 µs"."""
+    return CustomJSHover(args=dict(src=source, steps=steps), code=FMT_JS + """
+const i = special_vars.index, d = src.data, S = steps.data;
+const at = d.left[i].toLocaleString("en-US", {minimumFractionDigits: 3, maximumFractionDigits: 3});
+for (let k = 0; k < S.rank.length; k++)
+  if (S.rank[k] == d.rank[i] && S.step[k] == d.step[i])
+    return `${at} ms · step ${d.step[i]} + ${fmt(Math.round((d.left[i] - S.start[k]) * 1e6))}`;
+return `${at} ms`;""")
+
+
+def duration_hover(source) -> CustomJSHover:
+    """A box's length, from its left and right (ms), in ns/µs/ms/s as data.fmt_ns says it."""
+    return CustomJSHover(args=dict(src=source), code=FMT_JS + """
+const i = special_vars.index, d = src.data;
+return fmt(Math.round((d.right[i] - d.left[i]) * 1e6));""")
 
 
 class Controls:
