@@ -28,10 +28,14 @@ FIND_KERNEL = """(runId) => {
   let best = -1, width = -1;
   for (let i = 0; i < d.left.length; i++) {
     const w = d.right[i] - d.left[i];
-    if (d.count[i] == 1 && d.category[i] == "compute" && w > width) { best = i; width = w; }
+    if (d.count[i] == 1 && d.cat_i[i] == 0 && w > width) { best = i; width = w; }   // compute
   }
   const box = pv.canvas.el.getBoundingClientRect();
-  return {name: d.name[best], boxes: d.left.length, left: d.left[best], right: d.right[best],
+  // names travel as codes; the hover's formatter holds the table they index
+  const f = pv.model.toolbar.tools.find(t => t.formatters && t.formatters["@name_i"])
+      .formatters["@name_i"].args;
+  const names = (f instanceof Map ? f.get("names") : f.names).data.name;
+  return {name: names[d.name_i[best]], boxes: d.left.length, left: d.left[best], right: d.right[best],
           rank: d.rank[best], step: d.step[best],
           x: box.left + pv.frame.x_scale.compute((d.left[best] + d.right[best]) / 2),
           y: box.top + pv.frame.y_scale.compute(d.y[best])};

@@ -203,7 +203,7 @@ def test_sources_hold_both_ranks_and_lanes_per_thread_are_labelled():
     run = synthetic_run()
     tl = Timeline(run)
     data = tl.events_source.data
-    assert {s.split(" ")[0] for s in data["lane"]} == {"r0", "r1"}
+    assert {s.split(" ")[0] for s in tl.decode()["lane"]} == {"r0", "r1"}
     labels = list(tl.figure.yaxis.major_label_overrides.values())
     # one row per CPU thread and GPU stream; a thread's nested ranges on labelled depth rows
     assert labels == ["r0 GPU 0 stream 7", "r0 GPU 0 stream 13", "r0 CPU thread 1001",
@@ -332,7 +332,7 @@ def test_update_replaces_data_in_place_and_notifies_the_document():
     assert (tl.events_source, tl.compile_source, tl.steps_source, tl.summary_source) == sources
     assert tl.figure is fig and tl.layout.document is doc
     assert all(s.data is not b for s, b in zip(sources, before))
-    assert {s.split(" ")[0] for s in tl.events_source.data["lane"]} == {"r0", "r1", "r2"}
+    assert {s.split(" ")[0] for s in tl.decode()["lane"]} == {"r0", "r1", "r2"}
     touched = {(getattr(e, "model", None), getattr(e, "attr", None)) for e in changed}
     assert (tl.events_source, "data") in touched
 

@@ -35,7 +35,7 @@ def test_timeline_draws_names_on_first_paint_and_searches_full_totals():
     assert len(lab["text"]) > 10
     # every name drawn is a box's name (or its cut start) and sits on that box's row
     boxes = tl.events_source.data
-    full = set(zip(boxes["y"], boxes["name"]))
+    full = set(zip(boxes["y"], tl.decode()["name"]))
     for y, t in zip(lab["y"], lab["text"]):
         assert (y, t) in full or any(yy == y and n.startswith(t[:-1]) for yy, n in full), t
     agg = pd.DataFrame(tl.controls.agg_source.data)

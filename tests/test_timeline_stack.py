@@ -79,11 +79,12 @@ def test_lab_run_with_stack_puts_the_users_line_in_the_timeline_tooltip(lab):
                                        profiled=1))
     assert run.ok, run.error if hasattr(run, "error") else run
     want = f"test_timeline_stack.py:{_line_of(_my_step)} _my_step"
-    d = Timeline(run, width=20_000).events_source.data
-    hits = {(r, n) for r, n, t in zip(d["rank"], d["name"], d["detail"]) if want in str(t)}
+    tl = Timeline(run, width=20_000)
+    d, names = tl.events_source.data, tl.decode()["name"]
+    hits = {(r, n) for r, n, t in zip(d["rank"], names, d["detail"]) if want in str(t)}
     assert {(0, "aten::mm"), (1, "aten::mm")} <= hits, sorted(set(map(str, d["detail"])))[:8]
     # the collective's tooltip names the step's line as well, beside its group
-    coll = {str(n): t for n, t in zip(d["name"], d["detail"]) if "allreduce" in str(n) and t}
+    coll = {str(n): t for n, t in zip(names, d["detail"]) if "allreduce" in str(n) and t}
     assert any(t.endswith("stack: " + want) for t in coll.values()), coll
     assert not any("runpy" in str(t) or "<string>" in str(t) for t in d["detail"])
     # and without the switch, no stacks

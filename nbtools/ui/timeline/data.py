@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis.tables import string_codes
+from nbtools.analysis.tables import CATEGORIES, string_codes
 from nbtools.trace.details import attach
 
 COMPILE_STYLE = {               # kind -> (marker, colour)
@@ -175,16 +175,18 @@ def initial_window(run, t0, mode):
     return lo - pad, hi + pad
 
 
-EVENT_FIELDS = ("left", "right", "y", "rank", "category", "name", "lane", "step", "count",
+EVENT_FIELDS = ("left", "right", "y", "rank", "cat_i", "name_i", "lane_i", "step", "count",
                 "busy_ns", "alpha", "graph", "detail")
 
 
 def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
                 details=None) -> dict:
     """The boxes' source. ``lane_y`` maps (rank, lane) to the lane's first row; a box sits
-    ``depth`` rows below it. The hover's start (ms since ``t0``, time into the step) and
-    duration are written in the page from left/right and step_table (a string per box
-    was a quarter of an exported timeline's bytes)."""
+    ``depth`` rows below it. Names, categories and lanes go as codes (``name_i`` into the
+    boxes' name categories, ``cat_i`` into CATEGORIES, ``lane_i`` into ``rows``); the
+    hover's start (ms since ``t0``, time into the step) and duration are written in the
+    page from left/right and step_table: a string per box was most of an exported
+    timeline's bytes (``decode`` gives the strings back)."""
     if boxes is None or not len(boxes):
         return {k: [] for k in EVENT_FIELDS}
     rank = boxes["rank"].to_numpy(np.int64)
@@ -201,16 +203,28 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
     count = boxes["count"].to_numpy(np.int64)
     step = boxes["step"].to_numpy(np.int32)
     cat = boxes["category"].astype(str).to_numpy(object)
-    name = boxes["name"].astype(str).to_numpy(object)     # a merged box: its longest event's
+    ccodes, ccats = string_codes(boxes["category"])
+    known = np.array([CATEGORIES.index(c) if c in CATEGORIES else -1 for c in ccats] + [-1])
+    name_i, _ = string_codes(boxes["name"])    # a merged box: its longest event's
     merged = count > 1
     # A merged box is drawn as wide as its span; its opacity says how full that span was.
     alpha = np.where(merged, np.clip(busy / np.maximum(dur, 1), 0.35, 1.0), 1.0)
     alpha = np.where(cat == "annotation", 0.3, alpha).astype(np.float32)
     return dict(left=(ts - t0) / 1e6, right=(ts + dur - t0) / 1e6, y=y, rank=rank.astype(np.int32),
-                category=cat, name=name, lane=np.asarray(rows, object)[base], step=step,
+                cat_i=known[ccodes].astype(np.int8), name_i=name_i.astype(np.int32),
+                lane_i=base.astype(np.int32), step=step,
                 busy_ns=busy.astype(np.float64),
                 count=count.astype(np.int32), alpha=alpha, graph=boxes["graph"].to_numpy(bool),
                 detail=attach(boxes, details))
+
+
+def decode(data: dict, names, rows) -> dict:
+    """The boxes' name, category and lane label as strings (what the page shows)."""
+    names, rows = np.asarray(list(names) + [""], object), np.asarray(list(rows) + [""], object)
+    cats = np.asarray(list(CATEGORIES) + [""], object)
+    return dict(name=names[np.asarray(data["name_i"], np.int64)],
+                category=cats[np.asarray(data["cat_i"], np.int64)],
+                lane=rows[np.asarray(data["lane_i"], np.int64)])
 
 
 def step_table(step_ts: dict, t0: int) -> dict:

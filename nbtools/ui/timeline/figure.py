@@ -17,17 +17,18 @@ from bokeh.layouts import column, row
 from bokeh.models import (BoxZoomTool, ColumnDataSource, FixedTicker, HoverTool, Legend,
                           LegendItem, PanTool, Range1d, ResetTool, SaveTool, WheelZoomTool)
 from bokeh.plotting import figure
-from bokeh.transform import factor_cmap
+from bokeh.transform import linear_cmap
 
 from nbtools.analysis import tables
 from nbtools.analysis.collective_flows import collective_flows
-from nbtools.analysis.tables import CATEGORIES
+from nbtools.analysis.tables import CATEGORIES, string_codes
 from nbtools.ui.timeline.compile_strip import CompileStrip
-from nbtools.ui.timeline.data import (SUMMARY_STACK, events_data, fmt_ns, initial_window,
+from nbtools.ui.timeline.data import (SUMMARY_STACK, decode, events_data, fmt_ns, initial_window,
                                       lane_sort_key, lod, origin_ns, stack_depth,
                                       step_starts, step_table, steps_data, summary_data)
 from nbtools.ui.timeline.interactions import (Controls, duration_hover, fit_labels,
-                                              link_labels, merged_hover, start_hover)
+                                              lane_hover, link_labels, merged_hover,
+                                              name_hover, start_hover)
 from nbtools.ui.timeline.memory import MemoryLane
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#98df8a", "#9467bd", "#17becf", "#c5b0d5",
@@ -76,7 +77,7 @@ class Timeline:
         self.window = window
         self._fixed_origin, self._title = origin, title
         self.stats: dict = {}
-        self._prepared = None
+        self._prepared, self._rows = None, []
         self._flow_table = None
         # Every source starts with its columns (empty), so the glyphs validate before data.
         self.events_source = ColumnDataSource(events_data(None, {}, [], 0))
@@ -86,12 +87,15 @@ class Timeline:
         self.labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
         self.graph_source = ColumnDataSource(dict(left=[], right=[], y=[]))
         self.step_start_source = ColumnDataSource(step_table({}, 0))
+        # what the boxes' codes stand for (events_data): one string per name and row
+        self.names_source = ColumnDataSource(dict(name=[]))
+        self.rows_source = ColumnDataSource(dict(row=[]))
         self.step_labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
         self.flows_source = ColumnDataSource({k: [] for k in FLOW_FIELDS})
         self.summary_source = ColumnDataSource(summary_data(pd.DataFrame(), []))
         self.figure = self._build_figure(backend, x_range)
         self.controls = Controls(self.figure, self.events_source, self._r_events,
-                                 self._r_flows, self._size)
+                                 self._r_flows, self._size, self.names_source)
         self.strip = CompileStrip(self._size, backend)
         self.compile_source, self.span_source = self.strip.mark_source, self.strip.span_source
         self.memory = MemoryLane(self._size, backend, self.figure.x_range)
@@ -126,7 +130,9 @@ class Timeline:
                  name="step-labels")
         self._r_events = r_ev = fig.hbar(
             y="y", left="left", right="right", height=0.8,
-            fill_color=factor_cmap("category", PALETTE, CATEGORIES, nan_color="#7f7f7f"),
+            # cat_i indexes CATEGORIES: bin k of the mapper is colour k; -1 (unknown) is grey
+            fill_color=linear_cmap("cat_i", PALETTE, low=-0.5, high=len(PALETTE) - 0.5,
+                                   low_color="#7f7f7f", nan_color="#7f7f7f"),
             fill_alpha="alpha", line_color=None, source=self.events_source, name="events")
         r_ev.nonselection_glyph.fill_alpha = 0.35
         # Graph replays hatched by an overlay with one (scalar) pattern: a per-box hatch
@@ -145,10 +151,12 @@ class Timeline:
         self._r_flows = [seg, head]
         fig.add_tools(
             HoverTool(renderers=[r_ev], point_policy="follow_mouse",
-                      tooltips=[("", "@name"), ("", "@category on @lane"),
+                      tooltips=[("", "@name_i{custom}"), ("", "@cat_i{custom}"),
                                 ("start", "@left{custom}"), ("duration", "@right{custom}"),
                                 ("", "@busy_ns{custom}"), ("", "@detail")],
                       formatters={"@busy_ns": merged_hover(self.events_source),
+                                  "@name_i": name_hover(self.names_source),
+                                  "@cat_i": lane_hover(self.events_source, self.rows_source),
                                   "@left": start_hover(self.events_source,
                                                        self.step_start_source),
                                   "@right": duration_hover(self.events_source)}),
@@ -167,8 +175,8 @@ class Timeline:
                               label_text_font_size="8pt", glyph_width=14, spacing=4, padding=2,
                               margin=2, ncols=6), "above")
         link_labels(fig, [self.events_source, self.steps_source], ["y", "label_y"],
-                    ["name", "label"], [self.labels_source, self.step_labels_source],
-                    self.lod_px)
+                    ["name_i", "label"], [self.labels_source, self.step_labels_source],
+                    self.lod_px, [self.names_source, None])
         return fig
 
     def _build_summary(self, backend):
@@ -223,6 +231,10 @@ class Timeline:
                 rows.append(f"r{r}")
                 labels.append(f"{who} (no profiled events)")
         self._rows, self._lane_y, self._prepared = rows, lane_y, events
+        # before the boxes: their data change refits the names from these
+        self.rows_source.data = dict(row=list(rows))
+        self.names_source.data = dict(name=list(string_codes(events["name"])[1])
+                                      if len(events) else [])
         self._step_ts = step_starts(run.steps)
         self.step_start_source.data = step_table(self._step_ts, t0)
         self._details = getattr(run, "event_details", None)
@@ -323,8 +335,9 @@ class Timeline:
         # the first paint's names (BokehJS refits them on every zoom and at the real width)
         x0, x1 = self.figure.x_range.start, self.figure.x_range.end
         single = np.asarray(d["count"]) == 1          # a merged box's name is not all it holds
+        names = self.decode(d)["name"] if len(d["left"]) else np.array([], object)
         self.labels_source.data = fit_labels(d["left"], d["right"], d["y"],
-                                             np.where(single, d["name"], ""), x0, x1, self.lod_px)
+                                             np.where(single, names, ""), x0, x1, self.lod_px)
         s = self.steps_source.data
         self.step_labels_source.data = fit_labels(s["left"], s["right"], s["label_y"],
                                                   s["label"], x0, x1, self.lod_px)
@@ -334,6 +347,12 @@ class Timeline:
                           merged_boxes=int(merged.sum()),
                           merged_events=int(boxes["count"].to_numpy()[merged].sum()),
                           pixel_ns=(hi - lo) / (width_px or self.lod_px))
+
+
+    def decode(self, data: dict | None = None) -> dict:
+        """The boxes' (default: those drawn) name, category and lane label as strings."""
+        return decode(self.events_source.data if data is None else data,
+                      self.names_source.data["name"], self._rows)
 
 
 def run_figure(run, **kw):

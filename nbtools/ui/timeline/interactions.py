@@ -12,7 +12,7 @@ from bokeh.models import (BoxSelectTool, Checkbox, ColumnDataSource, CustomJS, C
                           DataTable, Div,
                           RadioButtonGroup, TableColumn, TextInput)
 
-from nbtools.analysis.tables import string_codes
+from nbtools.analysis.tables import CATEGORIES, string_codes
 
 CHAR_PX = 6.2        # an 8pt character, on average (DejaVu/Helvetica in Chromium)
 MAX_LABELS = 4000    # beyond this many on screen, names are unreadable anyway
@@ -40,7 +40,8 @@ def fit_labels(left, right, y, names, x0: float, x1: float, width_px: float) -> 
     return out
 
 
-# boxes[j] (left, right, y, and the column texts[j]) -> labels[j] (x, y, text)
+# boxes[j] (left, right, y, and the column texts[j], codes into lookups[j] where given)
+# -> labels[j] (x, y, text)
 LABELS_JS = """
 const x0 = xr.start, x1 = xr.end;
 const w = (fig.inner_width && fig.inner_width > 10) ? fig.inner_width : width_px;
@@ -48,12 +49,13 @@ if (!(x1 > x0)) return;
 const ppx = w / (x1 - x0);
 for (let j = 0; j < boxes.length; j++) {
   const d = boxes[j].data, L = d.left, R = d.right, Y = d[ycols[j]], N = d[texts[j]];
+  const LU = lookups[j] ? lookups[j].data[Object.keys(lookups[j].data)[0]] : null;
   const X = [], YY = [], T = [];
   if (L !== undefined) for (let i = 0; i < L.length && T.length < max_labels; i++) {
     if (R[i] <= x0 || L[i] >= x1) continue;
     const a = Math.max(L[i], x0), b = Math.min(R[i], x1);
     const n = Math.floor(((b - a) * ppx - 4) / char_px);
-    const s = String(N[i]);
+    const s = String(LU ? (LU[N[i]] ?? "") : N[i]);
     if (n < 3 || !s || (d.count !== undefined && d.count[i] > 1)) continue;
     X.push(a); YY.push(Y[i]); T.push(s.length <= n ? s : s.slice(0, n - 1) + "\\u2026");
   }
@@ -62,11 +64,13 @@ for (let j = 0; j < boxes.length; j++) {
 """
 
 
-def link_labels(fig, boxes: list, ycols: list, texts: list, labels: list, width_px: int):
-    """Refit the names whenever the x range moves or the boxes' data is replaced."""
+def link_labels(fig, boxes: list, ycols: list, texts: list, labels: list, width_px: int,
+                lookups: list):
+    """Refit the names whenever the x range moves or the boxes' data is replaced.
+    ``lookups[j]``: a one-column source the codes in ``texts[j]`` index, or None (strings)."""
     cb = CustomJS(args=dict(xr=fig.x_range, fig=fig, boxes=boxes, ycols=ycols, texts=texts,
                             labels=labels, width_px=width_px, char_px=CHAR_PX,
-                            max_labels=MAX_LABELS), code=LABELS_JS)
+                            max_labels=MAX_LABELS, lookups=lookups), code=LABELS_JS)
     fig.x_range.js_on_change("start", cb)
     fig.x_range.js_on_change("end", cb)
     for b in boxes:
@@ -111,8 +115,9 @@ for (let i = 0; i < A.name.length; i++) {
   const r = A.rank[i], p = per[r] || (per[r] = [0, 0]);
   p[0] += A.count[i]; p[1] += A.total[i]; n += A.count[i]; t += A.total[i];
 }
+const hit = names.data.name.map(n => String(n).toLowerCase().includes(q));
 for (let i = 0; i < d.left.length; i++)
-  if (String(d.name[i]).toLowerCase().includes(q)) {
+  if (hit[d.name_i[i]]) {
     H.left.push(d.left[i]); H.right.push(d.right[i]); H.y.push(d.y[i]); }
 hl.data = H;
 const ranks = Object.keys(per).sort((a, b) => a - b);
@@ -128,7 +133,8 @@ const g = range.data.x0.length ? [range.data.x0[0], range.data.x1[0]] : null;
 const rows = {}, ranks = new Set();
 let lo = Infinity, hi = -Infinity, merged = 0, n = 0;
 for (const i of idx) {
-  const key = byName ? d.name[i] : d.category[i], r = d.rank[i], k = key + "\\u0000" + r;
+  const key = byName ? names.data.name[d.name_i[i]] : cats[d.cat_i[i]] ?? "other";
+  const r = d.rank[i], k = key + "\\u0000" + r;
   const row = rows[k] || (rows[k] = {what: key, rank: r, count: 0, total: 0});
   row.count += d.count[i]; row.total += d.busy_ns[i]; n += d.count[i];
   if (d.count[i] > 1) merged++;
@@ -178,10 +184,23 @@ const i = special_vars.index, d = src.data;
 return fmt(Math.round((d.right[i] - d.left[i]) * 1e6));""")
 
 
+def name_hover(names) -> CustomJSHover:
+    """A box's name from its code (``names``: the timeline's names source)."""
+    return CustomJSHover(args=dict(names=names), code="return String(names.data.name[value]);")
+
+
+def lane_hover(source, rows) -> CustomJSHover:
+    """'compute on r0 GPU 0 stream 7': the box's category and its lane's row label."""
+    return CustomJSHover(args=dict(src=source, rows=rows, cats=list(CATEGORIES)), code="""
+const i = special_vars.index;
+return `${cats[value] ?? "other"} on ${rows.data.row[src.data.lane_i[i]]}`;""")
+
+
 class Controls:
     """The search field, the region table and the flow switch of one timeline figure."""
 
-    def __init__(self, fig, events_source, events_renderer, flow_renderers, size: dict):
+    def __init__(self, fig, events_source, events_renderer, flow_renderers, size: dict,
+                 names_source):
         self.agg_source = ColumnDataSource(name_totals(None))
         self.hl_source = ColumnDataSource(dict(left=[], right=[], y=[]))
         fig.hbar(y="y", left="left", right="right", height=0.9, fill_color=None,
@@ -190,7 +209,8 @@ class Controls:
                                 width=320, name="timeline-search")
         self.search_out = Div(text="", name="search-result")
         cb = CustomJS(args=dict(input=self.search, ev=events_source, agg=self.agg_source,
-                                hl=self.hl_source, out=self.search_out), code=SEARCH_JS)
+                                hl=self.hl_source, out=self.search_out, names=names_source),
+                      code=SEARCH_JS)
         self.search.js_on_change("value_input", cb)
         self.search.js_on_change("value", cb)
         events_source.js_on_change("data", cb)      # a refined level of detail: outline again
@@ -212,7 +232,8 @@ class Controls:
                                       name="region-group")
         self.range_source = ColumnDataSource(dict(x0=[], x1=[]))
         rcb = CustomJS(args=dict(ev=events_source, table=self.region_table, out=self.region_out,
-                                 group=self.group, range=self.range_source), code=REGION_JS)
+                                 group=self.group, range=self.range_source,
+                                 names=names_source, cats=list(CATEGORIES)), code=REGION_JS)
         events_source.selected.js_on_change("indices", rcb)
         self.group.js_on_change("active", rcb)
         self.range_source.js_on_change("data", rcb)
