@@ -167,7 +167,7 @@ def test_tooltip_details_say_shapes_bytes_and_the_collective():
     text = describe([[4096]], ["c10::BFloat16"], meta)
     assert text == ("inputs: bf16[4096] · 8,192 bytes in · collective: allreduce · group: 0 · "
                     "group size: 2 · seq: 7 · in elements: 4096 · out elements: 4096 · "
-                    "dtype: BFloat16")
+                    "dtype: BFloat16 · 8,192 bytes moved in")
     assert describe([], [], "") == "" and describe([], [], "not json") == ""
 
 

@@ -90,3 +90,28 @@ def test_lab_run_with_stack_puts_the_users_line_in_the_timeline_tooltip(lab):
     # and without the switch, no stacks
     plain = lab.run(_my_step, StepConfig(scenario="custom", warmup=1, steps=1, profiled=1))
     assert not plain.event_details["detail"].str.contains("stack: ").any()
+
+
+def test_h200_nccl_traces_give_collective_tooltips():
+    """The committed 2 x H200 traces (real NCCL, torch 2.11): their kernels' and
+    record_param_comms' args say the collective, group, ranks, elements and dtype."""
+    from nbtools.analysis import tables
+    from nbtools.claims.recorded import recorded_h200
+    from nbtools.common.package_data import h200_traces_dir
+    from nbtools.trace.details import DETAIL_COLUMNS, trace_file_details
+    from nbtools.ui.timeline import Timeline
+    run = recorded_h200()["off"]
+    files = sorted(h200_traces_dir().glob("tp_off_rank*.json.gz"))
+    run.event_details = tables.concat(
+        [tables.from_wire(DETAIL_COLUMNS, trace_file_details(f, int(f.name[-9])))
+         for f in files], DETAIL_COLUMNS)
+    tl = Timeline(run, width=40_000)        # wide enough that no NCCL kernel is merged
+    d, names = tl.events_source.data, tl.decode()["name"]
+    nccl = [(r, t) for r, n, t, c in zip(d["rank"], names, d["detail"], d["count"])
+            if n.startswith("ncclDevKernel_AllReduce") and c == 1]
+    assert {r for r, _ in nccl} == {0, 1} and all(nccl_t for _, nccl_t in nccl), nccl[:3]
+    assert nccl[0][1] == ("collective: allreduce · group: 0 · group size: 2 · in elements: "
+                          "4096 · out elements: 4096 · dtype: Float · ranks: [0, 1] · "
+                          "16,384 bytes moved in"), nccl[0][1]
+    # these traces carry no "Seq" (torch 2.11's NCCL args): the tooltip does not invent one
+    assert not any("seq:" in t for _, t in nccl)

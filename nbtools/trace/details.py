@@ -32,6 +32,11 @@ _COMM_KEYS = (("Collective name", "collective"), ("Process Group Name", "group")
               ("dtype", "dtype"), ("In split size", "in split"), ("Process Group Ranks", "ranks"))
 
 
+# Kineto's collective dtype names -> bytes per element
+_COMM_BYTES = {"Float": 4, "BFloat16": 2, "Half": 2, "Double": 8, "Long": 8, "Int": 4,
+               "Short": 2, "Byte": 1, "Char": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+
+
 def describe(shapes, dtypes, meta: str) -> str:
     """One event's detail line ('' when there is nothing to say)."""
     parts, nbytes = [], 0
@@ -61,10 +66,50 @@ def describe(shapes, dtypes, meta: str) -> str:
         m = m if isinstance(m, dict) else {}
         said = set()
         for key, label in _COMM_KEYS:
-            if key in m and label not in said and m[key] not in ("", None):
+            if key in m and label not in said and m[key] not in ("", None, "[]"):
                 said.add(label)
                 parts.append(f"{label}: {m[key]}")
+        size = _COMM_BYTES.get(str(m.get("dtype")))
+        n = m.get("In msg nelems")
+        if size and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            parts.append(f"{n * size:,} bytes moved in")
     return " · ".join(parts)
+
+
+def trace_file_details(path, rank: int) -> dict:
+    """The details of one Kineto JSON trace file (wire form), from its events' args: "Input
+    Dims"/"Input type" and the collective keys (NCCL kernels and record_param_comms carry
+    them). Times as the trace reader makes them (µs since baseTimeNanoseconds -> epoch ns),
+    so they join to that file's events. Reads the whole file: for traces of a few MB."""
+    import gzip
+    from pathlib import Path
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        doc = json.load(fh)
+    base = doc.get("baseTimeNanoseconds") if isinstance(doc, dict) else None
+    base = base if isinstance(base, int) and not isinstance(base, bool) else 0
+    rows = detail_rows()
+    for e in doc.get("traceEvents", []) if isinstance(doc, dict) else []:
+        args = e.get("args") if isinstance(e, dict) and e.get("ph") == "X" else None
+        ts = e.get("ts") if args else None
+        if not isinstance(args, dict) or not isinstance(ts, (int, float)) \
+                or isinstance(ts, bool):
+            continue
+        meta = {k: args[k] for k, _ in _COMM_KEYS if k in args}
+        dims, types = args.get("Input Dims"), args.get("Input type")
+        if not (meta or dims):
+            continue
+        text = describe(dims if isinstance(dims, list) else [],
+                        types if isinstance(types, list) else [],
+                        json.dumps(meta) if meta else "")
+        if text:
+            whole = int(ts // 1)      # as the reader: whole µs and the fraction apart
+            rows["rank"].append(rank)
+            rows["ts_ns"].append(whole * 1000 + int(round((ts - whole) * 1000)) + base)
+            rows["name"].append(str(e.get("name", "")))
+            rows["detail"].append(text)
+    return details_wire(rows)
 
 
 def detail_rows(stack: bool = False, code=None) -> dict:
