@@ -34,7 +34,7 @@ FIND_KERNEL = """(runId) => {
   // names travel as codes; the hover's formatter holds the table they index
   const f = pv.model.toolbar.tools.find(t => t.formatters && t.formatters["@name_i"])
       .formatters["@name_i"].args;
-  const names = (f instanceof Map ? f.get("names") : f.names).data.name;
+  const names = (f instanceof Map ? f.get("table") : f.table).data.name;
   return {name: names[d.name_i[best]], boxes: d.left.length, left: d.left[best], right: d.right[best],
           rank: d.rank[best], step: d.step[best],
           x: box.left + pv.frame.x_scale.compute((d.left[best] + d.right[best]) / 2),

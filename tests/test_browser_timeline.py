@@ -150,3 +150,57 @@ def test_timeline_interactions_in_chromium(tmp_path):
             assert not errors, errors
         finally:
             browser.close()
+
+
+BOX_AT = """(i) => {
+  const v = [...Bokeh.index.all_views()].find(v => v.model.name === 'timeline' && v.frame);
+  v.el.scrollIntoView({block: 'center'});
+  const d = v.model.renderers.find(r => r.name === 'events').data_source.data;
+  const r = v.canvas.el.getBoundingClientRect();
+  return {x: r.left + v.frame.x_scale.compute((d.left[i] + d.right[i]) / 2),
+          y: r.top + v.frame.y_scale.compute(d.y[i])};
+}"""
+
+
+def test_tooltip_shows_the_details_and_stack_in_chromium(tmp_path):
+    """The hover's name, lane, start, duration and detail line are written in the page from
+    codes into small tables: hover one box and read them back."""
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+    from playwright.sync_api import sync_playwright
+    from nbtools.analysis import tables
+    from nbtools.trace.details import DETAIL_COLUMNS
+    from nbtools.ui.timeline import Timeline
+
+    run = synthetic_run(events_per_rank=300, seed=7)
+    ev = run.events[(run.events["rank"] == 0) & (run.events["category"] == "compute")]
+    top = ev.sort_values("dur_ns").iloc[-1]
+    text = "inputs: f32[64, 32] · 8,192 bytes in · stack: model.py:12 forward ← train.py:40 step"
+    run.event_details = tables.from_columns(dict(rank=[0], ts_ns=[top["ts_ns"]],
+                                                 name=[str(top["name"])], detail=[text]),
+                                            DETAIL_COLUMNS)
+    tl = Timeline(run, width=1100, live=False)
+    box = tl.decode()
+    i = [k for k, t in enumerate(box["detail"]) if t][0]
+    page_path = tmp_path / "tooltip.html"
+    page_path.write_text(file_html(tl.layout, INLINE, "tooltip"))
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(page_path.as_uri(), wait_until="load")
+            page.wait_for_function("() => window.Bokeh && Bokeh.index && [...Bokeh.index"
+                                   ".all_views()].some(v => v.model.name === 'timeline' "
+                                   "&& v.frame)", timeout=30_000)
+            page.wait_for_timeout(500)
+            at = page.evaluate(BOX_AT, i)
+            page.mouse.move(at["x"], at["y"])
+            page.get_by_text(text).first.wait_for(state="visible", timeout=5_000)
+            assert page.get_by_text(str(top["name"]), exact=True).first.is_visible()
+            assert page.get_by_text(f"compute on {box['lane'][i]}", exact=True).count()
+            page.screenshot(path=str(ARTIFACTS / "timeline-tooltip.png"))
+            assert not errors, errors
+        finally:
+            browser.close()

@@ -182,10 +182,10 @@ def test_timeline_tooltips_carry_details_of_single_events_only():
         detail=[f"inputs: f32[{i}]" for i in range(5)]), DETAIL_COLUMNS)
     tl = Timeline(run, width=4000)
     d = tl.events_source.data
-    got = sorted(x for x in d["detail"] if x)
+    got = sorted(x for x in tl.decode()["detail"] if x)
     assert got == [f"inputs: f32[{i}]" for i in range(5)]
     tips = [t for h in tl.figure.tools if getattr(h, "tooltips", None) for t in h.tooltips]
-    assert ("", "@detail") in tips
+    assert ("", "@detail_i{custom}") in tips
 
 
 @pytest.mark.filterwarnings("ignore")   # HTA 0.5 on pandas 3: deprecation noise

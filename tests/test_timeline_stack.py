@@ -80,7 +80,8 @@ def test_lab_run_with_stack_puts_the_users_line_in_the_timeline_tooltip(lab):
     assert run.ok, run.error if hasattr(run, "error") else run
     want = f"test_timeline_stack.py:{_line_of(_my_step)} _my_step"
     tl = Timeline(run, width=20_000)
-    d, names = tl.events_source.data, tl.decode()["name"]
+    d = dict(tl.events_source.data, **tl.decode())
+    names = d["name"]
     hits = {(r, n) for r, n, t in zip(d["rank"], names, d["detail"]) if want in str(t)}
     assert {(0, "aten::mm"), (1, "aten::mm")} <= hits, sorted(set(map(str, d["detail"])))[:8]
     # the collective's tooltip names the step's line as well, beside its group
@@ -106,7 +107,8 @@ def test_h200_nccl_traces_give_collective_tooltips():
         [tables.from_wire(DETAIL_COLUMNS, trace_file_details(f, int(f.name[-9])))
          for f in files], DETAIL_COLUMNS)
     tl = Timeline(run, width=40_000)        # wide enough that no NCCL kernel is merged
-    d, names = tl.events_source.data, tl.decode()["name"]
+    d = dict(tl.events_source.data, **tl.decode())
+    names = d["name"]
     nccl = [(r, t) for r, n, t, c in zip(d["rank"], names, d["detail"], d["count"])
             if n.startswith("ncclDevKernel_AllReduce") and c == 1]
     assert {r for r, _ in nccl} == {0, 1} and all(nccl_t for _, nccl_t in nccl), nccl[:3]

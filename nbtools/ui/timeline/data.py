@@ -176,7 +176,7 @@ def initial_window(run, t0, mode):
 
 
 EVENT_FIELDS = ("left", "right", "y", "rank", "cat_i", "name_i", "lane_i", "step", "count",
-                "busy_ns", "alpha", "graph", "detail")
+                "busy_ns", "alpha", "graph", "detail_i")
 
 
 def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
@@ -188,7 +188,7 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
     page from left/right and step_table: a string per box was most of an exported
     timeline's bytes (``decode`` gives the strings back)."""
     if boxes is None or not len(boxes):
-        return {k: [] for k in EVENT_FIELDS}
+        return dict({k: [] for k in EVENT_FIELDS}, details=[""])
     rank = boxes["rank"].to_numpy(np.int64)
     codes, cats = string_codes(boxes["lane"])
     # (rank, lane) -> row through a lookup table over the few distinct lanes
@@ -215,14 +215,25 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
                 lane_i=base.astype(np.int32), step=step,
                 busy_ns=busy.astype(np.float64),
                 count=count.astype(np.int32), alpha=alpha, graph=boxes["graph"].to_numpy(bool),
-                detail=attach(boxes, details))
+                **detail_codes(attach(boxes, details)))
 
 
-def decode(data: dict, names, rows) -> dict:
-    """The boxes' name, category and lane label as strings (what the page shows)."""
+def detail_codes(text: np.ndarray) -> dict:
+    """Tooltip details as codes into their distinct texts (most boxes share a few shapes, or
+    have none): ``detail_i`` per box, ``details`` (its own source in the page; 0 is "")."""
+    s = pd.Series(text, dtype=object)
+    cats = [""] + [t for t in pd.unique(s[s != ""])]
+    return dict(detail_i=pd.Categorical(s, categories=cats).codes.astype(np.int32),
+                details=cats)
+
+
+def decode(data: dict, names, rows, details=("",)) -> dict:
+    """The boxes' name, category, lane label and detail as strings (what the page shows)."""
     names, rows = np.asarray(list(names) + [""], object), np.asarray(list(rows) + [""], object)
     cats = np.asarray(list(CATEGORIES) + [""], object)
-    return dict(name=names[np.asarray(data["name_i"], np.int64)],
+    details = np.asarray(list(details), object)
+    return dict(detail=details[np.asarray(data["detail_i"], np.int64)],
+                name=names[np.asarray(data["name_i"], np.int64)],
                 category=cats[np.asarray(data["cat_i"], np.int64)],
                 lane=rows[np.asarray(data["lane_i"], np.int64)])
 

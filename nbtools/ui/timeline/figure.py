@@ -77,10 +77,11 @@ class Timeline:
         self.window = window
         self._fixed_origin, self._title = origin, title
         self.stats: dict = {}
-        self._prepared, self._rows = None, []
+        self._prepared, self._rows, self._labels = None, [], []
         self._flow_table = None
         # Every source starts with its columns (empty), so the glyphs validate before data.
-        self.events_source = ColumnDataSource(events_data(None, {}, [], 0))
+        self.events_source = ColumnDataSource(
+            {k: v for k, v in events_data(None, {}, [], 0).items() if k != "details"})
         self._step_ts: dict = {}
         self._details = None
         self.steps_source = ColumnDataSource(steps_data(tables.empty(tables.STEP_COLUMNS)))
@@ -90,6 +91,7 @@ class Timeline:
         # what the boxes' codes stand for (events_data): one string per name and row
         self.names_source = ColumnDataSource(dict(name=[]))
         self.rows_source = ColumnDataSource(dict(row=[]))
+        self.details_source = ColumnDataSource(dict(detail=[""]))
         self.step_labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
         self.flows_source = ColumnDataSource({k: [] for k in FLOW_FIELDS})
         self.summary_source = ColumnDataSource(summary_data(pd.DataFrame(), []))
@@ -153,9 +155,10 @@ class Timeline:
             HoverTool(renderers=[r_ev], point_policy="follow_mouse",
                       tooltips=[("", "@name_i{custom}"), ("", "@cat_i{custom}"),
                                 ("start", "@left{custom}"), ("duration", "@right{custom}"),
-                                ("", "@busy_ns{custom}"), ("", "@detail")],
+                                ("", "@busy_ns{custom}"), ("", "@detail_i{custom}")],
                       formatters={"@busy_ns": merged_hover(self.events_source),
                                   "@name_i": name_hover(self.names_source),
+                                  "@detail_i": name_hover(self.details_source, "detail"),
                                   "@cat_i": lane_hover(self.events_source, self.rows_source),
                                   "@left": start_hover(self.events_source,
                                                        self.step_start_source),
@@ -230,9 +233,9 @@ class Timeline:
             if first[r] == len(rows):        # a rank with steps but no traced events
                 rows.append(f"r{r}")
                 labels.append(f"{who} (no profiled events)")
-        self._rows, self._lane_y, self._prepared = rows, lane_y, events
+        self._rows, self._labels, self._lane_y, self._prepared = rows, labels, lane_y, events
         # before the boxes: their data change refits the names from these
-        self.rows_source.data = dict(row=list(rows))
+        self.rows_source.data = dict(row=list(labels))      # "r0 GPU 0 stream 7", as the axis
         self.names_source.data = dict(name=list(string_codes(events["name"])[1])
                                       if len(events) else [])
         self._step_ts = step_starts(run.steps)
@@ -328,8 +331,9 @@ class Timeline:
 
     def _set_events(self, lo: int, hi: int, width_px: int | None = None) -> None:
         boxes = lod(self._prepared, width_px or self.lod_px, lo, hi)
-        self.events_source.data = d = events_data(boxes, self._lane_y, self._rows, self.origin,
-                                                  self._details)
+        d = events_data(boxes, self._lane_y, self._rows, self.origin, self._details)
+        self.details_source.data = dict(detail=d.pop("details"))   # before the codes into it
+        self.events_source.data = d
         g = np.flatnonzero(d["graph"]) if len(d["graph"]) else []
         self.graph_source.data = {k: np.asarray(d[k])[g] for k in ("left", "right", "y")}
         # the first paint's names (BokehJS refits them on every zoom and at the real width)
@@ -352,7 +356,8 @@ class Timeline:
     def decode(self, data: dict | None = None) -> dict:
         """The boxes' (default: those drawn) name, category and lane label as strings."""
         return decode(self.events_source.data if data is None else data,
-                      self.names_source.data["name"], self._rows)
+                      self.names_source.data["name"], self._labels,
+                      self.details_source.data["detail"])
 
 
 def run_figure(run, **kw):

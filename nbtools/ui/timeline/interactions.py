@@ -184,9 +184,10 @@ const i = special_vars.index, d = src.data;
 return fmt(Math.round((d.right[i] - d.left[i]) * 1e6));""")
 
 
-def name_hover(names) -> CustomJSHover:
-    """A box's name from its code (``names``: the timeline's names source)."""
-    return CustomJSHover(args=dict(names=names), code="return String(names.data.name[value]);")
+def name_hover(table, column: str = "name") -> CustomJSHover:
+    """A box's name (or detail) from its code into ``table``'s ``column``."""
+    return CustomJSHover(args=dict(table=table, column=column),
+                         code="return String(table.data[column][value] ?? '');")
 
 
 def lane_hover(source, rows) -> CustomJSHover:
