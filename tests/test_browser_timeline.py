@@ -128,6 +128,25 @@ def test_timeline_interactions_in_chromium(tmp_path):
             rows = table.all_inner_texts()
             assert any("aten::" in r or "nccl" in r or "cuda" in r for r in rows), rows[:5]
             page.screenshot(path=str(ARTIFACTS / "timeline-region.png"), full_page=True)
+            # the table's totals: each selected event's duration, a merged box's summed time
+            got = page.evaluate("""() => { const v = [...Bokeh.index.all_views()].find(v =>
+                v.model.name === 'timeline' && v.frame);
+                const ev = v.model.renderers.find(r => r.name === 'events').data_source;
+                const t = [...Bokeh.index.all_views()].find(v => v.model.name === 'region-table');
+                return {idx: [...ev.selected.indices],
+                        total: t.model.source.data.total_ns.reduce((a, b) => a + b, 0)}; }""")
+            d = tl.events_source.data
+            want = sum(float(d["busy_ns"][i]) if d["count"][i] > 1
+                       else round((d["right"][i] - d["left"][i]) * 1e6) for i in got["idx"])
+            assert got["idx"] and abs(got["total"] - want) <= len(got["idx"]), (got["total"], want)
+            single = [i for i in got["idx"] if d["count"][i] == 1]
+            durs = {}          # (rank, start) -> the durations of events starting there
+            for r, x, n in zip(run.events["rank"], (run.events["ts_ns"] - tl.origin) / 1e6,
+                               run.events["dur_ns"]):
+                durs.setdefault((int(r), round(float(x), 6)), []).append(int(n))
+            assert all(any(abs(round((d["right"][i] - d["left"][i]) * 1e6) - n) <= 1
+                           for n in durs[(int(d["rank"][i]), round(float(d["left"][i]), 6))])
+                       for i in single)
 
             # compile strip: every marker on its own axis; a hover gives the reason
             img, clip = _shot(page, "compile-strip", "compile-strip")

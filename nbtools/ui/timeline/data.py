@@ -213,7 +213,9 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
     return dict(left=(ts - t0) / 1e6, right=(ts + dur - t0) / 1e6, y=y, rank=rank.astype(np.int32),
                 cat_i=known[ccodes].astype(np.int8), name_i=name_i.astype(np.int32),
                 lane_i=base.astype(np.int32), step=step,
-                busy_ns=busy.astype(np.float32),      # 3 figures shown; float64 was 8 B a box
+                # a merged box's summed time; a single event's is its length (right - left),
+                # so 0 there (a column of zeros packs to nothing on the wire)
+                busy_ns=np.where(merged, busy, 0).astype(np.float32),
                 count=count.astype(np.int32), alpha=alpha, graph=boxes["graph"].to_numpy(bool),
                 **detail_codes(attach(boxes, details)))
 

@@ -140,7 +140,8 @@ for (const i of idx) {
   const key = byName ? names.data.name[d.name_i[i]] : cats[d.cat_i[i]] ?? "other";
   const r = d.rank[i], k = key + "\\u0000" + r;
   const row = rows[k] || (rows[k] = {what: key, rank: r, count: 0, total: 0});
-  row.count += d.count[i]; row.total += d.busy_ns[i]; n += d.count[i];
+  const busy = d.count[i] > 1 ? d.busy_ns[i] : Math.round((d.right[i] - d.left[i]) * 1e6);
+  row.count += d.count[i]; row.total += busy; n += d.count[i];
   if (d.count[i] > 1) merged++;
   ranks.add(r); lo = Math.min(lo, d.left[i]); hi = Math.max(hi, d.right[i]);
 }
