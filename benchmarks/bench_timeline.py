@@ -71,7 +71,7 @@ def main():
 
     doc = Document()
     doc.add_root(Timeline(run, width=args.width, live=False).layout)
-    doc_mb = len(serialize_json(doc.to_json())) / 1e6
+    doc_mb = len(serialize_json(doc.to_json(deferred=False))) / 1e6   # buffers inline
     print(f"serialized Bokeh document:      {doc_mb:.2f} MB")
 
     with tempfile.TemporaryDirectory() as tmp:

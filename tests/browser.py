@@ -41,11 +41,13 @@ PLOTS = """() => {
   }
   return out;
 }"""
-# A timeline's boxes: the source with a "hatch" column; each box's rank, from its "rank"
+# A timeline's boxes: the renderer named "events" (older versions: the source with a "hatch"
+# column); each box's rank, from its "rank"
 # column or, where a version has none, from its lane label ("r1 cpu").
 HELPERS = """() => {
-  window.__nbtools_events = v => { const r = v.model.renderers.find(r => r.data_source
-      && r.data_source.data && r.data_source.data.hatch !== undefined);
+  window.__nbtools_events = v => { const r = v.model.renderers.find(r => r.name === "events")
+      || v.model.renderers.find(r => r.data_source && r.data_source.data
+                                     && r.data_source.data.hatch !== undefined);
     return r ? r.data_source : null; };
   window.__nbtools_ranks = s => s.data.rank !== undefined ? [...s.data.rank]
       : [...s.data.lane].map(l => parseInt(l.slice(1)));

@@ -11,6 +11,7 @@ import re
 import pytest
 
 from nbtools.report.html import export_html
+from nbtools.ui.timeline.data import fmt_ns
 from test_timeline import synthetic_run
 
 from browser import ARTIFACTS, launch as _launch  # noqa: E402
@@ -20,21 +21,34 @@ from browser import ARTIFACTS, launch as _launch  # noqa: E402
 FIND_KERNEL = """(runId) => {
   const pv = [...Bokeh.index.all_views()].find(v => v.frame && v.model.title
       && v.model.title.text.includes(runId)
-      && v.model.renderers.some(r => r.data_source && r.data_source.data.hatch));
+      && v.model.renderers.some(r => r.name === "events"));
   if (!pv) return null;
   pv.el.scrollIntoView({block: "center"});
-  const d = pv.model.renderers.find(r => r.data_source && r.data_source.data.hatch).data_source.data;
+  const d = pv.model.renderers.find(r => r.name === "events").data_source.data;
   let best = -1, width = -1;
   for (let i = 0; i < d.left.length; i++) {
     const w = d.right[i] - d.left[i];
-    if (d.count[i] == 1 && d.category[i] == "compute" && w > width) { best = i; width = w; }
+    if (d.count[i] == 1 && d.cat_i[i] == 0 && w > width) { best = i; width = w; }   // compute
   }
   const box = pv.canvas.el.getBoundingClientRect();
-  return {name: d.name[best], boxes: d.left.length, when: d.when[best],
+  // names travel as codes; the hover's formatter holds the table they index
+  const f = pv.model.toolbar.tools.find(t => t.formatters && t.formatters["@name_i"])
+      .formatters["@name_i"].args;
+  const names = (f instanceof Map ? f.get("table") : f.table).data.name;
+  return {name: names[d.name_i[best]], boxes: d.left.length, left: d.left[best], right: d.right[best],
+          rank: d.rank[best], step: d.step[best],
           x: box.left + pv.frame.x_scale.compute((d.left[best] + d.right[best]) / 2),
           y: box.top + pv.frame.y_scale.compute(d.y[best])};
 }"""
 
+
+
+def _when(run, box) -> str:
+    """What the tooltip's start must say (written in the page from left and the step's start)."""
+    origin = int(run.events["ts_ns"].min())
+    st = run.steps[(run.steps["rank"] == box["rank"]) & (run.steps["step"] == box["step"])]
+    into = round(box["left"] * 1e6 - (int(st["ts_ns"].iloc[0]) - origin))
+    return f"{box['left']:,.3f} ms · step {box['step']} + {fmt_ns([into])[0]}"
 
 
 def test_report_renders_offline_and_hovers(tmp_path):
@@ -78,7 +92,9 @@ def test_report_renders_offline_and_hovers(tmp_path):
             # one box under the cursor, one tooltip entry; its time is relative (ms on the
             # axis, time into the step), never epoch nanoseconds
             starts = page.get_by_text(re.compile(r" ms · step \d+ \+ ")).all_inner_texts()
-            assert starts == [kernel["when"]], (starts, kernel["when"])
+            assert starts == [_when(a, kernel)], (starts, _when(a, kernel))
+            assert page.get_by_text(fmt_ns([round((kernel["right"] - kernel["left"]) * 1e6)])[0],
+                                    exact=True).count()
             assert not page.get_by_text(re.compile(r"\d{16,} ns")).count()
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "report_timeline.png"))

@@ -128,6 +128,25 @@ def test_timeline_interactions_in_chromium(tmp_path):
             rows = table.all_inner_texts()
             assert any("aten::" in r or "nccl" in r or "cuda" in r for r in rows), rows[:5]
             page.screenshot(path=str(ARTIFACTS / "timeline-region.png"), full_page=True)
+            # the table's totals: each selected event's duration, a merged box's summed time
+            got = page.evaluate("""() => { const v = [...Bokeh.index.all_views()].find(v =>
+                v.model.name === 'timeline' && v.frame);
+                const ev = v.model.renderers.find(r => r.name === 'events').data_source;
+                const t = [...Bokeh.index.all_views()].find(v => v.model.name === 'region-table');
+                return {idx: [...ev.selected.indices],
+                        total: t.model.source.data.total_ns.reduce((a, b) => a + b, 0)}; }""")
+            d = tl.events_source.data
+            want = sum(float(d["busy_ns"][i]) if d["count"][i] > 1
+                       else round((d["right"][i] - d["left"][i]) * 1e6) for i in got["idx"])
+            assert got["idx"] and abs(got["total"] - want) <= len(got["idx"]), (got["total"], want)
+            single = [i for i in got["idx"] if d["count"][i] == 1]
+            durs = {}          # (rank, start) -> the durations of events starting there
+            for r, x, n in zip(run.events["rank"], (run.events["ts_ns"] - tl.origin) / 1e6,
+                               run.events["dur_ns"]):
+                durs.setdefault((int(r), round(float(x), 6)), []).append(int(n))
+            assert all(any(abs(round((d["right"][i] - d["left"][i]) * 1e6) - n) <= 1
+                           for n in durs[(int(d["rank"][i]), round(float(d["left"][i]), 6))])
+                       for i in single)
 
             # compile strip: every marker on its own axis; a hover gives the reason
             img, clip = _shot(page, "compile-strip", "compile-strip")
@@ -147,6 +166,60 @@ def test_timeline_interactions_in_chromium(tmp_path):
             img, _ = _shot(page, "memory-lane", "memory")
             assert _near(img, (0x74, 0xc4, 0x76), 30) > 500, "no allocated memory drawn"
             assert _near(img, (0x23, 0x8b, 0x45), 30) > 50, "no graph pool drawn"
+            assert not errors, errors
+        finally:
+            browser.close()
+
+
+BOX_AT = """(i) => {
+  const v = [...Bokeh.index.all_views()].find(v => v.model.name === 'timeline' && v.frame);
+  v.el.scrollIntoView({block: 'center'});
+  const d = v.model.renderers.find(r => r.name === 'events').data_source.data;
+  const r = v.canvas.el.getBoundingClientRect();
+  return {x: r.left + v.frame.x_scale.compute((d.left[i] + d.right[i]) / 2),
+          y: r.top + v.frame.y_scale.compute(d.y[i])};
+}"""
+
+
+def test_tooltip_shows_the_details_and_stack_in_chromium(tmp_path):
+    """The hover's name, lane, start, duration and detail line are written in the page from
+    codes into small tables: hover one box and read them back."""
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+    from playwright.sync_api import sync_playwright
+    from nbtools.analysis import tables
+    from nbtools.trace.details import DETAIL_COLUMNS
+    from nbtools.ui.timeline import Timeline
+
+    run = synthetic_run(events_per_rank=300, seed=7)
+    ev = run.events[(run.events["rank"] == 0) & (run.events["category"] == "compute")]
+    top = ev.sort_values("dur_ns").iloc[-1]
+    text = "inputs: f32[64, 32] · 8,192 bytes in · stack: model.py:12 forward ← train.py:40 step"
+    run.event_details = tables.from_columns(dict(rank=[0], ts_ns=[top["ts_ns"]],
+                                                 name=[str(top["name"])], detail=[text]),
+                                            DETAIL_COLUMNS)
+    tl = Timeline(run, width=1100, live=False)
+    box = tl.decode()
+    i = [k for k, t in enumerate(box["detail"]) if t][0]
+    page_path = tmp_path / "tooltip.html"
+    page_path.write_text(file_html(tl.layout, INLINE, "tooltip"))
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(page_path.as_uri(), wait_until="load")
+            page.wait_for_function("() => window.Bokeh && Bokeh.index && [...Bokeh.index"
+                                   ".all_views()].some(v => v.model.name === 'timeline' "
+                                   "&& v.frame)", timeout=30_000)
+            page.wait_for_timeout(500)
+            at = page.evaluate(BOX_AT, i)
+            page.mouse.move(at["x"], at["y"])
+            page.get_by_text(text).first.wait_for(state="visible", timeout=5_000)
+            assert page.get_by_text(str(top["name"]), exact=True).first.is_visible()
+            assert page.get_by_text(f"compute on {box['lane'][i]}", exact=True).count()
+            page.screenshot(path=str(ARTIFACTS / "timeline-tooltip.png"))
             assert not errors, errors
         finally:
             browser.close()

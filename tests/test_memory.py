@@ -56,7 +56,7 @@ def test_lab_run_records_memory_per_rank_and_keeps_it(lab, tmp_path):
     assert tl.memory.figure.visible and set(tl.memory.source.data["rank"]) == {0, 1}
     # tooltips: input shapes of the profiled ops (record_shapes), joined to their boxes
     assert run.event_details["detail"].astype(str).str.startswith("inputs: f32[").any()
-    assert any(str(d).startswith("inputs: ") for d in tl.events_source.data["detail"])
+    assert any(str(d).startswith("inputs: ") for d in tl.decode()["detail"])
     back = Run.load(run.save(tmp_path / "r"))
     assert len(back.memory) == len(run.memory) and not back.damage
     assert len(back.event_details) == len(run.event_details)

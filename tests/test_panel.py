@@ -81,7 +81,7 @@ def panel(lab, tmp_path_factory):
 
 
 def _lanes(panel):
-    return {lane.split(" ")[0] for lane in panel.timeline.events_source.data["lane"]}
+    return {lane.split(" ")[0] for lane in panel.timeline.decode()["lane"]}
 
 
 def test_every_field_has_a_control(panel):
@@ -131,7 +131,7 @@ def test_run_button_updates_the_timeline_in_place(lab, panel, monkeypatch):
     assert run.run_id in tl.figure.title.text and first.run_id not in tl.figure.title.text
     assert len(tl.compile_source.data["x"]) == len(run.compile_events) > 0
     assert len(tl.events_source.data["left"]) != boxes_before or \
-        tl.events_source.data["name"] != first.events["name"].tolist()
+        list(tl.decode()["name"]) != first.events["name"].astype(str).tolist()
     # progress while running, result after
     assert any(RUNNING in s for s in statuses), statuses
     # and where the run was: phase and step per rank (the compiled run takes seconds)

@@ -203,7 +203,7 @@ def test_sources_hold_both_ranks_and_lanes_per_thread_are_labelled():
     run = synthetic_run()
     tl = Timeline(run)
     data = tl.events_source.data
-    assert {s.split(" ")[0] for s in data["lane"]} == {"r0", "r1"}
+    assert {s.split(" ")[0] for s in tl.decode()["lane"]} == {"r0", "r1"}
     labels = list(tl.figure.yaxis.major_label_overrides.values())
     # one row per CPU thread and GPU stream; a thread's nested ranges on labelled depth rows
     assert labels == ["r0 GPU 0 stream 7", "r0 GPU 0 stream 13", "r0 CPU thread 1001",
@@ -212,20 +212,29 @@ def test_sources_hold_both_ranks_and_lanes_per_thread_are_labelled():
                       "· depth 1", "r1 CPU thread 1002"]
     assert len(labels) == len(tl._rows)                        # every row has its label
     assert sorted(set(tl.compile_source.data["rank"])) == [0, 1]
-    assert "/" in set(data["hatch"]) and " " in set(data["hatch"])   # graph replays hatched
+    assert 0 < sum(data["graph"]) < len(data["graph"])   # graph replays and others
+    hatched = tl.graph_source.data                         # drawn hatched by one overlay
+    assert len(hatched["left"]) == sum(data["graph"])
+    assert set(zip(hatched["left"], hatched["y"])) == {
+        (x, y) for x, y, g in zip(data["left"], data["y"], data["graph"]) if g}
     assert tl.stats["events"] == len(run.events)
     # x axis: ms from the earliest event; the hover says ms and the time into the step,
     # never epoch nanoseconds
     assert tl.origin == int(run.events.ts_ns.min())
     assert min(data["left"]) == pytest.approx(0.0)
-    when = [re.fullmatch(r"-?[\d,]+\.\d{3} ms( · step \d+ \+ -?[\d.]+ (ns|µs|ms))?", w)
-            for w in data["when"]]
-    assert all(when), [w for w, m in zip(data["when"], when) if not m][:3]
-    assert sum(bool(m.group(1)) for m in when) > 0.9 * len(when)
-    assert all(re.fullmatch(r"[\d.]+ (ns|µs|ms|s)", d) for d in data["dur"])
+    # the time into the step is written in the page (test_browser.py reads the tooltip)
+    # from each (rank, step)'s start: every box's step has one
+    st = tl.step_start_source.data
+    starts = {(int(r), int(s)): x for r, s, x in zip(st["rank"], st["step"], st["start"])}
+    keyed = [(int(r), int(s)) in starts for r, s in zip(data["rank"], data["step"])]
+    assert sum(keyed) > 0.9 * len(keyed)
+    first = run.steps.sort_values("ts_ns").iloc[0]
+    assert starts[(int(first["rank"]), int(first["step"]))] == pytest.approx(
+        (int(first["ts_ns"]) - tl.origin) / 1e6)
+    assert "when" not in data and "dur" not in data      # no string per box for them
     tips = " ".join(str(t) for h in tl.figure.tools if hasattr(h, "tooltips") and h.tooltips
                     for t in h.tooltips)
-    assert "{ns}" not in tips and "@when" in tips
+    assert "{ns}" not in tips and "@left{custom}" in tips and "@right{custom}" in tips
     one = Timeline(run, collapse_cpu=True)
     assert "r0 CPU (all threads)" in one.figure.yaxis.major_label_overrides.values()
 
@@ -323,7 +332,7 @@ def test_update_replaces_data_in_place_and_notifies_the_document():
     assert (tl.events_source, tl.compile_source, tl.steps_source, tl.summary_source) == sources
     assert tl.figure is fig and tl.layout.document is doc
     assert all(s.data is not b for s, b in zip(sources, before))
-    assert {s.split(" ")[0] for s in tl.events_source.data["lane"]} == {"r0", "r1", "r2"}
+    assert {s.split(" ")[0] for s in tl.decode()["lane"]} == {"r0", "r1", "r2"}
     touched = {(getattr(e, "model", None), getattr(e, "attr", None)) for e in changed}
     assert (tl.events_source, "data") in touched
 

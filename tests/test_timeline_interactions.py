@@ -35,7 +35,7 @@ def test_timeline_draws_names_on_first_paint_and_searches_full_totals():
     assert len(lab["text"]) > 10
     # every name drawn is a box's name (or its cut start) and sits on that box's row
     boxes = tl.events_source.data
-    full = set(zip(boxes["y"], boxes["name"]))
+    full = set(zip(boxes["y"], tl.decode()["name"]))
     for y, t in zip(lab["y"], lab["text"]):
         assert (y, t) in full or any(yy == y and n.startswith(t[:-1]) for yy, n in full), t
     agg = pd.DataFrame(tl.controls.agg_source.data)
@@ -167,7 +167,7 @@ def test_tooltip_details_say_shapes_bytes_and_the_collective():
     text = describe([[4096]], ["c10::BFloat16"], meta)
     assert text == ("inputs: bf16[4096] · 8,192 bytes in · collective: allreduce · group: 0 · "
                     "group size: 2 · seq: 7 · in elements: 4096 · out elements: 4096 · "
-                    "dtype: BFloat16")
+                    "dtype: BFloat16 · 8,192 bytes moved in")
     assert describe([], [], "") == "" and describe([], [], "not json") == ""
 
 
@@ -182,10 +182,10 @@ def test_timeline_tooltips_carry_details_of_single_events_only():
         detail=[f"inputs: f32[{i}]" for i in range(5)]), DETAIL_COLUMNS)
     tl = Timeline(run, width=4000)
     d = tl.events_source.data
-    got = sorted(x for x in d["detail"] if x)
+    got = sorted(x for x in tl.decode()["detail"] if x)
     assert got == [f"inputs: f32[{i}]" for i in range(5)]
     tips = [t for h in tl.figure.tools if getattr(h, "tooltips", None) for t in h.tooltips]
-    assert ("", "@detail") in tips
+    assert ("", "@detail_i{custom}") in tips
 
 
 @pytest.mark.filterwarnings("ignore")   # HTA 0.5 on pandas 3: deprecation noise

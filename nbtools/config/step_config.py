@@ -44,7 +44,7 @@ _CHOICES = {"scenario": None, "compile": COMPILE_MODES, "backend": BACKENDS, "dy
             "parallel": PARALLEL, "cache": CACHE_POLICIES, "ddp_wrap": DDP_WRAP,
             "optimize_ddp": OPTIMIZE_DDP, "fsdp_compile": FSDP_COMPILE,
             "seq_schedule": SEQ_SCHEDULES, "size": SIZES, "capture": CAPTURE}
-_BOOLS = ("fullgraph", "reshard_after_forward", "check", "torch_trace", "memory")
+_BOOLS = ("fullgraph", "reshard_after_forward", "check", "torch_trace", "memory", "stack")
 # Bounds: generous for any real job, finite so a typo (an extra 000, a seed from the wrong
 # variable) is caught here and not as an overflow or an hour-long run on the engines.
 _INTS = {"warmup": (0, 100_000), "steps": (1, 1_000_000), "profiled": (0, 1_000),
@@ -141,6 +141,11 @@ class StepConfig:
     """Record memory per rank: the profiler's allocator events over the profiled steps and,
     on CUDA, the caching allocator's history (CUDA-graph private pools included) for the
     whole run: the timeline's memory lane and the summary's graph_pool_mb."""
+
+    stack: bool = False
+    """Record the Python stack of the profiled steps (the profiler's ``with_stack``): each
+    op's tooltip names the innermost frames of your code (file:line function). Off by
+    default: the Python tracer slows every call of the profiled steps."""
 
     seed: int = 0
     """Seed for weights and inputs; identical on every rank unless the scenario shards."""

@@ -68,7 +68,8 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
         from nbtools.trace.details import detail_rows, details_wire
         progress.publish("parse")
         t = time.perf_counter()
-        details = detail_rows()                  # tooltips: shapes, groups, same pass
+        # tooltips: shapes, groups (and the stack's frames), from the same pass
+        details = detail_rows(stack=cfg.stack, code=step)
         out["events"] = events_from_profiler(prof, rank, windows, details=details)
         out["event_details"] = details_wire(details)
         out["parse_s"] = time.perf_counter() - t
@@ -88,7 +89,7 @@ def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, 
             if cuda:
                 acts.append(torch.profiler.ProfilerActivity.CUDA)
             prof = torch.profiler.profile(activities=acts, record_shapes=True,
-                                          **mem.profiler_kwargs())
+                                          with_stack=cfg.stack, **mem.profiler_kwargs())
             prof.__enter__()
         try:
             for k in range(n):

@@ -33,7 +33,9 @@ from nbtools.common.privacy import scrub_home
 GPU_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
 _CORR_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync"})
 # "nbtools_step": ProfilerStep#N copies our Kineto export adds for HTA (trace_export.py)
-_DROP_KINDS = frozenset({"Trace", "ac2g", "fwdbwd", "async_cpu_to_gpu", "nbtools_step"})
+# python_function: with_stack's Python frames, not ops (trace.details makes them stacks)
+_DROP_KINDS = frozenset({"Trace", "ac2g", "fwdbwd", "async_cpu_to_gpu", "nbtools_step",
+                         "python_function"})
 _SYNC = re.compile(r"^(cuda|hip|cu)(DeviceSynchronize|StreamSynchronize|EventSynchronize|"
                    r"StreamWaitEvent|CtxSynchronize)")
 _GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")

@@ -49,7 +49,7 @@ GROUPS = (
                  "optimize_ddp", "fsdp_compile")),
     ("precision & graphs", ("autocast", "autocast_scope", "cudagraph")),
     ("steps & capture", ("warmup", "steps", "profiled", "capture", "check", "torch_trace",
-                            "memory")),
+                            "memory", "stack")),
 )
 RUNNING = "running… (compiling happens in warm-up)"
 _ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;padding:4px 8px;"

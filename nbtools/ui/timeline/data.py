@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis.tables import string_codes
+from nbtools.analysis.tables import CATEGORIES, string_codes
 from nbtools.trace.details import attach
 
 COMPILE_STYLE = {               # kind -> (marker, colour)
@@ -175,17 +175,20 @@ def initial_window(run, t0, mode):
     return lo - pad, hi + pad
 
 
-EVENT_FIELDS = ("left", "right", "y", "rank", "category", "name", "lane", "step", "count", "when",
-                "dur", "busy_ns", "alpha", "hatch", "detail")
+EVENT_FIELDS = ("left", "right", "y", "rank", "cat_i", "name_i", "lane_i", "step", "count",
+                "busy_ns", "alpha", "graph", "detail_i")
 
 
 def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
-                step_ts: dict | None = None, details=None) -> dict:
+                details=None) -> dict:
     """The boxes' source. ``lane_y`` maps (rank, lane) to the lane's first row; a box sits
-    ``depth`` rows below it. Hover texts are relative: ms since ``t0`` and time into the
-    box's step (``step_ts``: (rank, step) -> the step's start, ns)."""
+    ``depth`` rows below it. Names, categories and lanes go as codes (``name_i`` into the
+    boxes' name categories, ``cat_i`` into CATEGORIES, ``lane_i`` into ``rows``); the
+    hover's start (ms since ``t0``, time into the step) and duration are written in the
+    page from left/right and step_table: a string per box was most of an exported
+    timeline's bytes (``decode`` gives the strings back)."""
     if boxes is None or not len(boxes):
-        return {k: [] for k in EVENT_FIELDS}
+        return dict({k: [] for k in EVENT_FIELDS}, details=[""])
     rank = boxes["rank"].to_numpy(np.int64)
     codes, cats = string_codes(boxes["lane"])
     # (rank, lane) -> row through a lookup table over the few distinct lanes
@@ -200,24 +203,49 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
     count = boxes["count"].to_numpy(np.int64)
     step = boxes["step"].to_numpy(np.int32)
     cat = boxes["category"].astype(str).to_numpy(object)
-    name = boxes["name"].astype(str).to_numpy(object)     # a merged box: its longest event's
+    ccodes, ccats = string_codes(boxes["category"])
+    known = np.array([CATEGORIES.index(c) if c in CATEGORIES else -1 for c in ccats] + [-1])
+    name_i, _ = string_codes(boxes["name"])    # a merged box: its longest event's
     merged = count > 1
     # A merged box is drawn as wide as its span; its opacity says how full that span was.
     alpha = np.where(merged, np.clip(busy / np.maximum(dur, 1), 0.35, 1.0), 1.0)
     alpha = np.where(cat == "annotation", 0.3, alpha).astype(np.float32)
-    left = (ts - t0) / 1e6
-    into = np.array([ts[i] - step_ts[(int(rank[i]), int(step[i]))]
-                     if step_ts and (int(rank[i]), int(step[i])) in step_ts else np.nan
-                     for i in range(len(ts))], np.float64)
-    when = [f"{x:,.3f} ms" + (f" · step {st} + {t}" if t else "")
-            for x, st, t in zip(left.tolist(), step.tolist(), fmt_ns(into))]
-    return dict(left=left, right=(ts + dur - t0) / 1e6, y=y, rank=rank.astype(np.int32),
-                category=cat, name=name, lane=np.asarray(rows, object)[base], step=step,
-                busy_ns=busy.astype(np.float64),
-                count=count.astype(np.int32), when=np.asarray(when, object),
-                dur=np.asarray(fmt_ns(dur), object),
-                alpha=alpha, hatch=np.where(boxes["graph"].to_numpy(bool), "/", " ").astype(object),
-                detail=attach(boxes, details))
+    return dict(left=(ts - t0) / 1e6, right=(ts + dur - t0) / 1e6, y=y, rank=rank.astype(np.int32),
+                cat_i=known[ccodes].astype(np.int8), name_i=name_i.astype(np.int32),
+                lane_i=base.astype(np.int32), step=step,
+                # a merged box's summed time; a single event's is its length (right - left),
+                # so 0 there (a column of zeros packs to nothing on the wire)
+                busy_ns=np.where(merged, busy, 0).astype(np.float32),
+                count=count.astype(np.int32), alpha=alpha, graph=boxes["graph"].to_numpy(bool),
+                **detail_codes(attach(boxes, details)))
+
+
+def detail_codes(text: np.ndarray) -> dict:
+    """Tooltip details as codes into their distinct texts (most boxes share a few shapes, or
+    have none): ``detail_i`` per box, ``details`` (its own source in the page; 0 is "")."""
+    s = pd.Series(text, dtype=object)
+    cats = [""] + [t for t in pd.unique(s[s != ""])]
+    return dict(detail_i=pd.Categorical(s, categories=cats).codes.astype(np.int32),
+                details=cats)
+
+
+def decode(data: dict, names, rows, details=("",)) -> dict:
+    """The boxes' name, category, lane label and detail as strings (what the page shows)."""
+    names, rows = np.asarray(list(names) + [""], object), np.asarray(list(rows) + [""], object)
+    cats = np.asarray(list(CATEGORIES) + [""], object)
+    details = np.asarray(list(details), object)
+    return dict(detail=details[np.asarray(data["detail_i"], np.int64)],
+                name=names[np.asarray(data["name_i"], np.int64)],
+                category=cats[np.asarray(data["cat_i"], np.int64)],
+                lane=rows[np.asarray(data["lane_i"], np.int64)])
+
+
+def step_table(step_ts: dict, t0: int) -> dict:
+    """Every (rank, step)'s start in ms since ``t0``, for the hover's time into the step."""
+    keys = sorted(step_ts)
+    return dict(rank=np.array([r for r, _ in keys], np.int32),
+                step=np.array([s for _, s in keys], np.int32),
+                start=np.array([(step_ts[k] - t0) / 1e6 for k in keys], np.float64))
 
 
 def step_starts(steps: pd.DataFrame) -> dict:

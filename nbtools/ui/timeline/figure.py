@@ -17,16 +17,18 @@ from bokeh.layouts import column, row
 from bokeh.models import (BoxZoomTool, ColumnDataSource, FixedTicker, HoverTool, Legend,
                           LegendItem, PanTool, Range1d, ResetTool, SaveTool, WheelZoomTool)
 from bokeh.plotting import figure
-from bokeh.transform import factor_cmap
+from bokeh.transform import linear_cmap
 
 from nbtools.analysis import tables
 from nbtools.analysis.collective_flows import collective_flows
-from nbtools.analysis.tables import CATEGORIES
+from nbtools.analysis.tables import CATEGORIES, string_codes
 from nbtools.ui.timeline.compile_strip import CompileStrip
-from nbtools.ui.timeline.data import (SUMMARY_STACK, events_data, fmt_ns, initial_window,
+from nbtools.ui.timeline.data import (SUMMARY_STACK, decode, events_data, fmt_ns, initial_window,
                                       lane_sort_key, lod, origin_ns, stack_depth,
-                                      step_starts, steps_data, summary_data)
-from nbtools.ui.timeline.interactions import Controls, fit_labels, link_labels, merged_hover
+                                      step_starts, step_table, steps_data, summary_data)
+from nbtools.ui.timeline.interactions import (Controls, duration_hover, fit_labels,
+                                              lane_hover, link_labels, merged_hover,
+                                              name_hover, start_hover)
 from nbtools.ui.timeline.memory import MemoryLane
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#98df8a", "#9467bd", "#17becf", "#c5b0d5",
@@ -75,20 +77,27 @@ class Timeline:
         self.window = window
         self._fixed_origin, self._title = origin, title
         self.stats: dict = {}
-        self._prepared = None
+        self._prepared, self._rows, self._labels = None, [], []
         self._flow_table = None
         # Every source starts with its columns (empty), so the glyphs validate before data.
-        self.events_source = ColumnDataSource(events_data(None, {}, [], 0))
+        self.events_source = ColumnDataSource(
+            {k: v for k, v in events_data(None, {}, [], 0).items() if k != "details"})
         self._step_ts: dict = {}
         self._details = None
         self.steps_source = ColumnDataSource(steps_data(tables.empty(tables.STEP_COLUMNS)))
         self.labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
+        self.graph_source = ColumnDataSource(dict(left=[], right=[], y=[]))
+        self.step_start_source = ColumnDataSource(step_table({}, 0))
+        # what the boxes' codes stand for (events_data): one string per name and row
+        self.names_source = ColumnDataSource(dict(name=[]))
+        self.rows_source = ColumnDataSource(dict(row=[]))
+        self.details_source = ColumnDataSource(dict(detail=[""]))
         self.step_labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
         self.flows_source = ColumnDataSource({k: [] for k in FLOW_FIELDS})
         self.summary_source = ColumnDataSource(summary_data(pd.DataFrame(), []))
         self.figure = self._build_figure(backend, x_range)
         self.controls = Controls(self.figure, self.events_source, self._r_events,
-                                 self._r_flows, self._size)
+                                 self._r_flows, self._size, self.names_source)
         self.strip = CompileStrip(self._size, backend)
         self.compile_source, self.span_source = self.strip.mark_source, self.strip.span_source
         self.memory = MemoryLane(self._size, backend, self.figure.x_range)
@@ -123,10 +132,17 @@ class Timeline:
                  name="step-labels")
         self._r_events = r_ev = fig.hbar(
             y="y", left="left", right="right", height=0.8,
-            fill_color=factor_cmap("category", PALETTE, CATEGORIES, nan_color="#7f7f7f"),
-            fill_alpha="alpha", line_color=None, hatch_pattern="hatch", hatch_color="#ffffff",
-            hatch_alpha=0.9, hatch_scale=6, source=self.events_source, name="events")
+            # cat_i indexes CATEGORIES: bin k of the mapper is colour k; -1 (unknown) is grey
+            fill_color=linear_cmap("cat_i", PALETTE, low=-0.5, high=len(PALETTE) - 0.5,
+                                   low_color="#7f7f7f", nan_color="#7f7f7f"),
+            fill_alpha="alpha", line_color=None, source=self.events_source, name="events")
         r_ev.nonselection_glyph.fill_alpha = 0.35
+        # Graph replays hatched by an overlay with one (scalar) pattern: a per-box hatch
+        # column makes BokehJS build a pattern canvas per box on every paint (10k boxes: 18 s
+        # to first paint in Chromium, a 100k-event page never finished)
+        fig.hbar(y="y", left="left", right="right", height=0.8, fill_color=None,
+                 line_color=None, hatch_pattern="/", hatch_color="#ffffff", hatch_alpha=0.9,
+                 hatch_scale=6, source=self.graph_source, name="graph-replays")
         fig.text(x="x", y="y", text="text", text_font_size="8pt", text_color="#111111",
                  text_baseline="middle", x_offset=2, source=self.labels_source,
                  name="event-names")
@@ -137,10 +153,16 @@ class Timeline:
         self._r_flows = [seg, head]
         fig.add_tools(
             HoverTool(renderers=[r_ev], point_policy="follow_mouse",
-                      tooltips=[("", "@name"), ("", "@category on @lane"), ("start", "@when"),
-                                ("duration", "@dur"), ("", "@busy_ns{custom}"),
-                                ("", "@detail")],
-                      formatters={"@busy_ns": merged_hover(self.events_source)}),
+                      tooltips=[("", "@name_i{custom}"), ("", "@cat_i{custom}"),
+                                ("start", "@left{custom}"), ("duration", "@right{custom}"),
+                                ("", "@busy_ns{custom}"), ("", "@detail_i{custom}")],
+                      formatters={"@busy_ns": merged_hover(self.events_source),
+                                  "@name_i": name_hover(self.names_source),
+                                  "@detail_i": name_hover(self.details_source, "detail"),
+                                  "@cat_i": lane_hover(self.events_source, self.rows_source),
+                                  "@left": start_hover(self.events_source,
+                                                       self.step_start_source),
+                                  "@right": duration_hover(self.events_source)}),
             HoverTool(renderers=[seg], line_policy="interp", tooltips=[("", "@text")]))
         # Legend-only renderers hold one NaN row: nothing is drawn, but the legend
         # needs a row to draw its swatch from.
@@ -156,8 +178,8 @@ class Timeline:
                               label_text_font_size="8pt", glyph_width=14, spacing=4, padding=2,
                               margin=2, ncols=6), "above")
         link_labels(fig, [self.events_source, self.steps_source], ["y", "label_y"],
-                    ["name", "label"], [self.labels_source, self.step_labels_source],
-                    self.lod_px)
+                    ["name_i", "label"], [self.labels_source, self.step_labels_source],
+                    self.lod_px, [self.names_source, None])
         return fig
 
     def _build_summary(self, backend):
@@ -211,8 +233,13 @@ class Timeline:
             if first[r] == len(rows):        # a rank with steps but no traced events
                 rows.append(f"r{r}")
                 labels.append(f"{who} (no profiled events)")
-        self._rows, self._lane_y, self._prepared = rows, lane_y, events
+        self._rows, self._labels, self._lane_y, self._prepared = rows, labels, lane_y, events
+        # before the boxes: their data change refits the names from these
+        self.rows_source.data = dict(row=list(labels))      # "r0 GPU 0 stream 7", as the axis
+        self.names_source.data = dict(name=list(string_codes(events["name"])[1])
+                                      if len(events) else [])
         self._step_ts = step_starts(run.steps)
+        self.step_start_source.data = step_table(self._step_ts, t0)
         self._details = getattr(run, "event_details", None)
 
         lo, hi = initial_window(run, t0, self.window)
@@ -304,13 +331,17 @@ class Timeline:
 
     def _set_events(self, lo: int, hi: int, width_px: int | None = None) -> None:
         boxes = lod(self._prepared, width_px or self.lod_px, lo, hi)
-        self.events_source.data = d = events_data(boxes, self._lane_y, self._rows, self.origin,
-                                                  self._step_ts, self._details)
+        d = events_data(boxes, self._lane_y, self._rows, self.origin, self._details)
+        self.details_source.data = dict(detail=d.pop("details"))   # before the codes into it
+        self.events_source.data = d
+        g = np.flatnonzero(d["graph"]) if len(d["graph"]) else []
+        self.graph_source.data = {k: np.asarray(d[k])[g] for k in ("left", "right", "y")}
         # the first paint's names (BokehJS refits them on every zoom and at the real width)
         x0, x1 = self.figure.x_range.start, self.figure.x_range.end
         single = np.asarray(d["count"]) == 1          # a merged box's name is not all it holds
+        names = self.decode(d)["name"] if len(d["left"]) else np.array([], object)
         self.labels_source.data = fit_labels(d["left"], d["right"], d["y"],
-                                             np.where(single, d["name"], ""), x0, x1, self.lod_px)
+                                             np.where(single, names, ""), x0, x1, self.lod_px)
         s = self.steps_source.data
         self.step_labels_source.data = fit_labels(s["left"], s["right"], s["label_y"],
                                                   s["label"], x0, x1, self.lod_px)
@@ -320,6 +351,13 @@ class Timeline:
                           merged_boxes=int(merged.sum()),
                           merged_events=int(boxes["count"].to_numpy()[merged].sum()),
                           pixel_ns=(hi - lo) / (width_px or self.lod_px))
+
+
+    def decode(self, data: dict | None = None) -> dict:
+        """The boxes' (default: those drawn) name, category and lane label as strings."""
+        return decode(self.events_source.data if data is None else data,
+                      self.names_source.data["name"], self._labels,
+                      self.details_source.data["detail"])
 
 
 def run_figure(run, **kw):

@@ -12,7 +12,7 @@ from bokeh.models import (BoxSelectTool, Checkbox, ColumnDataSource, CustomJS, C
                           DataTable, Div,
                           RadioButtonGroup, TableColumn, TextInput)
 
-from nbtools.analysis.tables import string_codes
+from nbtools.analysis.tables import CATEGORIES, string_codes
 
 CHAR_PX = 6.2        # an 8pt character, on average (DejaVu/Helvetica in Chromium)
 MAX_LABELS = 4000    # beyond this many on screen, names are unreadable anyway
@@ -40,7 +40,8 @@ def fit_labels(left, right, y, names, x0: float, x1: float, width_px: float) -> 
     return out
 
 
-# boxes[j] (left, right, y, and the column texts[j]) -> labels[j] (x, y, text)
+# boxes[j] (left, right, y, and the column texts[j], codes into lookups[j] where given)
+# -> labels[j] (x, y, text)
 LABELS_JS = """
 const x0 = xr.start, x1 = xr.end;
 const w = (fig.inner_width && fig.inner_width > 10) ? fig.inner_width : width_px;
@@ -48,12 +49,13 @@ if (!(x1 > x0)) return;
 const ppx = w / (x1 - x0);
 for (let j = 0; j < boxes.length; j++) {
   const d = boxes[j].data, L = d.left, R = d.right, Y = d[ycols[j]], N = d[texts[j]];
+  const LU = lookups[j] ? lookups[j].data[Object.keys(lookups[j].data)[0]] : null;
   const X = [], YY = [], T = [];
   if (L !== undefined) for (let i = 0; i < L.length && T.length < max_labels; i++) {
     if (R[i] <= x0 || L[i] >= x1) continue;
     const a = Math.max(L[i], x0), b = Math.min(R[i], x1);
     const n = Math.floor(((b - a) * ppx - 4) / char_px);
-    const s = String(N[i]);
+    const s = String(LU ? (LU[N[i]] ?? "") : N[i]);
     if (n < 3 || !s || (d.count !== undefined && d.count[i] > 1)) continue;
     X.push(a); YY.push(Y[i]); T.push(s.length <= n ? s : s.slice(0, n - 1) + "\\u2026");
   }
@@ -62,11 +64,13 @@ for (let j = 0; j < boxes.length; j++) {
 """
 
 
-def link_labels(fig, boxes: list, ycols: list, texts: list, labels: list, width_px: int):
-    """Refit the names whenever the x range moves or the boxes' data is replaced."""
+def link_labels(fig, boxes: list, ycols: list, texts: list, labels: list, width_px: int,
+                lookups: list):
+    """Refit the names whenever the x range moves or the boxes' data is replaced.
+    ``lookups[j]``: a one-column source the codes in ``texts[j]`` index, or None (strings)."""
     cb = CustomJS(args=dict(xr=fig.x_range, fig=fig, boxes=boxes, ycols=ycols, texts=texts,
                             labels=labels, width_px=width_px, char_px=CHAR_PX,
-                            max_labels=MAX_LABELS), code=LABELS_JS)
+                            max_labels=MAX_LABELS, lookups=lookups), code=LABELS_JS)
     fig.x_range.js_on_change("start", cb)
     fig.x_range.js_on_change("end", cb)
     for b in boxes:
@@ -81,20 +85,25 @@ def name_totals(events: pd.DataFrame) -> dict:
     if events is None or not len(events):
         return dict(rank=[], name=[], count=[], total=[])
     codes, names = string_codes(events["name"])
+    codes = np.where(codes < 0, len(names), codes)          # no name: "" (the spare slot)
+    names = list(names) + [""]
     rank = events["rank"].to_numpy(np.int64)
-    key = rank * (len(names) + 1) + codes
-    uk, inv = np.unique(key, return_inverse=True)
-    count = np.bincount(inv)
-    total = np.bincount(inv, weights=events["dur_ns"].to_numpy(np.float64))
-    return dict(rank=(uk // (len(names) + 1)).astype(np.int32),
-                name=np.asarray(names, object)[uk % (len(names) + 1)],
+    key = rank * len(names) + codes
+    # the keys are few (ranks x names): count into them directly, no sort of every event
+    count = np.bincount(key)
+    total = np.bincount(key, weights=events["dur_ns"].to_numpy(np.float64))
+    uk = np.flatnonzero(count)
+    count, total = count[uk], total[uk]
+    return dict(rank=(uk // len(names)).astype(np.int32),
+                name=np.asarray(names, object)[uk % len(names)],
                 count=count.astype(np.int64), total=total)
 
 
 FMT_JS = """
-function fmt(ns) { const a = Math.abs(ns);
-  return a < 999.5 ? ns.toFixed(0) + " ns" : a < 999.5e3 ? (ns / 1e3).toPrecision(3) + " µs"
-       : a < 999.5e6 ? (ns / 1e6).toPrecision(3) + " ms" : (ns / 1e9).toFixed(2) + " s"; }
+function fmt(ns) { const a = Math.abs(ns), g = v => String(parseFloat(v.toPrecision(3)));
+  return a < 999.5 ? ns.toFixed(0) + " ns" : a < 999.5e3 ? g(ns / 1e3) + " µs"
+       : a < 999.5e6 ? g(ns / 1e6) + " ms"
+       : (ns / 1e9).toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2}) + " s"; }
 function esc(s) { return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;",
   ">": "&gt;", '"': "&quot;"}[c])); }
 """
@@ -110,8 +119,9 @@ for (let i = 0; i < A.name.length; i++) {
   const r = A.rank[i], p = per[r] || (per[r] = [0, 0]);
   p[0] += A.count[i]; p[1] += A.total[i]; n += A.count[i]; t += A.total[i];
 }
+const hit = names.data.name.map(n => String(n).toLowerCase().includes(q));
 for (let i = 0; i < d.left.length; i++)
-  if (String(d.name[i]).toLowerCase().includes(q)) {
+  if (hit[d.name_i[i]]) {
     H.left.push(d.left[i]); H.right.push(d.right[i]); H.y.push(d.y[i]); }
 hl.data = H;
 const ranks = Object.keys(per).sort((a, b) => a - b);
@@ -127,9 +137,11 @@ const g = range.data.x0.length ? [range.data.x0[0], range.data.x1[0]] : null;
 const rows = {}, ranks = new Set();
 let lo = Infinity, hi = -Infinity, merged = 0, n = 0;
 for (const i of idx) {
-  const key = byName ? d.name[i] : d.category[i], r = d.rank[i], k = key + "\\u0000" + r;
+  const key = byName ? names.data.name[d.name_i[i]] : cats[d.cat_i[i]] ?? "other";
+  const r = d.rank[i], k = key + "\\u0000" + r;
   const row = rows[k] || (rows[k] = {what: key, rank: r, count: 0, total: 0});
-  row.count += d.count[i]; row.total += d.busy_ns[i]; n += d.count[i];
+  const busy = d.count[i] > 1 ? d.busy_ns[i] : Math.round((d.right[i] - d.left[i]) * 1e6);
+  row.count += d.count[i]; row.total += busy; n += d.count[i];
   if (d.count[i] > 1) merged++;
   ranks.add(r); lo = Math.min(lo, d.left[i]); hi = Math.max(hi, d.right[i]);
 }
@@ -158,10 +170,43 @@ return c > 1 ? `${c} events merged (each under a pixel): ${fmt(value)} busy; nam
                "longest" : "";""")
 
 
+def start_hover(source, steps) -> CustomJSHover:
+    """A box's start: ms on the axis and the time into its step (``steps``: data.step_table),
+    as "1,234.567 ms · step 3 + 12.5 µs"."""
+    return CustomJSHover(args=dict(src=source, steps=steps), code=FMT_JS + """
+const i = special_vars.index, d = src.data, S = steps.data;
+const at = d.left[i].toLocaleString("en-US", {minimumFractionDigits: 3, maximumFractionDigits: 3});
+for (let k = 0; k < S.rank.length; k++)
+  if (S.rank[k] == d.rank[i] && S.step[k] == d.step[i])
+    return `${at} ms · step ${d.step[i]} + ${fmt(Math.round((d.left[i] - S.start[k]) * 1e6))}`;
+return `${at} ms`;""")
+
+
+def duration_hover(source) -> CustomJSHover:
+    """A box's length, from its left and right (ms), in ns/µs/ms/s as data.fmt_ns says it."""
+    return CustomJSHover(args=dict(src=source), code=FMT_JS + """
+const i = special_vars.index, d = src.data;
+return fmt(Math.round((d.right[i] - d.left[i]) * 1e6));""")
+
+
+def name_hover(table, column: str = "name") -> CustomJSHover:
+    """A box's name (or detail) from its code into ``table``'s ``column``."""
+    return CustomJSHover(args=dict(table=table, column=column),
+                         code="return String(table.data[column][value] ?? '');")
+
+
+def lane_hover(source, rows) -> CustomJSHover:
+    """'compute on r0 GPU 0 stream 7': the box's category and its lane's row label."""
+    return CustomJSHover(args=dict(src=source, rows=rows, cats=list(CATEGORIES)), code="""
+const i = special_vars.index;
+return `${cats[value] ?? "other"} on ${rows.data.row[src.data.lane_i[i]]}`;""")
+
+
 class Controls:
     """The search field, the region table and the flow switch of one timeline figure."""
 
-    def __init__(self, fig, events_source, events_renderer, flow_renderers, size: dict):
+    def __init__(self, fig, events_source, events_renderer, flow_renderers, size: dict,
+                 names_source):
         self.agg_source = ColumnDataSource(name_totals(None))
         self.hl_source = ColumnDataSource(dict(left=[], right=[], y=[]))
         fig.hbar(y="y", left="left", right="right", height=0.9, fill_color=None,
@@ -170,7 +215,8 @@ class Controls:
                                 width=320, name="timeline-search")
         self.search_out = Div(text="", name="search-result")
         cb = CustomJS(args=dict(input=self.search, ev=events_source, agg=self.agg_source,
-                                hl=self.hl_source, out=self.search_out), code=SEARCH_JS)
+                                hl=self.hl_source, out=self.search_out, names=names_source),
+                      code=SEARCH_JS)
         self.search.js_on_change("value_input", cb)
         self.search.js_on_change("value", cb)
         events_source.js_on_change("data", cb)      # a refined level of detail: outline again
@@ -192,7 +238,8 @@ class Controls:
                                       name="region-group")
         self.range_source = ColumnDataSource(dict(x0=[], x1=[]))
         rcb = CustomJS(args=dict(ev=events_source, table=self.region_table, out=self.region_out,
-                                 group=self.group, range=self.range_source), code=REGION_JS)
+                                 group=self.group, range=self.range_source,
+                                 names=names_source, cats=list(CATEGORIES)), code=REGION_JS)
         events_source.selected.js_on_change("indices", rcb)
         self.group.js_on_change("active", rcb)
         self.range_source.js_on_change("data", rcb)
