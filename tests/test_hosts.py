@@ -161,20 +161,103 @@ def test_rank_stuck_on_host_b_is_replaced_there(lab, sim):
     assert len(_engines(sim, b)) == 2
 
 
+def _ssh_clients(config) -> list:
+    """Local ssh/scp clients using this ssh config (whoever's child they are now)."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if cmd and os.path.basename(cmd[0]) in ("ssh", "scp") and str(config) in cmd:
+            out.append(p.pid)
+    return out
+
+
 def test_close_leaves_nothing_on_either_host(lab, sim):
+    """Even with host b off the network at close(): the lab's local ssh clients (an
+    ssh_waitpid per engine, which would wait on b forever) end at once; b's engines end
+    when b is back (their lifeline's end-of-file arrives)."""
     profile = Path(lab.workdir)
-    lab.close()
+    config = sim.ssh_args[-1]
+    assert _until(lambda: _ssh_clients(config), 10)     # the launcher's waiters
+    b = sim.names[1]
+    sim.unplug(b)
+    try:
+        lab.close()
+        assert _until(lambda: _ssh_clients(config) == [], 10), _ssh_clients(config)
+    finally:
+        sim.unplug(b, up=True)
     for h in sim.names:
         assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
     assert not profile.exists()
 
 
+CTRL_C_CLIENT = """
+import os, sys, time
+from nbtools import Lab, StepConfig
+from nbtools.lab.hosts import SSH
+hosts, ssh_args, history, marks = sys.argv[1].split(","), sys.argv[2:4], sys.argv[4], sys.argv[5]
+lab = Lab(engines=SSH({h: 2 for h in hosts}, ssh_args=ssh_args), history=history,
+          timeout=180, pg_timeout=60, start_timeout=120)
+
+def step(ctx):
+    import os, time
+    open(os.path.join(marks, f"r{ctx.rank}"), "w").close()
+    time.sleep(600)
+
+print("ready", flush=True)
+try:
+    lab.run(step, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0))
+    print("not interrupted", flush=True)
+except KeyboardInterrupt as e:
+    print("interrupted", lab.history[-1].status, len(lab.history), flush=True)
+    print(e, flush=True)
+run = lab.run(StepConfig(scenario="ddp-train", warmup=1, steps=2, profiled=1))
+print("next", run.ok, len(lab.history), sorted(p.host for p in lab.placements), flush=True)
+lab.close()
+print("closed", flush=True)
+"""
+
+
+def test_ctrl_c_in_a_run_across_hosts_keeps_it_and_leaves_nothing(sim, tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the client's whole process group) while 4 ranks on
+    2 hosts are inside a step: the run is kept as interrupted, the next run works, and
+    after close() nothing is left on either host nor any local ssh client."""
+    a, b = sim.names
+    config = tmp_path / "ssh_config"          # this client's own: its ssh clients findable
+    config.write_text(Path(sim.ssh_args[-1]).read_text())
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "client.py"
+    script.write_text(CTRL_C_CLIENT)
+    client = subprocess.Popen(
+        [sys.executable, str(script), f"{a},{b}", "-F", str(config), str(tmp_path / "history"),
+         str(marks)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        assert client.stdout.readline().strip() == "ready", client.stderr.read()[-2000:]
+        assert _until(lambda: len(os.listdir(marks)) == 4, 120), os.listdir(marks)
+        os.killpg(client.pid, signal.SIGINT)
+        out, err = client.communicate(timeout=300)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    lines = out.splitlines()
+    assert lines[0] == "interrupted interrupted 1", (out, err[-2000:])
+    assert "interrupted (Ctrl-C); kept in lab.history" in lines[1], lines
+    assert lines[2:4] == [f"next True 2 {[a, a, b, b]}", "closed"], (out, err[-2000:])
+    assert "Traceback" not in err, err[-2000:]
+    for h in sim.names:
+        assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+    assert _until(lambda: _ssh_clients(config) == [], 10), _ssh_clients(config)
+
+
 def test_killed_client_leaves_nothing_on_either_host(sim, tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text(Path(sim.ssh_args[-1]).read_text())
     script = tmp_path / "client.py"
     script.write_text(
         "import sys\n"
         "from nbtools import Lab\nfrom nbtools.lab.hosts import SSH\n"
-        f"lab = Lab(engines=SSH({ {h: 1 for h in sim.names}!r}, ssh_args={sim.ssh_args!r}),"
+        f"lab = Lab(engines=SSH({ {h: 1 for h in sim.names}!r}, ssh_args={['-F', str(config)]!r}),"
         " history=None, start_timeout=120)\n"
         "print('ready', flush=True)\nsys.stdin.read()\n")
     client = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
@@ -186,6 +269,8 @@ def test_killed_client_leaves_nothing_on_either_host(sim, tmp_path):
         client.wait(10)
         for h in sim.names:
             assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+        # its waiters' ssh clients end with the engines they waited on
+        assert _until(lambda: _ssh_clients(config) == [], 10), _ssh_clients(config)
     finally:
         if client.poll() is None:
             client.kill()
