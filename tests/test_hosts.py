@@ -7,6 +7,7 @@ Only addresses on the private /24 the test made are contacted.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -274,6 +275,57 @@ def test_killed_client_leaves_nothing_on_either_host(sim, tmp_path):
     finally:
         if client.poll() is None:
             client.kill()
+
+
+def test_mpirun_over_ssh_starts_the_engines_on_both_hosts(sim, tmp_path):
+    """README's MPI recipe on the simulated hosts: ipcontroller on the ranks' network,
+    OpenMPI's mpirun starting 2 engines per host over ssh, Lab(cluster=Client) attached:
+    ranks in mpirun's order, local ranks from OpenMPI, one DDP step; the engines are
+    mpirun's (close() leaves them), and ending mpirun leaves nothing on either host."""
+    import ipyparallel as ipp
+    if shutil.which("mpirun") is None:
+        pytest.skip("OpenMPI's mpirun is not installed (apt-get install openmpi-bin)")
+    a, b = sim.names
+    profile = tmp_path / "profile_lab"
+    bin_ = Path(sys.executable).parent
+    log = open(tmp_path / "mpi.log", "w")
+    ctrl = subprocess.Popen([str(bin_ / "ipcontroller"), f"--ip={sim.client_addr}",
+                             f"--profile-dir={profile}", "--log-level=40"],
+                            stdout=log, stderr=log, start_new_session=True)
+    # root in CI; the simulated hosts' ssh config (a cluster's ~/.ssh/config does this)
+    mpi = subprocess.Popen(
+        ["mpirun", "--allow-run-as-root", "--mca", "plm_rsh_args", " ".join(sim.ssh_args),
+         "-np", "4", "-H", f"{a}:2,{b}:2", "-x", "PATH", sys.executable, "-m",
+         "ipyparallel.engine", f"--profile-dir={profile}", "--log-level=40"],
+        stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert _until(lambda: (profile / "security/ipcontroller-client.json").exists(), 60)
+        lab = Lab(cluster=ipp.Client(profile_dir=str(profile)), n=4, history=None,
+                  start_timeout=120, timeout=180, pg_timeout=60)
+        assert [(p.rank, p.host, p.local_rank) for p in lab.placements] == [
+            (0, a, 0), (1, a, 1), (2, b, 0), (3, b, 1)]
+        run = lab.run(StepConfig(scenario="ddp-train", warmup=1, steps=1, profiled=0))
+        assert run.ok and sorted(run.env["hosts"]) == [a, b], run.reports
+        lab.close()
+        assert all(len(_engines(sim, h)) == 2 for h in sim.names)     # mpirun's, not ours
+        mpi.send_signal(signal.SIGINT)         # a person's Ctrl-C on mpirun
+        mpi.wait(30)
+        for h in sim.names:
+            assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+    finally:
+        procs = []
+        for proc in (mpi, ctrl):               # with their children (the schedulers)
+            try:
+                procs += [proc] + psutil.Process(proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        for proc in procs:
+            try:
+                proc.kill()
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                pass
+        for proc in (mpi, ctrl):
+            proc.wait()
 
 
 def test_unreachable_host_is_a_clear_error_and_leaves_nothing(sim):
