@@ -328,6 +328,57 @@ def test_mpirun_over_ssh_starts_the_engines_on_both_hosts(sim, tmp_path):
             proc.wait()
 
 
+def _readme_sbatch() -> str:
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    part = text[text.index("**Slurm**"):]
+    return part[part.index("```bash\n") + 8:part.index("```", part.index("```bash\n") + 8)]
+
+
+def test_readme_sbatch_script_on_a_two_node_slurm(sim, tmp_path):
+    """README's sbatch script, submitted to a Slurm cluster of the two simulated hosts:
+    ipcontroller on the first node's address, srun's engines on both, Lab(cluster=Client)
+    attached in Slurm's rank order, one DDP step; scancel leaves only the slurmds. Without
+    its GPU requests (no GPUs here) and with 2 tasks per node instead of 4."""
+    import ipyparallel as ipp
+    from simslurm import SimSlurm
+    from simslurm import why_not as slurm_why_not
+    if slurm_why_not():
+        pytest.skip(slurm_why_not())
+    a, b = sim.names
+    script = _readme_sbatch()
+    for gpu in ("#SBATCH --gpus-per-node=4\n", " --gpus-per-task=1"):
+        assert gpu in script
+        script = script.replace(gpu, "")
+    script = script.replace("ntasks-per-node=4", "ntasks-per-node=2").replace(
+        "cpus-per-task=8", "cpus-per-task=1")
+    job = tmp_path / "job.sh"
+    job.write_text(script)
+    slurm = SimSlurm(sim)
+    try:
+        out = slurm.run("sbatch", f"--chdir={tmp_path}", f"--output={tmp_path}/job.out",
+                        str(job), HOME=str(tmp_path),
+                        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        jobid = out.stdout.split()[-1]
+        profile = tmp_path / f".ipython/profile_nbtools-{jobid}"
+        assert _until(lambda: (profile / "security/ipcontroller-client.json").exists(), 60), \
+            slurm.logs()
+        lab = Lab(cluster=ipp.Client(profile_dir=str(profile)), n=4, history=None,
+                  start_timeout=120, timeout=180, pg_timeout=60)
+        assert [(p.rank, p.host, p.local_rank) for p in lab.placements] == [
+            (0, a, 0), (1, a, 1), (2, b, 0), (3, b, 1)]
+        run = lab.run(StepConfig(scenario="ddp-train", warmup=1, steps=1, profiled=0))
+        assert run.ok, run.reports
+        info = json.loads((profile / "security/ipcontroller-client.json").read_text())
+        assert info["interface"] == f"tcp://{sim.addr[a]}", info     # the cluster network
+        lab.close()
+        slurm.run("scancel", jobid)
+        for h in sim.names:
+            assert _until(lambda: [c for c in sim.cmdlines(h) if "slurmd -D" not in c] == [],
+                          10), (h, sim.cmdlines(h))
+    finally:
+        slurm.close()
+
+
 def test_unreachable_host_is_a_clear_error_and_leaves_nothing(sim):
     a = sim.names[0]
     with pytest.raises(RuntimeError, match="simhost-gone") as e:
