@@ -189,6 +189,12 @@ class SimHosts:
                 out.add(str(ipaddress.ip_address(raw)))
         return out
 
+    def unplug(self, host: str, up: bool = False) -> None:
+        """The host drops off the network (its cable pulled: no reset, no end-of-file,
+        packets to it go nowhere); ``up=True`` plugs it back in."""
+        i = self.names.index(host)
+        _run("ip", "link", "set", f"nbtv{self.tag}{i}", "up" if up else "down")
+
     # -- removing -----------------------------------------------------------------------
     def close(self) -> None:
         for kind, name in reversed(self.made):

@@ -7,6 +7,7 @@ Only addresses on the private /24 the test made are contacted.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -161,20 +162,103 @@ def test_rank_stuck_on_host_b_is_replaced_there(lab, sim):
     assert len(_engines(sim, b)) == 2
 
 
+def _ssh_clients(config) -> list:
+    """Local ssh/scp clients using this ssh config (whoever's child they are now)."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if cmd and os.path.basename(cmd[0]) in ("ssh", "scp") and str(config) in cmd:
+            out.append(p.pid)
+    return out
+
+
 def test_close_leaves_nothing_on_either_host(lab, sim):
+    """Even with host b off the network at close(): the lab's local ssh clients (an
+    ssh_waitpid per engine, which would wait on b forever) end at once; b's engines end
+    when b is back (their lifeline's end-of-file arrives)."""
     profile = Path(lab.workdir)
-    lab.close()
+    config = sim.ssh_args[-1]
+    assert _until(lambda: _ssh_clients(config), 10)     # the launcher's waiters
+    b = sim.names[1]
+    sim.unplug(b)
+    try:
+        lab.close()
+        assert _until(lambda: _ssh_clients(config) == [], 10), _ssh_clients(config)
+    finally:
+        sim.unplug(b, up=True)
     for h in sim.names:
         assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
     assert not profile.exists()
 
 
+CTRL_C_CLIENT = """
+import os, sys, time
+from nbtools import Lab, StepConfig
+from nbtools.lab.hosts import SSH
+hosts, ssh_args, history, marks = sys.argv[1].split(","), sys.argv[2:4], sys.argv[4], sys.argv[5]
+lab = Lab(engines=SSH({h: 2 for h in hosts}, ssh_args=ssh_args), history=history,
+          timeout=180, pg_timeout=60, start_timeout=120)
+
+def step(ctx):
+    import os, time
+    open(os.path.join(marks, f"r{ctx.rank}"), "w").close()
+    time.sleep(600)
+
+print("ready", flush=True)
+try:
+    lab.run(step, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0))
+    print("not interrupted", flush=True)
+except KeyboardInterrupt as e:
+    print("interrupted", lab.history[-1].status, len(lab.history), flush=True)
+    print(e, flush=True)
+run = lab.run(StepConfig(scenario="ddp-train", warmup=1, steps=2, profiled=1))
+print("next", run.ok, len(lab.history), sorted(p.host for p in lab.placements), flush=True)
+lab.close()
+print("closed", flush=True)
+"""
+
+
+def test_ctrl_c_in_a_run_across_hosts_keeps_it_and_leaves_nothing(sim, tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the client's whole process group) while 4 ranks on
+    2 hosts are inside a step: the run is kept as interrupted, the next run works, and
+    after close() nothing is left on either host nor any local ssh client."""
+    a, b = sim.names
+    config = tmp_path / "ssh_config"          # this client's own: its ssh clients findable
+    config.write_text(Path(sim.ssh_args[-1]).read_text())
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "client.py"
+    script.write_text(CTRL_C_CLIENT)
+    client = subprocess.Popen(
+        [sys.executable, str(script), f"{a},{b}", "-F", str(config), str(tmp_path / "history"),
+         str(marks)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        assert client.stdout.readline().strip() == "ready", client.stderr.read()[-2000:]
+        assert _until(lambda: len(os.listdir(marks)) == 4, 120), os.listdir(marks)
+        os.killpg(client.pid, signal.SIGINT)
+        out, err = client.communicate(timeout=300)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    lines = out.splitlines()
+    assert lines[0] == "interrupted interrupted 1", (out, err[-2000:])
+    assert "interrupted (Ctrl-C); kept in lab.history" in lines[1], lines
+    assert lines[2:4] == [f"next True 2 {[a, a, b, b]}", "closed"], (out, err[-2000:])
+    assert "Traceback" not in err, err[-2000:]
+    for h in sim.names:
+        assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+    assert _until(lambda: _ssh_clients(config) == [], 10), _ssh_clients(config)
+
+
 def test_killed_client_leaves_nothing_on_either_host(sim, tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text(Path(sim.ssh_args[-1]).read_text())
     script = tmp_path / "client.py"
     script.write_text(
         "import sys\n"
         "from nbtools import Lab\nfrom nbtools.lab.hosts import SSH\n"
-        f"lab = Lab(engines=SSH({ {h: 1 for h in sim.names}!r}, ssh_args={sim.ssh_args!r}),"
+        f"lab = Lab(engines=SSH({ {h: 1 for h in sim.names}!r}, ssh_args={['-F', str(config)]!r}),"
         " history=None, start_timeout=120)\n"
         "print('ready', flush=True)\nsys.stdin.read()\n")
     client = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
@@ -186,9 +270,113 @@ def test_killed_client_leaves_nothing_on_either_host(sim, tmp_path):
         client.wait(10)
         for h in sim.names:
             assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+        # its waiters' ssh clients end with the engines they waited on
+        assert _until(lambda: _ssh_clients(config) == [], 10), _ssh_clients(config)
     finally:
         if client.poll() is None:
             client.kill()
+
+
+def test_mpirun_over_ssh_starts_the_engines_on_both_hosts(sim, tmp_path):
+    """README's MPI recipe on the simulated hosts: ipcontroller on the ranks' network,
+    OpenMPI's mpirun starting 2 engines per host over ssh, Lab(cluster=Client) attached:
+    ranks in mpirun's order, local ranks from OpenMPI, one DDP step; the engines are
+    mpirun's (close() leaves them), and ending mpirun leaves nothing on either host."""
+    import ipyparallel as ipp
+    if shutil.which("mpirun") is None:
+        pytest.skip("OpenMPI's mpirun is not installed (apt-get install openmpi-bin)")
+    a, b = sim.names
+    profile = tmp_path / "profile_lab"
+    bin_ = Path(sys.executable).parent
+    log = open(tmp_path / "mpi.log", "w")
+    ctrl = subprocess.Popen([str(bin_ / "ipcontroller"), f"--ip={sim.client_addr}",
+                             f"--profile-dir={profile}", "--log-level=40"],
+                            stdout=log, stderr=log, start_new_session=True)
+    # root in CI; the simulated hosts' ssh config (a cluster's ~/.ssh/config does this)
+    mpi = subprocess.Popen(
+        ["mpirun", "--allow-run-as-root", "--mca", "plm_rsh_args", " ".join(sim.ssh_args),
+         "-np", "4", "-H", f"{a}:2,{b}:2", "-x", "PATH", sys.executable, "-m",
+         "ipyparallel.engine", f"--profile-dir={profile}", "--log-level=40"],
+        stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert _until(lambda: (profile / "security/ipcontroller-client.json").exists(), 60)
+        lab = Lab(cluster=ipp.Client(profile_dir=str(profile)), n=4, history=None,
+                  start_timeout=120, timeout=180, pg_timeout=60)
+        assert [(p.rank, p.host, p.local_rank) for p in lab.placements] == [
+            (0, a, 0), (1, a, 1), (2, b, 0), (3, b, 1)]
+        run = lab.run(StepConfig(scenario="ddp-train", warmup=1, steps=1, profiled=0))
+        assert run.ok and sorted(run.env["hosts"]) == [a, b], run.reports
+        lab.close()
+        assert all(len(_engines(sim, h)) == 2 for h in sim.names)     # mpirun's, not ours
+        mpi.send_signal(signal.SIGINT)         # a person's Ctrl-C on mpirun
+        mpi.wait(30)
+        for h in sim.names:
+            assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+    finally:
+        procs = []
+        for proc in (mpi, ctrl):               # with their children (the schedulers)
+            try:
+                procs += [proc] + psutil.Process(proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        for proc in procs:
+            try:
+                proc.kill()
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                pass
+        for proc in (mpi, ctrl):
+            proc.wait()
+
+
+def _readme_sbatch() -> str:
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    part = text[text.index("**Slurm**"):]
+    return part[part.index("```bash\n") + 8:part.index("```", part.index("```bash\n") + 8)]
+
+
+def test_readme_sbatch_script_on_a_two_node_slurm(sim, tmp_path):
+    """README's sbatch script, submitted to a Slurm cluster of the two simulated hosts:
+    ipcontroller on the first node's address, srun's engines on both, Lab(cluster=Client)
+    attached in Slurm's rank order, one DDP step; scancel leaves only the slurmds. Without
+    its GPU requests (no GPUs here) and with 2 tasks per node instead of 4."""
+    import ipyparallel as ipp
+    from simslurm import SimSlurm
+    from simslurm import why_not as slurm_why_not
+    if slurm_why_not():
+        pytest.skip(slurm_why_not())
+    a, b = sim.names
+    script = _readme_sbatch()
+    for gpu in ("#SBATCH --gpus-per-node=4\n", " --gpus-per-task=1"):
+        assert gpu in script
+        script = script.replace(gpu, "")
+    script = script.replace("ntasks-per-node=4", "ntasks-per-node=2").replace(
+        "cpus-per-task=8", "cpus-per-task=1")
+    job = tmp_path / "job.sh"
+    job.write_text(script)
+    slurm = SimSlurm(sim)
+    try:
+        out = slurm.run("sbatch", f"--chdir={tmp_path}", f"--output={tmp_path}/job.out",
+                        str(job), HOME=str(tmp_path),
+                        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        jobid = out.stdout.split()[-1]
+        profile = tmp_path / f".ipython/profile_nbtools-{jobid}"
+        assert _until(lambda: (profile / "security/ipcontroller-client.json").exists(), 60), \
+            slurm.logs()
+        lab = Lab(cluster=ipp.Client(profile_dir=str(profile)), n=4, history=None,
+                  start_timeout=120, timeout=180, pg_timeout=60)
+        assert [(p.rank, p.host, p.local_rank) for p in lab.placements] == [
+            (0, a, 0), (1, a, 1), (2, b, 0), (3, b, 1)]
+        run = lab.run(StepConfig(scenario="ddp-train", warmup=1, steps=1, profiled=0))
+        assert run.ok, run.reports
+        info = json.loads((profile / "security/ipcontroller-client.json").read_text())
+        assert info["interface"] == f"tcp://{sim.addr[a]}", info     # the cluster network
+        lab.close()
+        slurm.run("scancel", jobid)
+        for h in sim.names:
+            assert _until(lambda: [c for c in sim.cmdlines(h) if "slurmd -D" not in c] == [],
+                          10), (h, sim.cmdlines(h))
+    finally:
+        slurm.close()
 
 
 def test_unreachable_host_is_a_clear_error_and_leaves_nothing(sim):

@@ -27,6 +27,17 @@ def test_two_hosts_local_ranks_and_master():
     assert placement.master_addr(p) == "nodeB"
 
 
+def test_launcher_ranks_order_the_hosts():
+    # mpirun -H nodeA:2,nodeB:2: nodeB's engines registered first, nodeA holds MPI rank 0
+    ids = {e: dict(ident(h, 10 + e, lr), launcher_rank=g) for e, (h, lr, g) in enumerate(
+        [("nodeB", 0, 2), ("nodeB", 1, 3), ("nodeA", 1, 1), ("nodeA", 0, 0)])}
+    p = placement.assign(ids)
+    assert sorted((x.rank, x.host, x.local_rank) for x in p) == [
+        (0, "nodeA", 0), (1, "nodeA", 1), (2, "nodeB", 0), (3, "nodeB", 1)]
+    ids[3]["launcher_rank"] = -1         # not every engine says: registration order
+    assert placement.master_addr(placement.assign(ids)) == "nodeB"
+
+
 def test_unreported_local_ranks_follow_pid_within_host():
     ids = {0: ident("a", 30), 1: ident("b", 5), 2: ident("a", 10), 3: ident("b", 1), 4: ident("a", 20)}
     p = {x.engine_id: x for x in placement.assign(ids)}

@@ -298,18 +298,32 @@ class Hosts:
                 line["conn"].close()       # and it ends itself on the end-of-file
             except OSError:
                 pass
+        _stop_waiting(r.launcher)
         self.lab.cluster.engines.pop(r.set_id, None)
         self.remotes.remove(r)
         if r.engine_id is not None:
             self.retired.add(r.engine_id)
 
     def stop(self) -> None:
+        """Every remote engine ends on its lifeline's end-of-file; the local ssh clients
+        the launcher started for this lab (a waiter per engine) are ended by PID."""
+        for r in self.remotes:
+            _stop_waiting(r.launcher)
         if self.lifeline is not None:
             self.lifeline.close()
         if self.lab.cluster is not None:
             self.lab.cluster.engines.clear()     # gone by themselves: see retire()
+        from nbtools.lab import sshclients
         from nbtools.lab.launchers import forget_profiles
         forget_profiles(str(self.lab.workdir))
+        sshclients.end(str(self.lab.workdir))
+
+
+def _stop_waiting(launcher) -> None:
+    """Its waiter thread ends after its current ssh_waitpid, without reporting a stop."""
+    event = getattr(launcher, "_stop_waiting", None)
+    if event is not None:
+        event.set()
 
 
 def summary(placements) -> str:

@@ -304,7 +304,8 @@ class Lab:
             reports, unfinished = gather.wait(self, ars, timeout or self.timeout, run_id)
         except KeyboardInterrupt:
             recovery.interrupted(self, cfg, run_id, t0, ars)
-            raise
+            raise KeyboardInterrupt(f"run {run_id} interrupted (Ctrl-C); kept in lab.history "
+                                    "as 'interrupted'; the next lab.run starts clean") from None
         run = assemble(self, cfg, run_id, t0, reports, unfinished)
         run.env["workload"] = getattr(fn, "name", None) or getattr(fn, "__name__", None)
         self.history.add(run)

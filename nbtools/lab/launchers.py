@@ -17,7 +17,8 @@ from pathlib import Path
 import psutil
 from ipyparallel.cluster import launcher as _ipp_launcher
 from ipyparallel.cluster.launcher import LocalEngineLauncher, LocalEngineSetLauncher
-from ipyparallel.cluster.shellcmd import ShellCommandSend
+
+from nbtools.lab import sshclients
 
 
 class _Recording(psutil.Process):
@@ -40,9 +41,7 @@ class EngineSetLauncher(LocalEngineSetLauncher):
     launcher_class = EngineLauncher
 
 
-# (ssh command, args, location, python) -> a ShellCommandSend that already knows the host's
-# shell; (location, profile folder) already created
-_SENDERS: dict = {}
+# (location, profile folder) already created
 _PROFILES: set = set()
 _LOCK = threading.Lock()
 
@@ -59,12 +58,34 @@ class SSHEngineLauncher(_ipp_launcher.SSHEngineLauncher):
 
     @property
     def ssh_sender(self):
-        key = (tuple(self.ssh_cmd), tuple(self.ssh_args), self.location, self.remote_python)
-        with _LOCK:
-            if key not in _SENDERS:
-                _SENDERS[key] = ShellCommandSend(self.ssh_cmd, self.ssh_args + [self.location],
-                                                 self.remote_python, log=self.log)
-            return _SENDERS[key]
+        # kept on the launcher: once its lab has ended the sender, a late call must not
+        # make a fresh one (and start ssh clients nobody would end)
+        if self._ssh_sender is None:
+            key = (tuple(self.ssh_cmd), tuple(self.ssh_args), self.location,
+                   self.remote_python, self.profile_dir)
+            self._ssh_sender = sshclients.sender(key, lambda: sshclients.Sender(
+                self.ssh_cmd, self.ssh_args + [self.location], self.remote_python,
+                log=self.log))
+        return self._ssh_sender
+
+    def _wait(self):
+        """ipyparallel's waiter (one ssh_waitpid client at a time), quiet once the lab
+        stopped waiting or ended its ssh clients: a client it killed is no engine's exit."""
+        exit_code = None
+        while not self._stop_waiting.is_set() and self.state == "running":
+            try:
+                exit_code = self.wait_one(timeout=self.poll_seconds)
+            except TimeoutError:
+                continue
+            except Exception:
+                if self._stop_waiting.is_set() or self.ssh_sender.ended:
+                    return
+                raise
+            break
+        if self._stop_waiting.is_set():
+            return
+        stop_data = dict(exit_code=exit_code, pid=self.pid, identifier=self.identifier)
+        self.loop.add_callback(lambda: self.notify_stop(stop_data))
 
     def start(self, hostname=None, user=None, port=None):
         if hostname is not None:

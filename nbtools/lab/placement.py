@@ -15,6 +15,11 @@ LOCAL_RANK_VARS = ("NBTOOLS_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RA
                    "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
                    "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID")
 
+# Launchers' global-rank variables: hosts are ordered as the launcher ranked them
+# (mpirun -H node1:4,node2:4 puts node1's engines first), not as they registered.
+GLOBAL_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID",
+                    "MV2_COMM_WORLD_RANK", "PALS_RANKID")
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -34,16 +39,22 @@ def identity() -> dict:
         if os.environ.get(var, "").strip().lstrip("-").isdigit():
             local = int(os.environ[var])
             break
+    launched = next((int(os.environ[v]) for v in GLOBAL_RANK_VARS
+                     if os.environ.get(v, "").strip().isdigit()), -1)
     return dict(host=socket.gethostname(), pid=os.getpid(), local_rank=local,
-                cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+                launcher_rank=launched, cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def assign(identities: dict) -> list[Placement]:
-    """identities: engine id -> identity() dict. Hosts are ordered by their first engine
+    """identities: engine id -> identity() dict. Hosts are ordered by their lowest
+    launcher rank where every engine reports one (MPI, Slurm), else by their first engine
     id (stable across restarts of one launcher); within a host, by reported local rank,
     then pid. Duplicated local ranks on one host are an error a person must fix."""
     by_host: dict[str, list] = {}
-    for eid in sorted(identities):
+    order = sorted(identities)
+    if all(i.get("launcher_rank", -1) >= 0 for i in identities.values()):
+        order.sort(key=lambda e: identities[e]["launcher_rank"])
+    for eid in order:
         ident = identities[eid]
         by_host.setdefault(ident["host"], []).append((eid, ident))
     out, rank = [], 0
