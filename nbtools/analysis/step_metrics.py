@@ -236,12 +236,15 @@ def per_step(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["rank", "step", "step_ms"] + PER_RANK_COLUMNS[1:])
     c = _columns(events)
     step = events["step"].to_numpy(np.int64)
-    keys = pd.MultiIndex.from_arrays([c["rank"], step])
-    codes, uniq = pd.factorize(keys)
+    # (rank, step) pairs as one integer each: factorizing a MultiIndex builds a tuple per
+    # event (0.07 s of a 216k-event trace's load); the codes are the same, first seen first
+    rc, ranks = pd.factorize(c["rank"])
+    sc, steps = pd.factorize(step)
+    codes, pairs = pd.factorize(rc.astype(np.int64) * len(steps) + sc)
     codes = np.where(step >= 0, codes, -1).astype(np.int64)
-    out = _metrics(c, codes, len(uniq))
-    out.insert(0, "step", uniq.get_level_values(1).to_numpy())
-    out.insert(0, "rank", uniq.get_level_values(0).to_numpy())
+    out = _metrics(c, codes, len(pairs))
+    out.insert(0, "step", steps[pairs % len(steps)])
+    out.insert(0, "rank", ranks[pairs // len(steps)])
     out = out[out["step"] >= 0]
     st = step_times(events).set_index(["rank", "step"])["step_ms"]
     out.insert(2, "step_ms", [st.get((r, s), np.nan) for r, s in zip(out["rank"], out["step"])])
