@@ -24,11 +24,26 @@ PARTS = ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms", "idle_ms", "sy
 def step_windows(events: pd.DataFrame) -> pd.DataFrame:
     """rank, step, window_ms: each step's range widened to cover the step's own events."""
     cols = ["rank", "step", "window_ms"]
-    ev = events[events["step"].to_numpy() >= 0]
-    if not len(ev):
+    step = events["step"].to_numpy()
+    keep = step >= 0
+    if not keep.any():
         return pd.DataFrame(columns=cols)
-    own = ev.assign(end=ev["ts_ns"] + ev["dur_ns"]).groupby(
-        ["rank", "step"], observed=True).agg(lo=("ts_ns", "min"), hi=("end", "max"))
+    # each (rank, step)'s first start and last end in numpy: a groupby of the filtered
+    # frame copied every column (0.012 s of a 40k-event trace's load); same table
+    rank, step = events["rank"].to_numpy()[keep], step[keep]
+    ts = events["ts_ns"].to_numpy(np.int64)[keep]
+    end = ts + events["dur_ns"].to_numpy(np.int64)[keep]
+    rc, ranks = pd.factorize(rank)
+    sc, steps = pd.factorize(step)
+    codes, pairs = pd.factorize(rc.astype(np.int64) * len(steps) + sc)
+    lo = np.full(len(pairs), np.iinfo(np.int64).max)
+    hi = np.full(len(pairs), np.iinfo(np.int64).min)
+    np.minimum.at(lo, codes, ts)
+    np.maximum.at(hi, codes, end)
+    by = np.lexsort((steps[pairs % len(steps)], ranks[pairs // len(steps)]))
+    pairs = pairs[by]
+    own = pd.DataFrame({"lo": lo[by], "hi": hi[by]}, index=pd.MultiIndex.from_arrays(
+        [ranks[pairs // len(steps)], steps[pairs % len(steps)]], names=["rank", "step"]))
     rng = step_times(events).set_index(["rank", "step"])
     rng = rng.assign(end=rng["ts_ns"] + rng["dur_ns"])
     both = own.join(rng[["ts_ns", "end"]], how="left")
