@@ -67,7 +67,9 @@ def breakdown(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     stepped = ps.merge(win, on=["rank", "step"], how="inner")
     means = stepped.groupby("rank")[[*PARTS, "window_ms"]].mean().reset_index()
     means = means.rename(columns={"window_ms": "profiled_window_ms"})
-    rest = sorted(set(events["rank"].astype(int)) - set(means["rank"].astype(int)))
+    # the distinct ranks in numpy: set() of the column iterated every event in Python
+    rest = sorted(set(np.unique(events["rank"].to_numpy()).astype(int).tolist())
+                  - set(means["rank"].astype(int)))
     if rest:
         ev = events[events["rank"].isin(rest)]
         pr = per_rank(ev)
