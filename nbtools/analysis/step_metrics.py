@@ -127,7 +127,7 @@ def _metrics(c: dict, group: np.ndarray, n: int) -> pd.DataFrame:
 
     k_comp, k_comm, k_busy = union(comp), union(comm), union(busy)
     overlap = k_comp + k_comm - union(comp | comm)
-    cpu_groups = ~np.isin(np.arange(n), np.unique(g_all[inside & mode_gpu]))
+    cpu_groups = np.bincount(g_all[inside & mode_gpu], minlength=n) == 0   # no GPU rows
     if cpu_groups.any():
         k_comp, k_comm, overlap = _cpu_comm_metrics(c, g_all, inside & ~mode_gpu, n,
                                                     (k_comp, k_comm, overlap), cpu_groups)
