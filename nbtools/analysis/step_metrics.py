@@ -220,7 +220,7 @@ def per_rank(events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=PER_RANK_COLUMNS + ["device", "cpu_busy_pct",
                                                         "annotated_steps", "annotated_step_ms"])
     c = _columns(events)
-    ranks, group = np.unique(c["rank"], return_inverse=True)
+    group, ranks = pd.factorize(c["rank"], sort=True)   # np.unique's inverse sorts: 4x slower
     out = _metrics(c, group.astype(np.int64), len(ranks))
     out.insert(0, "rank", ranks)
     st = step_times(events, spans=False).groupby("rank")["step_ms"]
