@@ -213,28 +213,34 @@ def _queue_delays(c: dict):
     return np.concatenate(rows), np.concatenate(delays)
 
 
-def per_rank(events: pd.DataFrame) -> pd.DataFrame:
+def per_rank(events: pd.DataFrame, *, _c: dict | None = None,
+             _ranges: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per rank: PER_RANK_COLUMNS, then device (gpu | cpu: what was measured),
-    cpu_busy_pct, annotated_steps and annotated_step_ms (median of the step ranges)."""
+    cpu_busy_pct, annotated_steps and annotated_step_ms (median of the step ranges).
+    ``_c`` / ``_ranges``: ``_columns(events)`` / ``step_times(events, spans=False)`` when
+    the caller has them already (breakdown.rank_table)."""
     if len(events) == 0:
         return pd.DataFrame(columns=PER_RANK_COLUMNS + ["device", "cpu_busy_pct",
                                                         "annotated_steps", "annotated_step_ms"])
-    c = _columns(events)
+    c = _columns(events) if _c is None else _c
     group, ranks = pd.factorize(c["rank"], sort=True)   # np.unique's inverse sorts: 4x slower
     out = _metrics(c, group.astype(np.int64), len(ranks))
     out.insert(0, "rank", ranks)
-    st = step_times(events, spans=False).groupby("rank")["step_ms"]
+    st = (step_times(events, spans=False) if _ranges is None else _ranges).groupby(
+        "rank")["step_ms"]
     out["annotated_steps"] = out["rank"].map(st.size()).fillna(0).astype(int).to_numpy()
     out["annotated_step_ms"] = out["rank"].map(st.median()).to_numpy(float)
     return out
 
 
-def per_step(events: pd.DataFrame) -> pd.DataFrame:
+def per_step(events: pd.DataFrame, *, _c: dict | None = None,
+             _spans: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (rank, step >= 0): step_ms plus the per_rank metrics inside that step
-    (GPU events belong to the step of the CPU call that launched them)."""
+    (GPU events belong to the step of the CPU call that launched them). ``_c`` /
+    ``_spans``: ``_columns(events)`` / ``step_times(events)`` when the caller has them."""
     if len(events) == 0:
         return pd.DataFrame(columns=["rank", "step", "step_ms"] + PER_RANK_COLUMNS[1:])
-    c = _columns(events)
+    c = _columns(events) if _c is None else _c
     step = events["step"].to_numpy(np.int64)
     # (rank, step) pairs as one integer each: factorizing a MultiIndex builds a tuple per
     # event (0.07 s of a 216k-event trace's load); the codes are the same, first seen first
@@ -246,7 +252,7 @@ def per_step(events: pd.DataFrame) -> pd.DataFrame:
     out.insert(0, "step", steps[pairs % len(steps)])
     out.insert(0, "rank", ranks[pairs // len(steps)])
     out = out[out["step"] >= 0]
-    st = step_times(events).set_index(["rank", "step"])["step_ms"]
+    st = (step_times(events) if _spans is None else _spans).set_index(["rank", "step"])["step_ms"]
     out.insert(2, "step_ms", [st.get((r, s), np.nan) for r, s in zip(out["rank"], out["step"])])
     return out.sort_values(["rank", "step"]).reset_index(drop=True)
 
