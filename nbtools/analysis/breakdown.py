@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nbtools.analysis.keyed import lookup, pair_codes
 from nbtools.analysis.step_metrics import _columns, per_rank, per_step, step_times
 
 PARTS = ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms", "idle_ms", "syncs")
@@ -34,18 +35,28 @@ def step_windows(events: pd.DataFrame, *, _spans: pd.DataFrame | None = None) ->
     rank, step = events["rank"].to_numpy()[keep], step[keep]
     ts = events["ts_ns"].to_numpy(np.int64)[keep]
     end = ts + events["dur_ns"].to_numpy(np.int64)[keep]
-    rc, ranks = pd.factorize(rank)
-    sc, steps = pd.factorize(step)
-    codes, pairs = pd.factorize(rc.astype(np.int64) * len(steps) + sc)
-    lo = np.full(len(pairs), np.iinfo(np.int64).max)
-    hi = np.full(len(pairs), np.iinfo(np.int64).min)
+    codes, prank, pstep = pair_codes(rank, step)
+    lo = np.full(len(prank), np.iinfo(np.int64).max)
+    hi = np.full(len(prank), np.iinfo(np.int64).min)
     np.minimum.at(lo, codes, ts)
     np.maximum.at(hi, codes, end)
-    by = np.lexsort((steps[pairs % len(steps)], ranks[pairs // len(steps)]))
-    pairs = pairs[by]
-    own = pd.DataFrame({"lo": lo[by], "hi": hi[by]}, index=pd.MultiIndex.from_arrays(
-        [ranks[pairs // len(steps)], steps[pairs % len(steps)]], names=["rank", "step"]))
-    rng = (step_times(events) if _spans is None else _spans).set_index(["rank", "step"])
+    by = np.lexsort((pstep, prank))
+    rng = step_times(events) if _spans is None else _spans
+    at = lookup(prank[by], pstep[by], rng["rank"].to_numpy(), rng["step"].to_numpy())
+    if at is None:   # a (rank, step) range twice: the join's rows, as before
+        return _join_windows(prank[by], pstep[by], lo[by], hi[by], rng)
+    # the step range's ends looked up in numpy, not joined (a join is ~1 ms whatever the size)
+    r_lo = rng["ts_ns"].to_numpy(np.int64)[at].astype(float)
+    r_hi = (rng["ts_ns"].to_numpy(np.int64) + rng["dur_ns"].to_numpy(np.int64))[at].astype(float)
+    lo = np.fmin(lo[by].astype(float), np.where(at >= 0, r_lo, np.nan))
+    hi = np.fmax(hi[by].astype(float), np.where(at >= 0, r_hi, np.nan))
+    return pd.DataFrame({"rank": prank[by], "step": pstep[by], "window_ms": (hi - lo) / 1e6})
+
+
+def _join_windows(rank, step, lo, hi, rng: pd.DataFrame) -> pd.DataFrame:
+    own = pd.DataFrame({"lo": lo, "hi": hi}, index=pd.MultiIndex.from_arrays(
+        [rank, step], names=["rank", "step"]))
+    rng = rng.set_index(["rank", "step"])
     rng = rng.assign(end=rng["ts_ns"] + rng["dur_ns"])
     both = own.join(rng[["ts_ns", "end"]], how="left")
     lo = np.fmin(both["lo"].to_numpy(float), both["ts_ns"].to_numpy(float))
@@ -66,7 +77,12 @@ def breakdown(events: pd.DataFrame, steps: pd.DataFrame, *, _c: dict | None = No
         return pd.DataFrame(columns=cols)
     ps = per_step(events, _c=_c, _spans=_spans)
     win = step_windows(events, _spans=_spans)
-    stepped = ps.merge(win, on=["rank", "step"], how="inner")
+    if all(np.array_equal(ps[k].to_numpy(), win[k].to_numpy()) for k in ("rank", "step")):
+        # the same (rank, step) rows in the same order (both sorted): the inner merge is
+        # the rows as they are (a merge is ~1 ms whatever the size)
+        stepped = ps[["rank", *PARTS]].assign(window_ms=win["window_ms"].to_numpy())
+    else:
+        stepped = ps.merge(win, on=["rank", "step"], how="inner")
     means = stepped.groupby("rank")[[*PARTS, "window_ms"]].mean().reset_index()
     means = means.rename(columns={"window_ms": "profiled_window_ms"})
     # the distinct ranks in numpy: set() of the column iterated every event in Python
@@ -114,6 +130,13 @@ def rank_table(events: pd.DataFrame, steps: pd.DataFrame, *,
         return pr.merge(breakdown(events, steps), on="rank", how="left")
     # the per-row columns and the step ranges once, not once per part (8 ms of a 40k-event
     # trace's load)
-    c, spans = _columns(events), step_times(events)
-    pr = per_rank(events, _c=c, _ranges=_ranges).drop(columns=list(PARTS))
-    return pr.merge(breakdown(events, steps, _c=c, _spans=spans), on="rank", how="left")
+    ranges = step_times(events, spans=False) if _ranges is None else _ranges
+    c, spans = _columns(events), step_times(events, _ranges=ranges)
+    pr = per_rank(events, _c=c, _ranges=ranges)
+    bd = breakdown(events, steps, _c=c, _spans=spans)
+    if np.array_equal(pr["rank"].to_numpy(), bd["rank"].to_numpy()):
+        # one row per rank on both sides, both sorted: the left merge is the columns side
+        # by side (a drop and a merge are ~1 ms each whatever the size)
+        return pd.DataFrame({**{k: pr[k] for k in pr.columns if k not in PARTS},
+                             **{k: bd[k] for k in bd.columns if k != "rank"}})
+    return pr.drop(columns=list(PARTS)).merge(bd, on="rank", how="left")

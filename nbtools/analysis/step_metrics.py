@@ -25,53 +25,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nbtools.analysis.keyed import lookup, measure_ns, pair_codes, union_ns  # noqa: F401
 from nbtools.analysis.tables import STEP_PATTERNS, string_codes
 
 PER_RANK_COLUMNS = ["rank", "gpu_busy_pct", "compute_busy_pct", "compute_ms", "comm_ms", "memcpy_ms", "overlap_pct",
                     "exposed_comm_ms", "idle_ms", "graph_coverage_pct", "kernels",
                     "comm_kernels", "graph_kernels", "queue_delay_us_median", "syncs"]
-
-
-def union_ns(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
-    """Length of the union of [start, end) per group id (0..n_groups-1), vectorised:
-    sort by (group, start), shift each group past the previous one so a single running
-    maximum of ends (cummax) never crosses groups, and count only what sticks out of it."""
-    out = np.zeros(n_groups)
-    if len(start) == 0:
-        return out
-    order = np.lexsort((start, group))
-    g, s, e = group[order], start[order].astype(np.int64), end[order].astype(np.int64)
-    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    span = np.maximum.reduceat(e, first) - s[first]
-    offset = np.concatenate([[0], np.cumsum(span[:-1] + 1)])
-    which = np.cumsum(np.r_[True, g[1:] != g[:-1]]) - 1
-    shift = (offset - s[first])[which]
-    s, e = s + shift, e + shift
-    covered = np.maximum.accumulate(e)
-    prev = np.concatenate([[np.iinfo(np.int64).min], covered[:-1]])
-    stick_out = np.clip(e - np.maximum(s, prev), 0, None)
-    return np.bincount(g, weights=stick_out, minlength=n_groups)
-
-
-def measure_ns(group, start, end, label, n_labels: int, n_groups: int, keep) -> np.ndarray:
-    """Time per group during which ``keep(counts)`` holds, where ``counts[:, k]`` is how many
-    label-k intervals cover that moment. A sweep over all starts and ends (sorted once),
-    so set algebra between interval families (A minus B, A and B) stays vectorised."""
-    out = np.zeros(n_groups)
-    if len(start) == 0:
-        return out
-    t = np.concatenate([start, end]).astype(np.int64)
-    g = np.concatenate([group, group])
-    lab = np.concatenate([label, label])
-    d = np.concatenate([np.ones(len(start), np.int32), -np.ones(len(end), np.int32)])
-    order = np.lexsort((t, g))
-    t, g, lab, d = t[order], g[order], lab[order], d[order]
-    delta = np.zeros((len(t), n_labels), np.int32)
-    delta[np.arange(len(t)), lab] = d
-    counts = np.cumsum(delta, axis=0)    # every group's intervals close inside it
-    same = g[1:] == g[:-1]
-    hold = keep(counts[:-1]) & same
-    return np.bincount(g[:-1][hold], weights=(t[1:] - t[:-1])[hold], minlength=n_groups)
 
 
 def _lane_is_gpu(events: pd.DataFrame) -> np.ndarray:
@@ -101,8 +60,8 @@ def _columns(events: pd.DataFrame) -> dict:
     return c
 
 
-def _metrics(c: dict, group: np.ndarray, n: int) -> pd.DataFrame:
-    """Every per-group metric; rows with group < 0 are left out."""
+def _metrics(c: dict, group: np.ndarray, n: int) -> dict:
+    """Every per-group metric (name -> array); rows with group < 0 are left out."""
     inside = group >= 0
     g_all = np.where(inside, group, 0)
     mode_gpu = c["gpu_rank"]
@@ -139,7 +98,7 @@ def _metrics(c: dict, group: np.ndarray, n: int) -> pd.DataFrame:
     graph_ns = np.bincount(g_all[kernel & c["graph"]], weights=c["dur"][kernel & c["graph"]],
                            minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
-        out = pd.DataFrame({
+        return {
             "gpu_busy_pct": np.where(is_gpu, 100 * k_busy / busy_span, np.nan),
             # An NCCL kernel's time includes waiting for its peers: busy counting it looks
             # healthy while the GPU waits. Compute-busy is what did work.
@@ -156,8 +115,7 @@ def _metrics(c: dict, group: np.ndarray, n: int) -> pd.DataFrame:
             "syncs": count(cpu_lane & c["sync"]),
             "device": np.where(is_gpu, "gpu", "cpu"),
             "cpu_busy_pct": np.where(cpu_span > 0, 100 * union(cpu_busy) / cpu_span, np.nan),
-        })
-    return out
+        }
 
 
 def _cpu_comm_metrics(c, g_all, rows, n, gpu_values, cpu_groups):
@@ -224,8 +182,7 @@ def per_rank(events: pd.DataFrame, *, _c: dict | None = None,
                                                         "annotated_steps", "annotated_step_ms"])
     c = _columns(events) if _c is None else _c
     group, ranks = pd.factorize(c["rank"], sort=True)   # np.unique's inverse sorts: 4x slower
-    out = _metrics(c, group.astype(np.int64), len(ranks))
-    out.insert(0, "rank", ranks)
+    out = pd.DataFrame({"rank": ranks, **_metrics(c, group.astype(np.int64), len(ranks))})
     st = (step_times(events, spans=False) if _ranges is None else _ranges).groupby(
         "rank")["step_ms"]
     out["annotated_steps"] = out["rank"].map(st.size()).fillna(0).astype(int).to_numpy()
@@ -242,31 +199,49 @@ def per_step(events: pd.DataFrame, *, _c: dict | None = None,
         return pd.DataFrame(columns=["rank", "step", "step_ms"] + PER_RANK_COLUMNS[1:])
     c = _columns(events) if _c is None else _c
     step = events["step"].to_numpy(np.int64)
-    # (rank, step) pairs as one integer each: factorizing a MultiIndex builds a tuple per
-    # event (0.07 s of a 216k-event trace's load); the codes are the same, first seen first
-    rc, ranks = pd.factorize(c["rank"])
-    sc, steps = pd.factorize(step)
-    codes, pairs = pd.factorize(rc.astype(np.int64) * len(steps) + sc)
-    codes = np.where(step >= 0, codes, -1).astype(np.int64)
-    out = _metrics(c, codes, len(pairs))
-    out.insert(0, "step", steps[pairs % len(steps)])
-    out.insert(0, "rank", ranks[pairs // len(steps)])
-    out = out[out["step"] >= 0]
-    st = (step_times(events) if _spans is None else _spans).set_index(["rank", "step"])["step_ms"]
-    out.insert(2, "step_ms", [st.get((r, s), np.nan) for r, s in zip(out["rank"], out["step"])])
-    return out.sort_values(["rank", "step"]).reset_index(drop=True)
+    codes, rank, pstep = pair_codes(c["rank"], step)
+    m = _metrics(c, np.where(step >= 0, codes, -1).astype(np.int64), len(rank))
+    # the rows kept and sorted, and step_ms looked up, in numpy: one frame built, not
+    # filtered, indexed, sorted and reindexed (about 1 ms each, whatever the size)
+    keep = np.flatnonzero(pstep >= 0)
+    keep = keep[np.lexsort((pstep[keep], rank[keep]))]
+    st = step_times(events) if _spans is None else _spans
+    at = lookup(rank[keep], pstep[keep], st["rank"].to_numpy(), st["step"].to_numpy())
+    if at is None:   # a (rank, step) range twice: pandas' .get, as before
+        ms = st.set_index(["rank", "step"])["step_ms"]
+        step_ms = [ms.get((r, s), np.nan) for r, s in zip(rank[keep], pstep[keep])]
+    else:
+        step_ms = np.where(at >= 0, st["step_ms"].to_numpy(float)[at], np.nan) if len(at) else []
+    return pd.DataFrame({"rank": rank[keep], "step": pstep[keep], "step_ms": step_ms,
+                         **{k: v[keep] for k, v in m.items()}})
 
 
-def step_times(events: pd.DataFrame, spans: bool = True) -> pd.DataFrame:
+def step_times(events: pd.DataFrame, spans: bool = True, *,
+               _ranges: pd.DataFrame | None = None) -> pd.DataFrame:
     """rank, step, ts_ns, dur_ns, step_ms from the step ranges on CPU lanes (``nbtools/step
     N`` preferred, else ``ProfilerStep#N``). With ``spans``, a rank without such ranges gets
-    the span of its events of each step instead."""
+    the span of its events of each step instead. ``_ranges``: ``step_times(events,
+    spans=False)`` when the caller has it."""
     cols = ["rank", "step", "ts_ns", "dur_ns", "step_ms"]
     if len(events) == 0:
         return pd.DataFrame({c: np.zeros(0, np.int64) for c in cols})
+    rank = events["rank"].to_numpy(np.int64)
+    out = _step_ranges(events, rank) if _ranges is None else _ranges[cols[:4]]
+    rest = ~np.isin(rank, out["rank"].to_numpy()) & (events["step"].to_numpy() >= 0)
+    if spans and rest.any():
+        rest = events[rest]
+        span = rest.assign(end=rest["ts_ns"] + rest["dur_ns"]).groupby(
+            ["rank", "step"], observed=True).agg(ts_ns=("ts_ns", "min"), end=("end", "max"))
+        span = span.reset_index()
+        span["dur_ns"] = span["end"] - span["ts_ns"]
+        out = pd.concat([out, span[cols[:4]].astype(np.int64)], ignore_index=True)
+    out["step_ms"] = out["dur_ns"] / 1e6
+    return out.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+
+
+def _step_ranges(events: pd.DataFrame, rank: np.ndarray) -> pd.DataFrame:
     code, names = string_codes(events["name"])
     ann = np.asarray(events["category"] == "annotation") & ~_lane_is_gpu(events)
-    rank = events["rank"].to_numpy(np.int64)
     found = []
     for pattern in STEP_PATTERNS:
         # re on each distinct name (str.match on arrow strings parsed the pattern anew on
@@ -275,18 +250,9 @@ def step_times(events: pd.DataFrame, spans: bool = True) -> pd.DataFrame:
         found.append(np.flatnonzero(ann & hit[code]))
     ours, kineto = found
     rows = np.concatenate([ours, kineto[~np.isin(rank[kineto], rank[ours])]])
-    out = pd.DataFrame({"rank": rank[rows], "step": events["step"].to_numpy(np.int64)[rows],
-                        "ts_ns": events["ts_ns"].to_numpy(np.int64)[rows],
-                        "dur_ns": events["dur_ns"].to_numpy(np.int64)[rows]})
-    rest = events[~np.isin(rank, rank[rows]) & (events["step"].to_numpy() >= 0)]
-    if spans and len(rest):
-        span = rest.assign(end=rest["ts_ns"] + rest["dur_ns"]).groupby(
-            ["rank", "step"], observed=True).agg(ts_ns=("ts_ns", "min"), end=("end", "max"))
-        span = span.reset_index()
-        span["dur_ns"] = span["end"] - span["ts_ns"]
-        out = pd.concat([out, span[cols[:4]].astype(np.int64)], ignore_index=True)
-    out["step_ms"] = out["dur_ns"] / 1e6
-    return out.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    return pd.DataFrame({"rank": rank[rows], "step": events["step"].to_numpy(np.int64)[rows],
+                         "ts_ns": events["ts_ns"].to_numpy(np.int64)[rows],
+                         "dur_ns": events["dur_ns"].to_numpy(np.int64)[rows]})
 
 
 def idle_gaps(events: pd.DataFrame, min_us: float = 0.0) -> pd.DataFrame:
