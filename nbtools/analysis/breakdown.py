@@ -80,11 +80,13 @@ def breakdown(events: pd.DataFrame, steps: pd.DataFrame, *, _c: dict | None = No
     if all(np.array_equal(ps[k].to_numpy(), win[k].to_numpy()) for k in ("rank", "step")):
         # the same (rank, step) rows in the same order (both sorted): the inner merge is
         # the rows as they are (a merge is ~1 ms whatever the size)
-        stepped = ps[["rank", *PARTS]].assign(window_ms=win["window_ms"].to_numpy())
+        stepped = pd.DataFrame({**{k: ps[k].to_numpy() for k in ("rank", *PARTS)},
+                                "window_ms": win["window_ms"].to_numpy()})
     else:
         stepped = ps.merge(win, on=["rank", "step"], how="inner")
-    means = stepped.groupby("rank")[[*PARTS, "window_ms"]].mean().reset_index()
-    means = means.rename(columns={"window_ms": "profiled_window_ms"})
+    means = stepped.groupby("rank")[[*PARTS, "window_ms"]].mean()
+    means = pd.DataFrame({"rank": means.index.to_numpy(), **{p: means[p].to_numpy() for p in
+                          PARTS}, "profiled_window_ms": means["window_ms"].to_numpy()})
     # the distinct ranks in numpy: set() of the column iterated every event in Python
     rest = sorted(set(np.unique(events["rank"].to_numpy()).astype(int).tolist())
                   - set(means["rank"].astype(int)))
@@ -99,7 +101,8 @@ def breakdown(events: pd.DataFrame, steps: pd.DataFrame, *, _c: dict | None = No
         fill = pd.DataFrame({"rank": pr["rank"], **{p: pr[p] / n for p in PARTS},
                              "profiled_window_ms": pr["rank"].map(span).to_numpy() / 1e6 / n})
         means = pd.concat([means, fill], ignore_index=True) if len(means) else fill
-    return means[cols].sort_values("rank").reset_index(drop=True)
+        return means[cols].sort_values("rank").reset_index(drop=True)
+    return means   # sorted by rank already (groupby's keys)
 
 
 def violations(summary: pd.DataFrame, tol_ms: float = 1e-6) -> list[str]:
