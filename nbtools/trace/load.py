@@ -117,7 +117,9 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB) -> dict:
         wire = build(r, raw, kinds, names)
         frames.append(tables.from_wire(tables.EVENT_COLUMNS, wire))
         info[r] = _info(f, meta, len(frames[-1]), flags)
-    events = tables.concat(frames, tables.EVENT_COLUMNS)
+    # one non-empty file: its frame is what concat would build (0.4 ms of a fixed cost)
+    events = frames[0] if len(frames) == 1 and len(frames[0]) else \
+        tables.concat(frames, tables.EVENT_COLUMNS)
     ranges = step_times(events, spans=False)
     steps = _steps_table(ranges)
     summary = rank_table(events, steps, _ranges=ranges)
