@@ -140,6 +140,6 @@ def rank_table(events: pd.DataFrame, steps: pd.DataFrame, *,
     if np.array_equal(pr["rank"].to_numpy(), bd["rank"].to_numpy()):
         # one row per rank on both sides, both sorted: the left merge is the columns side
         # by side (a drop and a merge are ~1 ms each whatever the size)
-        return pd.DataFrame({**{k: pr[k] for k in pr.columns if k not in PARTS},
-                             **{k: bd[k] for k in bd.columns if k != "rank"}})
+        return pd.DataFrame({**{k: pr[k].array for k in pr.columns if k not in PARTS},
+                             **{k: bd[k].array for k in bd.columns if k != "rank"}})
     return pr.drop(columns=list(PARTS)).merge(bd, on="rank", how="left")

@@ -30,6 +30,20 @@ def lookup(rank, step, t_rank, t_step) -> np.ndarray | None:
                                                  np.asarray(step).tolist())], np.int64)
 
 
+def group_median(g: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    """Median of ``v`` per code 0..n-1 (NaN where none): the middle value, or the mean of
+    the two middle ones, as pandas' groupby median gives, from one sort."""
+    if not len(v):
+        return np.full(n, np.nan)
+    order = np.lexsort((v, g))
+    g, v = g[order], v[order]
+    cnt = np.bincount(g, minlength=n)
+    first = np.cumsum(cnt) - cnt
+    lo = v[np.minimum(first + (cnt - 1) // 2, len(v) - 1)]
+    hi = v[np.minimum(first + cnt // 2, len(v) - 1)]
+    return np.where(cnt == 0, np.nan, np.where(cnt % 2 == 1, lo, (lo + hi) / 2))
+
+
 def union_ns(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
     """Length of the union of [start, end) per group id (0..n_groups-1), vectorised:
     sort by (group, start), shift each group past the previous one so a single running

@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis.keyed import lookup, measure_ns, pair_codes, union_ns  # noqa: F401
+from nbtools.analysis.keyed import (group_median, lookup, measure_ns, pair_codes,  # noqa: F401
+                                    union_ns)
 from nbtools.analysis.tables import STEP_PATTERNS, string_codes
 
 PER_RANK_COLUMNS = ["rank", "gpu_busy_pct", "compute_busy_pct", "compute_ms", "comm_ms", "memcpy_ms", "overlap_pct",
@@ -146,18 +147,8 @@ def _queue_delay_median(c: dict, g_all, inside, n: int) -> np.ndarray:
         c["queue_delays"] = _queue_delays(c)
     kernel_rows, delay_ns = c["queue_delays"]
     keep = inside[kernel_rows]
-    g, v = g_all[kernel_rows[keep]], delay_ns[keep] / 1e3
-    if not len(v):
-        return np.full(n, np.nan)
-    # the middle one, or the two middle ones' mean (what pandas' groupby median gives),
-    # from one sort: a groupby is ~0.5 ms whatever the size
-    order = np.lexsort((v, g))
-    g, v = g[order], v[order]
-    cnt = np.bincount(g, minlength=n)
-    first = np.cumsum(cnt) - cnt
-    lo, hi = v[np.minimum(first + (cnt - 1) // 2, len(v) - 1)], v[np.minimum(first + cnt // 2,
-                                                                           len(v) - 1)]
-    return np.where(cnt == 0, np.nan, np.where(cnt % 2 == 1, lo, (lo + hi) / 2))
+    # numpy, not a groupby (~0.5 ms whatever the size); the same medians
+    return group_median(g_all[kernel_rows[keep]], delay_ns[keep] / 1e3, n)
 
 
 def _queue_delays(c: dict):
@@ -191,10 +182,14 @@ def per_rank(events: pd.DataFrame, *, _c: dict | None = None,
     c = _columns(events) if _c is None else _c
     group, ranks = pd.factorize(c["rank"], sort=True)   # np.unique's inverse sorts: 4x slower
     out = pd.DataFrame({"rank": ranks, **_metrics(c, group.astype(np.int64), len(ranks))})
-    st = (step_times(events, spans=False) if _ranges is None else _ranges).groupby(
-        "rank")["step_ms"]
-    out["annotated_steps"] = out["rank"].map(st.size()).fillna(0).astype(int).to_numpy()
-    out["annotated_step_ms"] = out["rank"].map(st.median()).to_numpy(float)
+    st = step_times(events, spans=False) if _ranges is None else _ranges
+    # each range's rank among the sorted ranks, then counts and medians in numpy (a groupby
+    # and two maps: ~1 ms whatever the size); the same numbers
+    at = np.minimum(np.searchsorted(ranks, st["rank"].to_numpy()), len(ranks) - 1)
+    ok = ranks[at] == st["rank"].to_numpy()
+    out["annotated_steps"] = np.bincount(at[ok], minlength=len(ranks)).astype(int)
+    out["annotated_step_ms"] = group_median(at[ok], st["step_ms"].to_numpy(float)[ok],
+                                            len(ranks))
     return out
 
 
