@@ -230,7 +230,7 @@ def step_times(events: pd.DataFrame, spans: bool = True, *,
         return pd.DataFrame({c: np.zeros(0, np.int64) for c in cols})
     rank = events["rank"].to_numpy(np.int64)
     out = _step_ranges(events, rank) if _ranges is None else _ranges[cols[:4]]
-    rest = ~np.isin(rank, out["rank"].to_numpy()) & (events["step"].to_numpy() >= 0)
+    rest = ~np.isin(rank, np.asarray(out["rank"])) & (events["step"].to_numpy() >= 0)
     if _ranges is not None and not (spans and rest.any()):
         return _ranges.copy()   # nothing to add: the ranges are the table (sorted already)
     if spans and rest.any():
@@ -239,12 +239,15 @@ def step_times(events: pd.DataFrame, spans: bool = True, *,
             ["rank", "step"], observed=True).agg(ts_ns=("ts_ns", "min"), end=("end", "max"))
         span = span.reset_index()
         span["dur_ns"] = span["end"] - span["ts_ns"]
-        out = pd.concat([out, span[cols[:4]].astype(np.int64)], ignore_index=True)
-    out["step_ms"] = out["dur_ns"] / 1e6
-    return out.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+        out = pd.concat([pd.DataFrame(out), span[cols[:4]].astype(np.int64)], ignore_index=True)
+    # a stable lexsort and one frame: sort_values and reset_index were ~0.5 ms for 3 rows
+    out = {k: np.asarray(out[k], np.int64) for k in cols[:4]}
+    order = np.lexsort((out["step"], out["rank"]))
+    return pd.DataFrame({**{k: v[order] for k, v in out.items()},
+                         "step_ms": out["dur_ns"][order] / 1e6})
 
 
-def _step_ranges(events: pd.DataFrame, rank: np.ndarray) -> pd.DataFrame:
+def _step_ranges(events: pd.DataFrame, rank: np.ndarray) -> dict:
     code, names = string_codes(events["name"])
     ann = np.asarray(events["category"] == "annotation") & ~_lane_is_gpu(events)
     found = []
@@ -255,9 +258,9 @@ def _step_ranges(events: pd.DataFrame, rank: np.ndarray) -> pd.DataFrame:
         found.append(np.flatnonzero(ann & hit[code]))
     ours, kineto = found
     rows = np.concatenate([ours, kineto[~np.isin(rank[kineto], rank[ours])]])
-    return pd.DataFrame({"rank": rank[rows], "step": events["step"].to_numpy(np.int64)[rows],
-                         "ts_ns": events["ts_ns"].to_numpy(np.int64)[rows],
-                         "dur_ns": events["dur_ns"].to_numpy(np.int64)[rows]})
+    return {"rank": rank[rows], "step": events["step"].to_numpy(np.int64)[rows],
+            "ts_ns": events["ts_ns"].to_numpy(np.int64)[rows],
+            "dur_ns": events["dur_ns"].to_numpy(np.int64)[rows]}
 
 
 def idle_gaps(events: pd.DataFrame, min_us: float = 0.0) -> pd.DataFrame:
