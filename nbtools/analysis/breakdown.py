@@ -88,8 +88,8 @@ def breakdown(events: pd.DataFrame, steps: pd.DataFrame, *, _c: dict | None = No
     means = pd.DataFrame({"rank": means.index.to_numpy(), **{p: means[p].to_numpy() for p in
                           PARTS}, "profiled_window_ms": means["window_ms"].to_numpy()})
     # the distinct ranks in numpy: set() of the column iterated every event in Python
-    rest = sorted(set(np.unique(events["rank"].to_numpy()).astype(int).tolist())
-                  - set(means["rank"].astype(int)))
+    rest = np.setdiff1d(np.unique(events["rank"].to_numpy()).astype(int),
+                        means["rank"].to_numpy().astype(int)).tolist()
     if rest:
         ev = events[events["rank"].isin(rest)]
         pr = per_rank(ev)
