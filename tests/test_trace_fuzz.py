@@ -331,3 +331,70 @@ def test_padding_anywhere_json_allows_it_loads_the_same_events(tmp_path, monkeyp
     got = load_traces(_write(tmp_path, data)).events
     assert got["ts_ns"].tolist() == want["ts_ns"].tolist()
     assert got["name"].astype(str).tolist() == want["name"].astype(str).tolist()
+
+
+# --- the schema path (msgspec) reads what orjson's dicts read ------------------------------
+
+def _read_both(p: Path, monkeypatch):
+    """read_trace's outcome with the schema decoder, then with orjson's dicts only."""
+    out = []
+    for schema in (True, False):
+        if not schema:
+            monkeypatch.setattr(trace_json.columns, "msgspec", None)
+        try:
+            meta, cols = trace_json.read_trace(p)
+            raw = {k: (v.dtype.str, v.tolist()) for k, v in cols.columns().items()}
+            out.append((json.dumps(meta, sort_keys=True, default=repr), raw, cols.problems,
+                        cols.kinds.texts(), cols.names.texts()))
+        except TraceError as e:
+            out.append(str(e))
+    monkeypatch.undo()
+    return out
+
+
+# what the schema skips or refuses differently from orjson, as members added at the end of
+# one event (a key given twice: the last wins): each must load the same, or fail the same
+SCHEMA_EDGES = {
+    "invalid UTF-8 in a skipped string": b'"zz": "a\xffb"',
+    "int beyond int64 (orjson: float)": b'"args": {"correlation": 18446744073709551616}',
+    "int in uint64": b'"args": {"correlation": 18446744073709551615}',
+    "int below int64": b'"pid": -9223372036854775809',
+    "nesting orjson takes, msgspec not": b'"zz": ' + b"[" * 1010 + b"]" * 1010,
+    "nesting neither takes": b'"zz": ' + b"[" * 1100 + b"]" * 1100,
+    "lone surrogate skipped": b'"zz": "\\ud800"',
+    "duplicate key": b'"ts": 5',
+    "ph last": b'"ph": "X"',
+    "a phase not in the format": b'"ph": "Z"',
+    "args null": b'"args": null',
+    "args a list": b'"args": [1]',
+    "escaped key": b'"d\\u0075r": 7',
+    "1e400": b'"zz": 1e400',
+}
+
+
+@pytest.mark.parametrize("name", list(SCHEMA_EDGES))
+def test_schema_path_reads_what_orjson_reads_on_its_edges(tmp_path, monkeypatch, name):
+    evs = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 10 * i,
+            "dur": 3, "args": {"correlation": i}} for i in range(50)]
+    body = json.dumps({"traceEvents": evs}).encode()
+    if name == "ph last":
+        body = body.replace(b'{"ph": "X", "cat": "kernel", "name": "k20"',
+                            b'{"cat": "kernel", "name": "k20"')
+    end = b'"correlation": 20}}'
+    assert end in body
+    body = body.replace(end, end[:-1] + b", " + SCHEMA_EDGES[name] + b"}")
+    p = _write(tmp_path, body)
+    schema, dicts = _read_both(p, monkeypatch)
+    assert schema == dicts
+
+
+@settings(max_examples=100, deadline=timedelta(seconds=20),
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(doc_mutants(), st.sampled_from([97, 4096, 256 << 10]))
+def test_schema_path_reads_what_orjson_reads_on_mutants(tmp_path, monkeypatch, mutant, chunk):
+    seed, doc = mutant
+    p = _write(tmp_path, _dumps(doc))
+    monkeypatch.setattr(trace_json, "_CHUNK", chunk)
+    schema, dicts = _read_both(p, monkeypatch)
+    assert schema == dicts

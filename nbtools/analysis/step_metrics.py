@@ -25,53 +25,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nbtools.analysis.keyed import (group_median, lookup, measure_ns, pair_codes,  # noqa: F401
+                                    union_ns)
 from nbtools.analysis.tables import STEP_PATTERNS, string_codes
 
 PER_RANK_COLUMNS = ["rank", "gpu_busy_pct", "compute_busy_pct", "compute_ms", "comm_ms", "memcpy_ms", "overlap_pct",
                     "exposed_comm_ms", "idle_ms", "graph_coverage_pct", "kernels",
                     "comm_kernels", "graph_kernels", "queue_delay_us_median", "syncs"]
-
-
-def union_ns(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
-    """Length of the union of [start, end) per group id (0..n_groups-1), vectorised:
-    sort by (group, start), shift each group past the previous one so a single running
-    maximum of ends (cummax) never crosses groups, and count only what sticks out of it."""
-    out = np.zeros(n_groups)
-    if len(start) == 0:
-        return out
-    order = np.lexsort((start, group))
-    g, s, e = group[order], start[order].astype(np.int64), end[order].astype(np.int64)
-    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    span = np.maximum.reduceat(e, first) - s[first]
-    offset = np.concatenate([[0], np.cumsum(span[:-1] + 1)])
-    which = np.cumsum(np.r_[True, g[1:] != g[:-1]]) - 1
-    shift = (offset - s[first])[which]
-    s, e = s + shift, e + shift
-    covered = np.maximum.accumulate(e)
-    prev = np.concatenate([[np.iinfo(np.int64).min], covered[:-1]])
-    stick_out = np.clip(e - np.maximum(s, prev), 0, None)
-    return np.bincount(g, weights=stick_out, minlength=n_groups)
-
-
-def measure_ns(group, start, end, label, n_labels: int, n_groups: int, keep) -> np.ndarray:
-    """Time per group during which ``keep(counts)`` holds, where ``counts[:, k]`` is how many
-    label-k intervals cover that moment. A sweep over all starts and ends (sorted once),
-    so set algebra between interval families (A minus B, A and B) stays vectorised."""
-    out = np.zeros(n_groups)
-    if len(start) == 0:
-        return out
-    t = np.concatenate([start, end]).astype(np.int64)
-    g = np.concatenate([group, group])
-    lab = np.concatenate([label, label])
-    d = np.concatenate([np.ones(len(start), np.int32), -np.ones(len(end), np.int32)])
-    order = np.lexsort((t, g))
-    t, g, lab, d = t[order], g[order], lab[order], d[order]
-    delta = np.zeros((len(t), n_labels), np.int32)
-    delta[np.arange(len(t)), lab] = d
-    counts = np.cumsum(delta, axis=0)    # every group's intervals close inside it
-    same = g[1:] == g[:-1]
-    hold = keep(counts[:-1]) & same
-    return np.bincount(g[:-1][hold], weights=(t[1:] - t[:-1])[hold], minlength=n_groups)
 
 
 def _lane_is_gpu(events: pd.DataFrame) -> np.ndarray:
@@ -101,8 +61,8 @@ def _columns(events: pd.DataFrame) -> dict:
     return c
 
 
-def _metrics(c: dict, group: np.ndarray, n: int) -> pd.DataFrame:
-    """Every per-group metric; rows with group < 0 are left out."""
+def _metrics(c: dict, group: np.ndarray, n: int) -> dict:
+    """Every per-group metric (name -> array); rows with group < 0 are left out."""
     inside = group >= 0
     g_all = np.where(inside, group, 0)
     mode_gpu = c["gpu_rank"]
@@ -127,7 +87,7 @@ def _metrics(c: dict, group: np.ndarray, n: int) -> pd.DataFrame:
 
     k_comp, k_comm, k_busy = union(comp), union(comm), union(busy)
     overlap = k_comp + k_comm - union(comp | comm)
-    cpu_groups = ~np.isin(np.arange(n), np.unique(g_all[inside & mode_gpu]))
+    cpu_groups = np.bincount(g_all[inside & mode_gpu], minlength=n) == 0   # no GPU rows
     if cpu_groups.any():
         k_comp, k_comm, overlap = _cpu_comm_metrics(c, g_all, inside & ~mode_gpu, n,
                                                     (k_comp, k_comm, overlap), cpu_groups)
@@ -139,7 +99,7 @@ def _metrics(c: dict, group: np.ndarray, n: int) -> pd.DataFrame:
     graph_ns = np.bincount(g_all[kernel & c["graph"]], weights=c["dur"][kernel & c["graph"]],
                            minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
-        out = pd.DataFrame({
+        return {
             "gpu_busy_pct": np.where(is_gpu, 100 * k_busy / busy_span, np.nan),
             # An NCCL kernel's time includes waiting for its peers: busy counting it looks
             # healthy while the GPU waits. Compute-busy is what did work.
@@ -156,8 +116,7 @@ def _metrics(c: dict, group: np.ndarray, n: int) -> pd.DataFrame:
             "syncs": count(cpu_lane & c["sync"]),
             "device": np.where(is_gpu, "gpu", "cpu"),
             "cpu_busy_pct": np.where(cpu_span > 0, 100 * union(cpu_busy) / cpu_span, np.nan),
-        })
-    return out
+        }
 
 
 def _cpu_comm_metrics(c, g_all, rows, n, gpu_values, cpu_groups):
@@ -184,14 +143,12 @@ def _cpu_comm_metrics(c, g_all, rows, n, gpu_values, cpu_groups):
 
 
 def _queue_delay_median(c: dict, g_all, inside, n: int) -> np.ndarray:
-    delay = _queue_delays(c)
-    out = np.full(n, np.nan)
-    kernel_rows, delay_ns = delay
+    if "queue_delays" not in c:   # the same for per_rank and per_step: joined once a load
+        c["queue_delays"] = _queue_delays(c)
+    kernel_rows, delay_ns = c["queue_delays"]
     keep = inside[kernel_rows]
-    if keep.any():
-        s = pd.Series(delay_ns[keep] / 1e3).groupby(g_all[kernel_rows[keep]]).median()
-        out[s.index.to_numpy()] = s.to_numpy()
-    return out
+    # numpy, not a groupby (~0.5 ms whatever the size); the same medians
+    return group_median(g_all[kernel_rows[keep]], delay_ns[keep] / 1e3, n)
 
 
 def _queue_delays(c: dict):
@@ -213,69 +170,97 @@ def _queue_delays(c: dict):
     return np.concatenate(rows), np.concatenate(delays)
 
 
-def per_rank(events: pd.DataFrame) -> pd.DataFrame:
+def per_rank(events: pd.DataFrame, *, _c: dict | None = None,
+             _ranges: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per rank: PER_RANK_COLUMNS, then device (gpu | cpu: what was measured),
-    cpu_busy_pct, annotated_steps and annotated_step_ms (median of the step ranges)."""
+    cpu_busy_pct, annotated_steps and annotated_step_ms (median of the step ranges).
+    ``_c`` / ``_ranges``: ``_columns(events)`` / ``step_times(events, spans=False)`` when
+    the caller has them already (breakdown.rank_table)."""
     if len(events) == 0:
         return pd.DataFrame(columns=PER_RANK_COLUMNS + ["device", "cpu_busy_pct",
                                                         "annotated_steps", "annotated_step_ms"])
-    c = _columns(events)
-    ranks, group = np.unique(c["rank"], return_inverse=True)
-    out = _metrics(c, group.astype(np.int64), len(ranks))
-    out.insert(0, "rank", ranks)
-    st = step_times(events, spans=False).groupby("rank")["step_ms"]
-    out["annotated_steps"] = out["rank"].map(st.size()).fillna(0).astype(int).to_numpy()
-    out["annotated_step_ms"] = out["rank"].map(st.median()).to_numpy(float)
+    c = _columns(events) if _c is None else _c
+    group, ranks = pd.factorize(c["rank"], sort=True)   # np.unique's inverse sorts: 4x slower
+    out = pd.DataFrame({"rank": ranks, **_metrics(c, group.astype(np.int64), len(ranks))})
+    st = step_times(events, spans=False) if _ranges is None else _ranges
+    # each range's rank among the sorted ranks, then counts and medians in numpy (a groupby
+    # and two maps: ~1 ms whatever the size); the same numbers
+    at = np.minimum(np.searchsorted(ranks, st["rank"].to_numpy()), len(ranks) - 1)
+    ok = ranks[at] == st["rank"].to_numpy()
+    out["annotated_steps"] = np.bincount(at[ok], minlength=len(ranks)).astype(int)
+    out["annotated_step_ms"] = group_median(at[ok], st["step_ms"].to_numpy(float)[ok],
+                                            len(ranks))
     return out
 
 
-def per_step(events: pd.DataFrame) -> pd.DataFrame:
+def per_step(events: pd.DataFrame, *, _c: dict | None = None,
+             _spans: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (rank, step >= 0): step_ms plus the per_rank metrics inside that step
-    (GPU events belong to the step of the CPU call that launched them)."""
+    (GPU events belong to the step of the CPU call that launched them). ``_c`` /
+    ``_spans``: ``_columns(events)`` / ``step_times(events)`` when the caller has them."""
     if len(events) == 0:
         return pd.DataFrame(columns=["rank", "step", "step_ms"] + PER_RANK_COLUMNS[1:])
-    c = _columns(events)
+    c = _columns(events) if _c is None else _c
     step = events["step"].to_numpy(np.int64)
-    keys = pd.MultiIndex.from_arrays([c["rank"], step])
-    codes, uniq = pd.factorize(keys)
-    codes = np.where(step >= 0, codes, -1).astype(np.int64)
-    out = _metrics(c, codes, len(uniq))
-    out.insert(0, "step", uniq.get_level_values(1).to_numpy())
-    out.insert(0, "rank", uniq.get_level_values(0).to_numpy())
-    out = out[out["step"] >= 0]
-    st = step_times(events).set_index(["rank", "step"])["step_ms"]
-    out.insert(2, "step_ms", [st.get((r, s), np.nan) for r, s in zip(out["rank"], out["step"])])
-    return out.sort_values(["rank", "step"]).reset_index(drop=True)
+    codes, rank, pstep = pair_codes(c["rank"], step)
+    m = _metrics(c, np.where(step >= 0, codes, -1).astype(np.int64), len(rank))
+    # the rows kept and sorted, and step_ms looked up, in numpy: one frame built, not
+    # filtered, indexed, sorted and reindexed (about 1 ms each, whatever the size)
+    keep = np.flatnonzero(pstep >= 0)
+    keep = keep[np.lexsort((pstep[keep], rank[keep]))]
+    st = step_times(events) if _spans is None else _spans
+    at = lookup(rank[keep], pstep[keep], st["rank"].to_numpy(), st["step"].to_numpy())
+    if at is None:   # a (rank, step) range twice: pandas' .get, as before
+        ms = st.set_index(["rank", "step"])["step_ms"]
+        step_ms = [ms.get((r, s), np.nan) for r, s in zip(rank[keep], pstep[keep])]
+    else:
+        step_ms = np.where(at >= 0, st["step_ms"].to_numpy(float)[at], np.nan) if len(at) else []
+    return pd.DataFrame({"rank": rank[keep], "step": pstep[keep], "step_ms": step_ms,
+                         **{k: v[keep] for k, v in m.items()}})
 
 
-def step_times(events: pd.DataFrame, spans: bool = True) -> pd.DataFrame:
+def step_times(events: pd.DataFrame, spans: bool = True, *,
+               _ranges: pd.DataFrame | None = None) -> pd.DataFrame:
     """rank, step, ts_ns, dur_ns, step_ms from the step ranges on CPU lanes (``nbtools/step
     N`` preferred, else ``ProfilerStep#N``). With ``spans``, a rank without such ranges gets
-    the span of its events of each step instead."""
+    the span of its events of each step instead. ``_ranges``: ``step_times(events,
+    spans=False)`` when the caller has it."""
     cols = ["rank", "step", "ts_ns", "dur_ns", "step_ms"]
     if len(events) == 0:
         return pd.DataFrame({c: np.zeros(0, np.int64) for c in cols})
-    code, names = string_codes(events["name"])
-    ann = np.asarray(events["category"] == "annotation") & ~_lane_is_gpu(events)
     rank = events["rank"].to_numpy(np.int64)
-    found = []
-    for pattern in STEP_PATTERNS:
-        hit = np.append(np.asarray(names.str.match(pattern.pattern), bool), False)
-        found.append(np.flatnonzero(ann & hit[code]))
-    ours, kineto = found
-    rows = np.concatenate([ours, kineto[~np.isin(rank[kineto], rank[ours])]])
-    out = pd.DataFrame({"rank": rank[rows], "step": events["step"].to_numpy(np.int64)[rows],
-                        "ts_ns": events["ts_ns"].to_numpy(np.int64)[rows],
-                        "dur_ns": events["dur_ns"].to_numpy(np.int64)[rows]})
-    rest = events[~np.isin(rank, rank[rows]) & (events["step"].to_numpy() >= 0)]
-    if spans and len(rest):
+    out = _step_ranges(events, rank) if _ranges is None else _ranges[cols[:4]]
+    rest = ~np.isin(rank, np.asarray(out["rank"])) & (events["step"].to_numpy() >= 0)
+    if _ranges is not None and not (spans and rest.any()):
+        return _ranges.copy()   # nothing to add: the ranges are the table (sorted already)
+    if spans and rest.any():
+        rest = events[rest]
         span = rest.assign(end=rest["ts_ns"] + rest["dur_ns"]).groupby(
             ["rank", "step"], observed=True).agg(ts_ns=("ts_ns", "min"), end=("end", "max"))
         span = span.reset_index()
         span["dur_ns"] = span["end"] - span["ts_ns"]
-        out = pd.concat([out, span[cols[:4]].astype(np.int64)], ignore_index=True)
-    out["step_ms"] = out["dur_ns"] / 1e6
-    return out.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+        out = pd.concat([pd.DataFrame(out), span[cols[:4]].astype(np.int64)], ignore_index=True)
+    # a stable lexsort and one frame: sort_values and reset_index were ~0.5 ms for 3 rows
+    out = {k: np.asarray(out[k], np.int64) for k in cols[:4]}
+    order = np.lexsort((out["step"], out["rank"]))
+    return pd.DataFrame({**{k: v[order] for k, v in out.items()},
+                         "step_ms": out["dur_ns"][order] / 1e6})
+
+
+def _step_ranges(events: pd.DataFrame, rank: np.ndarray) -> dict:
+    code, names = string_codes(events["name"])
+    ann = np.asarray(events["category"] == "annotation") & ~_lane_is_gpu(events)
+    found = []
+    for pattern in STEP_PATTERNS:
+        # re on each distinct name (str.match on arrow strings parsed the pattern anew on
+        # every call: 0.75 ms, four calls per load)
+        hit = np.array([pattern.match(n) is not None for n in names] + [False], bool)
+        found.append(np.flatnonzero(ann & hit[code]))
+    ours, kineto = found
+    rows = np.concatenate([ours, kineto[~np.isin(rank[kineto], rank[ours])]])
+    return {"rank": rank[rows], "step": events["step"].to_numpy(np.int64)[rows],
+            "ts_ns": events["ts_ns"].to_numpy(np.int64)[rows],
+            "dur_ns": events["dur_ns"].to_numpy(np.int64)[rows]}
 
 
 def idle_gaps(events: pd.DataFrame, min_us: float = 0.0) -> pd.DataFrame:

@@ -22,7 +22,7 @@ try:   # ISA-L's inflate: the same API as zlib's, twice as fast (0.027 s vs 0.05
 except ImportError:  # pragma: no cover - isal is a dependency
     _zlib, _ZLIB_ERRORS = zlib, (zlib.error,)
 
-from nbtools.trace.read_json.columns import _Columns, _hashable, _short  # noqa: F401
+from nbtools.trace.read_json.columns import _Columns, _hashable, _short, parse  # noqa: F401
 from nbtools.trace.read_json.scan import TraceError, _Cutter, _Head, _loads
 
 MAX_GB = 4.0
@@ -91,7 +91,7 @@ def read_trace(path, max_gb: float = MAX_GB) -> tuple[dict, _Columns]:
     before the next is read, so memory stays near the size of the columns."""
     path = Path(path)
     cols = _Columns()
-    head, buf, streaming, finder, cutter = None, bytearray(), True, _Head(), _Cutter(cols.add)
+    head, buf, streaming, finder, cutter = None, bytearray(), True, _Head(), _Cutter(cols.add, parse)
     max_bytes = max_gb * 2**30 if math.isfinite(max_gb) else math.inf
     was_enabled = gc.isenabled()
     gc.disable()   # batches are acyclic dicts: collections would rescan them for nothing

@@ -107,8 +107,9 @@ class _Cutter:
     Candidates that failed stay failed (their bytes do not change), so each call only looks
     at what the last chunk added: a long run without a boundary is read once, not per chunk."""
 
-    def __init__(self, add):
-        self.add, self.tried_to, self.misses = add, 0, 0
+    def __init__(self, add, parse=_loads_view):
+        # parse: bytes of '[' + events + ']' -> what add takes; ValueError if not JSON
+        self.add, self.parse, self.tried_to, self.misses = add, parse, 0, 0
 
     def cut(self, buf: bytearray) -> bool:
         """False once cutting is given up (then the rest is parsed at once)."""
@@ -131,7 +132,7 @@ class _Cutter:
                 saved, buf[k + 1] = buf[k + 1], 93   # ']'
                 try:
                     with memoryview(buf) as view, view[:k + 2] as prefix:
-                        events = _loads_view(prefix)
+                        events = self.parse(prefix)
                 except ValueError:
                     events = None
                 buf[k + 1] = saved
