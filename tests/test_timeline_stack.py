@@ -96,16 +96,12 @@ def test_lab_run_with_stack_puts_the_users_line_in_the_timeline_tooltip(lab):
 def test_h200_nccl_traces_give_collective_tooltips():
     """The committed 2 x H200 traces (real NCCL, torch 2.11): their kernels' and
     record_param_comms' args say the collective, group, ranks, elements and dtype."""
-    from nbtools.analysis import tables
-    from nbtools.claims.recorded import recorded_h200
+    from nbtools import load_traces
     from nbtools.common.package_data import h200_traces_dir
-    from nbtools.trace.details import DETAIL_COLUMNS, trace_file_details
     from nbtools.ui.timeline import Timeline
-    run = recorded_h200()["off"]
     files = sorted(h200_traces_dir().glob("tp_off_rank*.json.gz"))
-    run.event_details = tables.concat(
-        [tables.from_wire(DETAIL_COLUMNS, trace_file_details(f, int(f.name[-9])))
-         for f in files], DETAIL_COLUMNS)
+    assert load_traces(files).event_details.empty          # the second pass is opt-in
+    run = load_traces(files, details=True)
     tl = Timeline(run, width=40_000)        # wide enough that no NCCL kernel is merged
     d = dict(tl.events_source.data, **tl.decode())
     names = d["name"]

@@ -89,7 +89,7 @@ def _kind_of(e) -> str:
 # ---------------------------------------------------------------------------------------
 # Kineto JSON files (read by trace_json.py)
 
-def read_traces(path, rank=None, max_gb: float = MAX_GB) -> dict:
+def read_traces(path, rank=None, max_gb: float = MAX_GB, details: bool = False) -> dict:
     """Kineto trace files -> the fields of a Run (``nbtools.load_traces`` says how
     files, ranks, times and damage are read)."""
 
@@ -134,8 +134,26 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB) -> dict:
     env = {"source": "traces", "world_size": int(world), "backend": ",".join(backends),
            "devices": sorted({d for i in info.values() for d in i.get("devices", [])}),
            "files": [f.name for f in files]}
-    return dict(config=None, events=events, steps=steps, summary=summary,
-                env=env, ranks=info, flags=flags, source="traces")
+    out = dict(config=None, events=events, steps=steps, summary=summary,
+               env=env, ranks=info, flags=flags, source="traces")
+    if details:
+        out["event_details"] = _file_details(owner, flags)
+    return out
+
+
+def _file_details(owner: dict, flags: list):
+    """The tooltips' details from each file's args, a second pass over files the reader has
+    already accepted (so within ``max_gb``). A file whose args cannot be read loses its
+    tooltips, said in the flags, never the run."""
+    from nbtools.trace.details import DETAIL_COLUMNS, trace_file_details
+    frames = []
+    for r, f in sorted(owner.items()):
+        try:
+            frames.append(tables.from_wire(DETAIL_COLUMNS, trace_file_details(f, r)))
+        except (OSError, ValueError, MemoryError, RecursionError) as e:
+            flags.append(f"rank {r}: {f.name}: tooltip details not read "
+                         f"({type(e).__name__}: {str(e)[:120]})")
+    return tables.concat(frames, DETAIL_COLUMNS)
 
 
 def _absolute_times(f: Path, r: int, meta: dict, raw: dict, problems: dict, flags: list):
