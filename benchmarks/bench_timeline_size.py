@@ -39,26 +39,29 @@ def breakdown(path: Path) -> None:
           f"{(len(text) - js - sum(map(len, docs))) / 1e6:.2f} MB (HTML, text, images)")
     for i, b in enumerate(docs):
         cols, models = collections.Counter(), collections.Counter()
-
-        def walk(o):
-            if isinstance(o, dict):
-                if o.get("type") == "object":
-                    models[o.get("name")] += 1
-                    if o.get("name") == "ColumnDataSource":
-                        for k, v in o.get("attributes", {}).get("data", {}).get("entries", []):
-                            cols[k] += len(json.dumps(v, **J))
-                for v in o.values():
-                    walk(v)
-            elif isinstance(o, list):
-                for v in o:
-                    walk(v)
-        walk(json.loads(b))
+        for o in _objects(json.loads(b)):
+            models[o.get("name")] += 1
+            if o.get("name") == "ColumnDataSource":
+                for k, v in o.get("attributes", {}).get("data", {}).get("entries", []):
+                    cols[k] += len(json.dumps(v, **J))
         code = sum(len(m) for m in re.findall(r'"code":"(?:[^"\\]|\\.)*"', b))
         print(f"  document {i + 1}: {len(b) / 1e6:.2f} MB, data columns "
               f"{sum(cols.values()) / 1e6:.2f} MB, {sum(models.values())} models, "
               f"callback code {code / 1e3:.0f} kB")
         print("    largest columns (kB): " + ", ".join(f"{k} {v / 1e3:.0f}"
                                                        for k, v in cols.most_common(10)))
+
+
+def _objects(o):
+    """Every Bokeh model object in a serialized document, depth first."""
+    if isinstance(o, dict):
+        if o.get("type") == "object":
+            yield o
+        for v in o.values():
+            yield from _objects(v)
+    elif isinstance(o, list):
+        for v in o:
+            yield from _objects(v)
 
 
 def _array(v):
@@ -84,19 +87,11 @@ def reencode(path: Path) -> None:
     old_total = new_total = 0
     for b in docs:
         found = []
-
-        def walk(o):
-            if isinstance(o, dict):
-                if o.get("type") == "object" and o.get("name") == "ColumnDataSource":
-                    ent = dict(o.get("attributes", {}).get("data", {}).get("entries", []))
-                    if "hatch" in ent and "name" in ent:
-                        found.append(ent)
-                for v in o.values():
-                    walk(v)
-            elif isinstance(o, list):
-                for v in o:
-                    walk(v)
-        walk(json.loads(b))
+        for o in _objects(json.loads(b)):
+            if o.get("name") == "ColumnDataSource":
+                ent = dict(o.get("attributes", {}).get("data", {}).get("entries", []))
+                if "hatch" in ent and "name" in ent:
+                    found.append(ent)
         for ent in found:
             old = sum(len(json.dumps(v, **J)) for v in ent.values())
             d = {k: _array(v) for k, v in ent.items()}
