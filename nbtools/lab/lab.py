@@ -37,8 +37,9 @@ class Lab:
     ``engines`` is any ipyparallel launcher name ("local", "mpi", "slurm", "ssh", ...);
     ``cluster`` an existing ipyparallel Cluster or Client to use instead of starting one.
     ``history`` is the folder runs are saved to as they complete.
-    ``spares`` keeps one warm engine per rank (started in the background, torch imported)
-    that replaces a dead, hung or interrupted rank's engine in about a second; without it
+    ``spares`` keeps a warm engine per rank (started in the background, torch imported;
+    two where the host has the cores and memory, for faults back to back) that replaces a
+    dead, hung or interrupted rank's engine in about a second; without it
     a replacement is started when needed (as slow as a start). Local engines only.
     ``compile_cache`` is a folder for the ranks' inductor caches (``DIR/rank0``, ...) that
     outlives the lab: a later lab given the same folder starts warm (FX graphs, Triton
