@@ -83,6 +83,7 @@ def trace_file_details(path, rank: int) -> dict:
     so they join to that file's events. Reads the whole file: for traces of a few MB."""
     import gzip
     from pathlib import Path
+    from nbtools.trace.read_json.columns import _to_ns
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as fh:
@@ -104,11 +105,15 @@ def trace_file_details(path, rank: int) -> dict:
                         types if isinstance(types, list) else [],
                         json.dumps(meta) if meta else "")
         if text:
-            whole = int(ts // 1)      # as the reader: whole µs and the fraction apart
             rows["rank"].append(rank)
-            rows["ts_ns"].append(whole * 1000 + int(round((ts - whole) * 1000)) + base)
+            rows["ts_ns"].append(ts)
             rows["name"].append(str(e.get("name", "")))
             rows["detail"].append(text)
+    # µs -> ns as the reader converts them, so the details join to that file's events
+    ns, bad = _to_ns(rows["ts_ns"], {}, "ts", "dropped")
+    keep = ~bad
+    rows = {k: [v for v, ok in zip(col, keep) if ok] for k, col in rows.items()}
+    rows["ts_ns"] = (ns[keep] + base).tolist()
     return details_wire(rows)
 
 
