@@ -247,6 +247,9 @@ def main():
     ap.add_argument("--profiled", type=int, default=2, help="profiled steps per lab run "
                     "(after its measured ones, as in normal use; 0: capture off)")
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="start no new round after this many seconds (0: no limit), so a "
+                    "run under a wall-clock limit still prints its table")
     ap.add_argument("--variants", default="plain,before,after",
                     help="plain, before, after, noprof (after with capture off: no "
                     "profiled steps in any run)")
@@ -270,6 +273,10 @@ def main():
         flags, machine = {}, {}
         try:
             for rnd in range(a.rounds):
+                if a.budget_s and rnd and time.time() - t0 > a.budget_s:
+                    print(f"budget of {a.budget_s:.0f} s spent: {rnd} of {a.rounds} rounds",
+                          flush=True)
+                    break
                 order = variants if rnd % 2 == 0 else variants[::-1]
                 for c in cases:
                     for v in order:
@@ -298,6 +305,17 @@ def main():
             for f in flags.get((c, v), []):
                 if identify(f) in ("host-busy", "clock-low", "gpu-shared"):
                     print(f"{'':<20}! {f}")
+    if "plain" in variants:
+        # The quotable number: each round's lab/plain (its two runs minutes apart at most,
+        # so the machine's drift cancels), with a 95 % interval over rounds.
+        from nbtools.analysis.verdict import rounds_verdict
+        print("\nlab (B) against plain (A), per-round ratios, 95 % bootstrap interval:")
+        for c in cases:
+            for v in variants:
+                if v != "plain":
+                    vd = rounds_verdict(rounds[(c, "plain")], rounds[(c, v)])
+                    print(f"  {c:<11} {v:<7} {vd.ratio:.3f} ({vd.low:.3f}-{vd.high:.3f}): "
+                          f"{vd.text}")
     for (c, v), state in machine.items():
         if v == "after":
             print(f"\nmachine during the last 'after' run of {c}:\n{state.to_string(index=False)}")
