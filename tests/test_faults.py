@@ -244,7 +244,8 @@ def test_ctrl_c_keeps_the_run_as_interrupted_and_nothing_queues(lab, tmp_path):
 # -- the first fault after Lab() (issue 26) -----------------------------------------------
 def test_spares_started_with_the_ranks_are_warm_when_lab_returns(monkeypatch):
     """Where the host has room (or NBTOOLS_SPARES_WITH_RANKS=1), the spares start with the
-    ranks and Lab() returns with every one registered and torch imported, so a rank that
+    ranks and Lab() returns with every one registered and torch and torch.distributed
+    imported (what joining needs; torch._dynamo goes on in the background), so a rank that
     dies in the very first run is swapped for a warm engine (no wait for one to start)."""
     from nbtools.engine import liveness
     monkeypatch.setenv("NBTOOLS_SPARES_WITH_RANKS", "1")
@@ -252,12 +253,17 @@ def test_spares_started_with_the_ranks_are_warm_when_lab_returns(monkeypatch):
         assert lab.pool.early and sorted(lab.pool.spares) == [0, 1]
         for slot in lab.pool.spares.values():
             assert slot.engine_id is not None and slot.engine_id not in lab.rank_to_engine.values()
-            assert lab.client[slot.engine_id].apply_sync(liveness.wait_warm, 0)   # no waiting
+            assert lab.client[slot.engine_id].apply_sync(liveness.wait_joinable, 0)   # no waiting
         spare = lab.pool.spares[1].engine_id
         with pytest.raises(RunFailed, match="rank 1's engine died: killed by SIGKILL"):
             lab.run(_sigkill, CUSTOM)                # the first run after Lab()
-        assert lab.run(StepConfig(**SMALL)).ok
+        run = lab.run(StepConfig(**SMALL))
+        assert run.ok
         assert lab.rank_to_engine[1] == spare        # the warm spare took rank 1
+        # the rest of a spare's warm import (torch._dynamo) went on after Lab() returned,
+        # and the run waited for it: none of it overlapped a step
+        warm = lab.client[spare].apply_sync(liveness.warm_times)
+        assert warm["the rest (dynamo, run modules)"] * 1e9 <= run.steps["ts_ns"].min()
 
 
 def _sigkill_last(ctx):

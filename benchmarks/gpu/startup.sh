@@ -9,5 +9,5 @@ mkdir -p "$OUT"
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 timeout ${STARTUP_S:-540} python3 benchmarks/startup.py --starts ${STARTS:-3} \
-    --modes ${MODES:-with after} --out "$OUT/startup.json" 2>&1 \
+    --modes ${MODES:-with after} --out "$OUT/startup.json" 2>&1 | tee "$OUT/startup-full.txt" \
     | grep -v -E "^(USDT|\[rank|run [0-9a-f]{8}: )" | tee "$OUT/startup.txt"

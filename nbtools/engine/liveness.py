@@ -35,11 +35,14 @@ def start() -> None:
     if os.environ.get("NBTOOLS_WARM", "1") == "1":
         global _WARM
         _WARM = threading.Thread(target=_warm, name="nbtools-warm", daemon=True)
+        from nbtools.engine.state import S
+        S.warm_thread = _WARM
         _WARM.start()
 
 
 _WARM = None
 _STARTED = False
+_JOINABLE = threading.Event()       # torch and torch.distributed imported (or failed)
 
 
 # Lab()'s calls on an engine (info, setup) need only torch and torch.distributed. The rest
@@ -47,6 +50,17 @@ _STARTED = False
 # lab's setup is done (process_group.setup sets state.S.import_rest), so it does not take the CPU
 # and the interpreter lock from those calls; on a spare no lab has set up, at most REST_WAIT_S.
 REST_WAIT_S = 5.0
+
+
+def wait_joinable(timeout: float = 300.0) -> bool:
+    """On the engine: block until what joining a lab needs (torch, torch.distributed) is
+    imported, and let the rest of the warm import begin now instead of after a setup. A
+    spare is of use from here: Lab() returns when its spares are this far, and the rest
+    (seconds of torch._dynamo on a GPU host) goes on beside the person's first run, which
+    waits for it before its first step (runner: wait_warm)."""
+    from nbtools.engine.state import S
+    S.import_rest.set()
+    return _WARM is None or _JOINABLE.wait(timeout)
 
 
 def wait_warm(timeout: float = 300.0) -> bool:
@@ -78,6 +92,7 @@ def _warm() -> None:
         WARM_AT["torch"] = time.time()
         import torch.distributed  # noqa: F401
         WARM_AT["torch.distributed"] = time.time()
+        _JOINABLE.set()
         from nbtools.engine.state import S
         S.import_rest.wait(REST_WAIT_S)
         # what a run needs, after what Lab()'s setup needs (the two above): the compile
@@ -90,6 +105,8 @@ def _warm() -> None:
         WARM_AT["the rest (dynamo, run modules)"] = time.time()
     except Exception:
         pass    # the lab's own calls import it again and report the error there
+    finally:
+        _JOINABLE.set()
 
 
 def client_alive(pid: int) -> bool:

@@ -89,6 +89,9 @@ def _describe(e: BaseException) -> str:
 
 
 def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
+    # Lab() returns before its engines' background import (torch._dynamo, this run's
+    # modules) is done: finish it first, so none of it runs beside a timed step
+    _S.finish_warm_import()
     import torch
     from nbtools.engine import capture
     from nbtools.analysis.compile_counts import outcome

@@ -30,6 +30,15 @@ class EngineState:
     # set: the background import (liveness) goes on past torch.distributed (setup is done,
     # or someone waits for all of it)
     import_rest: threading.Event = field(default_factory=threading.Event)
+    warm_thread: object = None   # liveness's background import, while this engine has one
+
+    def finish_warm_import(self) -> None:
+        """Block until the background import is done (a run calls this before its steps:
+        Lab() returns before it is, and none of it may run beside a timed step)."""
+        t = self.warm_thread
+        if t is not None:
+            self.import_rest.set()
+            t.join()
 
     def release_model(self) -> None:
         """Drop the previous model, optimizer and compiled step before building the next.

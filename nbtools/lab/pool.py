@@ -109,10 +109,12 @@ class Pool:
 
     def ready(self, client, timeout: float) -> None:
         """Spares started with the ranks: wait (rarely long: they started together) until
-        they are warm; then start the second spares (not waited for: a second fault comes
-        after a first one's heal at the earliest)."""
+        they could join (torch imported; the rest of their warm import goes on after
+        Lab() returns, while the person's first run builds its model); then start the
+        second spares (not waited for: a second fault comes after a first one's heal at
+        the earliest)."""
         if self.early:
-            self.warm_spares(client, timeout)
+            self.warm_spares(client, timeout, joinable_only=True)
             self.deep = self.deep_wanted
             self.fill_spares(len(self.spares))
 
@@ -127,14 +129,16 @@ class Pool:
         eid = self.await_engine(client, slot, timeout)
         return eid
 
-    def warm_spares(self, client, timeout: float) -> bool:
+    def warm_spares(self, client, timeout: float, joinable_only: bool = False) -> bool:
         """Block until every spare has registered and imported torch (a fault right after a
-        start or a swap otherwise waits for its spare to come up)."""
+        start or a swap otherwise waits for its spare to come up); all of its warm import
+        unless ``joinable_only``."""
         ok = True
+        wait = liveness.wait_joinable if joinable_only else liveness.wait_warm
         for slot in list(self.spares.values()):
             eid = self.await_engine(client, slot, timeout)
             try:
-                ok = ok and eid is not None and client[eid].apply_sync(liveness.wait_warm, timeout)
+                ok = ok and eid is not None and client[eid].apply_sync(wait, timeout)
             except Exception:
                 ok = False
         return ok

@@ -20,6 +20,9 @@ from nbtools.lab.assemble import assemble
 DEAD_GRACE_S = 1.0
 # After Ctrl-C: how long the engines get to return from the interrupted step.
 INTERRUPT_GRACE_S = 2.0
+# After ipyparallel said an engine died: how long its process may take to finish exiting
+# before the lab gives up on saying how (killed by SIGKILL, exit code 3).
+EXIT_WAIT_S = 3.0
 
 
 def dead_ranks(lab, ars: dict, known: dict, finished_too: bool = False) -> dict:
@@ -31,13 +34,21 @@ def dead_ranks(lab, ars: dict, known: dict, finished_too: bool = False) -> dict:
     for r, ar in ars.items():
         if r in known or (ar.ready() and not finished_too):
             continue
+        said_died = False
         if ar.ready():
             try:
                 ar.get(0)
                 continue        # it answered: whatever happened after is not this run's
-            except Exception:
-                pass
+            except Exception as e:
+                said_died = "EngineError" in (getattr(e, "ename", None) or type(e).__name__)
         status = _status(lab, lab.rank_to_engine[r])
+        # ipyparallel's nanny can report a killed engine before its process has finished
+        # exiting (tearing down a large address space takes a while): wait for the status
+        # that says how it died rather than show ipyparallel's "Engine 1 died"
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while status is None and said_died and time.monotonic() < deadline:
+            time.sleep(0.05)
+            status = _status(lab, lab.rank_to_engine[r])
         if status is not None:
             out[r] = status
     return out
