@@ -14,7 +14,7 @@ import uuid
 from typing import Optional
 
 from nbtools.engine import liveness
-from nbtools.lab import placement, reaper
+from nbtools.lab import bytecode, placement, reaper
 from nbtools.lab.arguments import ENGINE_GB, available_gb
 
 # liveness.start() (watchdog, background torch import) runs as the process's first line,
@@ -63,11 +63,13 @@ class Pool:
         # engines read the controller's connection file themselves (engine/boot.py), so
         # they start without waiting for the controller to write it
         cluster.send_engines_connection_env = False
+        self.bytecode_env = bytecode.engine_env()
 
     def launch(self, local_rank: int) -> Slot:
         env = {"NBTOOLS_LOCAL_RANK": str(local_rank), "PYTHONUNBUFFERED": "1",
                "NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_SLOT": uuid.uuid4().hex,
-               "NBTOOLS_CONNECTION_FILE": self.cluster.controller.connection_files["engine"]}
+               "NBTOOLS_CONNECTION_FILE": self.cluster.controller.connection_files["engine"],
+               **self.bytecode_env}
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.gpus[local_rank]
         else:
