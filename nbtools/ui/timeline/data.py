@@ -86,6 +86,26 @@ def lod(events: pd.DataFrame, width_px: int, t0: int, t1: int) -> pd.DataFrame:
         "graph": np.where(busy > 0, 2 * graph_ns >= busy, replayed[longest])})
 
 
+def spans(left, right, y, gap: float) -> dict:
+    """Boxes of one row that overlap or lie under ``gap`` apart, as one span (left, right,
+    y): the graph-replay hatch drawn over the union of its boxes looks the same, and a
+    hatched span costs BokehJS a pattern fill per box on every paint."""
+    left, right, y = (np.asarray(v, np.float64) for v in (left, right, y))
+    if not len(left):
+        return dict(left=left, right=right, y=y)
+    o = np.lexsort((left, y))
+    left, right, y = left[o], right[o], y[o]
+    row = np.r_[0, np.cumsum(y[1:] != y[:-1])]
+    # one running maximum over all rows, each row lifted above the last
+    x0 = left.min()
+    lift = row * (right.max() - x0 + abs(gap) + 1.0)
+    reach = np.maximum.accumulate(right - x0 + lift) - lift + x0
+    new = np.r_[True, (row[1:] != row[:-1]) | (left[1:] > reach[:-1] + gap)]
+    starts = np.flatnonzero(new)
+    # the exact ends (the lifted sums above round in the last bits)
+    return dict(left=left[starts], right=np.maximum.reduceat(right, starts), y=y[starts])
+
+
 def stack_depth(events: pd.DataFrame) -> np.ndarray:
     """Each event's sub-row in its (rank, lane), as Perfetto stacks slices: 0 for an
     outermost range, one deeper for each range it sits in. Ranges that overlap without

@@ -24,7 +24,7 @@ from nbtools.analysis.collective_flows import collective_flows
 from nbtools.analysis.tables import CATEGORIES, string_codes
 from nbtools.ui.timeline.compile_strip import CompileStrip
 from nbtools.ui.timeline.data import (SUMMARY_STACK, decode, events_data, fmt_ns, initial_window,
-                                      lane_sort_key, lod, origin_ns, stack_depth,
+                                      lane_sort_key, lod, origin_ns, spans, stack_depth,
                                       step_starts, step_table, steps_data, summary_data)
 from nbtools.ui.timeline.interactions import (Controls, duration_hover, fit_labels,
                                               lane_hover, link_labels, merged_hover,
@@ -335,7 +335,9 @@ class Timeline:
         self.details_source.data = dict(detail=d.pop("details"))   # before the codes into it
         self.events_source.data = d
         g = np.flatnonzero(d["graph"]) if len(d["graph"]) else []
-        self.graph_source.data = {k: np.asarray(d[k])[g] for k in ("left", "right", "y")}
+        px_ms = (hi - lo) / (width_px or self.lod_px) / 1e6
+        self.graph_source.data = spans(*(np.asarray(d[k])[g] for k in ("left", "right", "y")),
+                                       gap=px_ms)
         # the first paint's names (BokehJS refits them on every zoom and at the real width)
         x0, x1 = self.figure.x_range.start, self.figure.x_range.end
         single = np.asarray(d["count"]) == 1          # a merged box's name is not all it holds
