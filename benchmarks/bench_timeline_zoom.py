@@ -92,6 +92,9 @@ def main():
     print(f"{args.ticks} wheel ticks: {len(busy)} frames in {wall:.2f} s; frame interval "
           f"median {statistics.median(busy):.1f} ms, p95 {q[-1]:.1f} ms, "
           f"max {max(busy):.1f} ms")
+    slow = sorted((f for f in busy if f > 34), reverse=True)
+    print(f"frames over 34 ms (two frames): {len(slow)}: "
+          + ", ".join(f"{f:.0f}" for f in slow[:12]))
 
 
 if __name__ == "__main__":

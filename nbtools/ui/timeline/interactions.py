@@ -79,6 +79,18 @@ def link_labels(fig, boxes: list, ycols: list, texts: list, labels: list, width_
     return cb
 
 
+def swap_while_moving(figures: list, still: list, moving: list) -> None:
+    """While a wheel or drag moves the x range (BokehJS's lodstart to lodend on any of
+    ``figures``), draw the ``moving`` renderers instead of the ``still`` ones: their few
+    boxes keep every tick to a frame or two, and the detail is back when the motion ends."""
+    for event, on in (("lodstart", "true"), ("lodend", "false")):
+        cb = CustomJS(args=dict(still=still, moving=moving), code=f"""
+for (const r of still) r.visible = !{on};
+for (const r of moving) r.visible = {on};""")
+        for fig in figures:
+            fig.js_on_event(event, cb)
+
+
 def name_totals(events: pd.DataFrame) -> dict:
     """Per (rank, name): count and total ns over every event (not the drawn boxes), so a
     search's count and total are exact at any zoom."""
@@ -209,8 +221,9 @@ class Controls:
                  names_source):
         self.agg_source = ColumnDataSource(name_totals(None))
         self.hl_source = ColumnDataSource(dict(left=[], right=[], y=[]))
-        fig.hbar(y="y", left="left", right="right", height=0.9, fill_color=None,
-                 line_color="#ff00aa", line_width=2, source=self.hl_source, name="search-hits")
+        self.hits = fig.hbar(y="y", left="left", right="right", height=0.9, fill_color=None,
+                             line_color="#ff00aa", line_width=2, source=self.hl_source,
+                             name="search-hits")
         self.search = TextInput(placeholder="search event names (e.g. nccl, aten::mm)",
                                 width=320, name="timeline-search")
         self.search_out = Div(text="", name="search-result")
