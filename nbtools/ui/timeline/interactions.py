@@ -79,14 +79,27 @@ def link_labels(fig, boxes: list, ycols: list, texts: list, labels: list, width_
     return cb
 
 
+SETTLE_MS = 300    # after lodend: BokehJS's own repaint timers (lod_timeout) run out first
+
+SWAP_JS = """
+const show = on => { for (const r of still) r.visible = !on;
+                     for (const r of moving) r.visible = on; };
+const key = moving[0];
+clearTimeout(key.__nbtools_settle);
+if (start) show(true);
+else key.__nbtools_settle = setTimeout(() => show(false), settle_ms);
+"""
+
+
 def swap_while_moving(figures: list, still: list, moving: list) -> None:
     """While a wheel or drag moves the x range (BokehJS's lodstart to lodend on any of
     ``figures``), draw the ``moving`` renderers instead of the ``still`` ones: their few
-    boxes keep every tick to a frame or two, and the detail is back when the motion ends."""
-    for event, on in (("lodstart", "true"), ("lodend", "false")):
-        cb = CustomJS(args=dict(still=still, moving=moving), code=f"""
-for (const r of still) r.visible = !{on};
-for (const r of moving) r.visible = {on};""")
+    boxes keep every tick to a frame or two. The detail comes back ``SETTLE_MS`` after the
+    motion ends: BokehJS repaints once per pending tick timer after lodend, and each of
+    those repaints was a full one (four 160 ms paints in a row at 1M events)."""
+    for event, start in (("lodstart", True), ("lodend", False)):
+        cb = CustomJS(args=dict(still=still, moving=moving, start=start,
+                                settle_ms=SETTLE_MS), code=SWAP_JS)
         for fig in figures:
             fig.js_on_event(event, cb)
 
