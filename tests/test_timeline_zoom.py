@@ -71,6 +71,9 @@ def test_while_moving_a_few_binned_boxes_stand_for_every_row():
     moving = fig.select_one({"name": "events-moving"})
     assert moving is not None and not moving.visible
     assert {"lodstart", "lodend"} <= set(fig.js_event_callbacks)
+    # the boxes return after BokehJS's last motion timer, so that timer is kept short
+    from nbtools.ui.timeline.interactions import SETTLE_MS
+    assert fig.lod_timeout < SETTLE_MS < 500
 
 
 def test_moving_data_bins_a_small_run_and_keeps_single_events_opaque():

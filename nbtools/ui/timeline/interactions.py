@@ -79,7 +79,11 @@ def link_labels(fig, boxes: list, ycols: list, texts: list, labels: list, width_
     return cb
 
 
-SETTLE_MS = 300    # after lodend: BokehJS's own repaint timers (lod_timeout) run out first
+# BokehJS checks for the end of a motion every lod_timeout ms after each paint and repaints
+# then; none of those timers is left lod_timeout after its lodend, so the boxes come back
+# after that (each leftover timer's repaint was a full one: 100 to 170 ms at 1M events)
+LOD_TIMEOUT_MS = 200                  # BokehJS's default: 500
+SETTLE_MS = LOD_TIMEOUT_MS + 50
 
 SWAP_JS = """
 const show = on => { for (const r of still) r.visible = !on;
@@ -95,8 +99,10 @@ def swap_while_moving(figures: list, still: list, moving: list) -> None:
     """While a wheel or drag moves the x range (BokehJS's lodstart to lodend on any of
     ``figures``), draw the ``moving`` renderers instead of the ``still`` ones: their few
     boxes keep every tick to a frame or two. The detail comes back ``SETTLE_MS`` after the
-    motion ends: BokehJS repaints once per pending tick timer after lodend, and each of
-    those repaints was a full one (four 160 ms paints in a row at 1M events)."""
+    motion ends, when BokehJS's pending repaint timers have run (before, each was a full
+    repaint: four 160 ms paints in a row at 1M events)."""
+    for fig in figures:
+        fig.lod_timeout = LOD_TIMEOUT_MS
     for event, start in (("lodstart", True), ("lodend", False)):
         cb = CustomJS(args=dict(still=still, moving=moving, start=start,
                                 settle_ms=SETTLE_MS), code=SWAP_JS)
