@@ -59,7 +59,8 @@ class Timeline:
     outlined on every rank, their count and total time) and the flows switch; select a
     time range with the box-select tool for a table of what it holds. Beside it, on its own
     axis, the compile strip (every step and compile of each rank). The wheel zooms only after
-    its tool is switched on in the toolbar (page scrolling passes over the plot), and the
+    its tool is switched on in the toolbar (page scrolling passes over the plot); while it
+    turns, binned boxes stand in for the boxes (``moving_source``). The
     figures follow the notebook's width unless ``width`` (px) fixes it. ``collapse_cpu``
     draws one CPU lane per rank instead of one per thread; ``backend`` is "canvas" (works
     everywhere, headless Chromium included) or "webgl"; ``live`` refines the level of detail
