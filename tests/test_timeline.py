@@ -404,6 +404,11 @@ def test_compare_aligns_first_profiled_steps_and_shows_deltas():
     lay = compare_figure(a, b)
     fig_a, fig_b, *_rest, bar = lay.children
     assert fig_a.x_range is fig_b.x_range
+    # a wheel over either figure moves both: both draw their binned boxes while it turns
+    moving = {r.id for f in (fig_a, fig_b) for r in f.renderers if r.name == "events-moving"}
+    assert len(moving) == 2
+    for fig in (fig_a, fig_b):
+        assert {cb.args["moving"][0].id for cb in fig.js_event_callbacks["lodstart"]} == moving
     for fig in (fig_a, fig_b):
         src = next(r.data_source for r in fig.renderers if "shade" in r.data_source.data)
         assert min(src.data["left"]) == pytest.approx(0.0)       # first profiled step at 0

@@ -105,8 +105,7 @@ class Timeline:
         self.strip = CompileStrip(self._size, backend)
         self.compile_source, self.span_source = self.strip.mark_source, self.strip.span_source
         self.memory = MemoryLane(self._size, backend, self.figure.x_range)
-        swap_while_moving([self.figure, self.memory.figure],
-                          [self._r_events, self.controls.hits], [self._r_moving])
+        self.swap_on(self.figure, self.memory.figure)
         self.summary_figure = self._build_summary(backend)
         c = self.controls
         stretch = {} if width else dict(sizing_mode="stretch_width")
@@ -210,6 +209,10 @@ class Timeline:
         legend.padding = legend.margin = 2
         fig.add_layout(legend, "above")
         return fig
+
+    def swap_on(self, *figures) -> None:
+        """Draw the binned boxes while any of ``figures`` (on this x range) moves."""
+        swap_while_moving(list(figures), [self._r_events, self.controls.hits], [self._r_moving])
 
     # -- data (every update) -------------------------------------------------------------
     def update(self, run, origin: int | None = None) -> None:
