@@ -213,10 +213,17 @@ def test_sources_hold_both_ranks_and_lanes_per_thread_are_labelled():
     assert len(labels) == len(tl._rows)                        # every row has its label
     assert sorted(set(tl.compile_source.data["rank"])) == [0, 1]
     assert 0 < sum(data["graph"]) < len(data["graph"])   # graph replays and others
-    hatched = tl.graph_source.data                         # drawn hatched by one overlay
-    assert len(hatched["left"]) == sum(data["graph"])
-    assert set(zip(hatched["left"], hatched["y"])) == {
-        (x, y) for x, y, g in zip(data["left"], data["y"], data["graph"]) if g}
+    # drawn hatched by one overlay: touching replays of a row as one span, which holds
+    # every replayed box and no box that was not replayed
+    hatched = tl.graph_source.data
+    assert 0 < len(hatched["left"]) < sum(data["graph"])
+    span_of = {}
+    for a, b, y in zip(hatched["left"], hatched["right"], hatched["y"]):
+        span_of.setdefault(y, []).append((a, b))
+    for x0, x1, y, g in zip(data["left"], data["right"], data["y"], data["graph"]):
+        inside = any(a <= x0 and x1 <= b for a, b in span_of.get(y, []))
+        assert inside if g else not any(a < x0 < b or a < x1 < b
+                                        for a, b in span_of.get(y, [])), (x0, y, g)
     assert tl.stats["events"] == len(run.events)
     # x axis: ms from the earliest event; the hover says ms and the time into the step,
     # never epoch nanoseconds
@@ -397,6 +404,11 @@ def test_compare_aligns_first_profiled_steps_and_shows_deltas():
     lay = compare_figure(a, b)
     fig_a, fig_b, *_rest, bar = lay.children
     assert fig_a.x_range is fig_b.x_range
+    # a wheel over either figure moves both: both draw their binned boxes while it turns
+    moving = {r.id for f in (fig_a, fig_b) for r in f.renderers if r.name == "events-moving"}
+    assert len(moving) == 2
+    for fig in (fig_a, fig_b):
+        assert {cb.args["moving"][0].id for cb in fig.js_event_callbacks["lodstart"]} == moving
     for fig in (fig_a, fig_b):
         src = next(r.data_source for r in fig.renderers if "shade" in r.data_source.data)
         assert min(src.data["left"]) == pytest.approx(0.0)       # first profiled step at 0

@@ -22,6 +22,8 @@ def compare_figure(run_a, run_b, **kw):
                  title=f"B {run_b.label}", **kw)
     for tl in (a, b):
         tl.figure.xaxis.axis_label = "ms since the first profiled step"
+    a.swap_on(b.figure)       # a wheel over one moves both
+    b.swap_on(a.figure)
     # Each update set the shared range to its own window; show both.
     shared.start = shared.reset_start = min(a.window_ms[0], b.window_ms[0])
     shared.end = shared.reset_end = max(a.window_ms[1], b.window_ms[1])

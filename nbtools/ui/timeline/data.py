@@ -86,6 +86,62 @@ def lod(events: pd.DataFrame, width_px: int, t0: int, t1: int) -> pd.DataFrame:
         "graph": np.where(busy > 0, 2 * graph_ns >= busy, replayed[longest])})
 
 
+def spans(left, right, y, gap: float) -> dict:
+    """Boxes of one row that overlap or lie under ``gap`` apart, as one span (left, right,
+    y): the graph-replay hatch drawn over the union of its boxes looks the same, and a
+    hatched span costs BokehJS a pattern fill per box on every paint."""
+    left, right, y = (np.asarray(v, np.float64) for v in (left, right, y))
+    if not len(left):
+        return dict(left=left, right=right, y=y)
+    o = np.lexsort((left, y))
+    left, right, y = left[o], right[o], y[o]
+    row = np.r_[0, np.cumsum(y[1:] != y[:-1])]
+    # one running maximum over all rows, each row lifted above the last
+    x0 = left.min()
+    lift = row * (right.max() - x0 + abs(gap) + 1.0)
+    reach = np.maximum.accumulate(right - x0 + lift) - lift + x0
+    new = np.r_[True, (row[1:] != row[:-1]) | (left[1:] > reach[:-1] + gap)]
+    starts = np.flatnonzero(new)
+    # the exact ends (the lifted sums above round in the last bits)
+    return dict(left=left[starts], right=np.maximum.reduceat(right, starts), y=y[starts])
+
+
+def moving_data(d: dict, max_boxes: int) -> dict:
+    """What the timeline draws while the wheel turns or a drag pans: the drawn boxes (an
+    ``events_data`` dict) binned per row into at most ``max_boxes`` blocks of equal width,
+    each coloured by its category with most busy time and as opaque as the block is full.
+    BokehJS paints every box of a renderer on every tick (past ``lod_threshold`` a grey
+    tenth of them, still mapping all); the full boxes come back when the motion stops."""
+    left, right = np.asarray(d["left"], np.float64), np.asarray(d["right"], np.float64)
+    if not len(left):
+        return dict(left=left, right=right, y=np.zeros(0, np.int32),
+                    cat_i=np.zeros(0, np.int8), alpha=np.zeros(0, np.float32))
+    y, count = np.asarray(d["y"], np.int64), np.asarray(d["count"])
+    busy = np.where(count > 1, np.asarray(d["busy_ns"], np.float64) / 1e6, right - left)
+    rows, row = np.unique(y, return_inverse=True)
+    x0, x1 = left.min(), right.max()
+    per_row = max(int(max_boxes) // len(rows), 1)
+    block = np.minimum(((left - x0) / max(x1 - x0, 1e-12) * per_row).astype(np.int64),
+                       per_row - 1)
+    key = row * per_row + block
+    o = np.lexsort((left, key))
+    starts = np.flatnonzero(np.r_[True, key[o][1:] != key[o][:-1]])
+    group = np.cumsum(np.r_[True, key[o][1:] != key[o][:-1]]) - 1
+    lo = np.minimum.reduceat(left[o], starts)
+    hi = np.maximum.reduceat(right[o], starts)
+    total = np.add.reduceat(busy[o], starts)
+    cat = np.asarray(d["cat_i"], np.int64)[o] + 1         # -1 (unknown) votes as 0
+    ncat = int(cat.max()) + 1
+    votes = np.bincount(group * ncat + cat, weights=busy[o] + 1e-9,
+                        minlength=len(starts) * ncat).reshape(len(starts), ncat)
+    alpha = np.asarray(d["alpha"], np.float32)[o]
+    full = np.clip(total / np.maximum(hi - lo, 1e-12), 0.35, 1.0)
+    return dict(left=lo, right=hi, y=y[o][starts].astype(np.int32),
+                cat_i=(votes.argmax(axis=1) - 1).astype(np.int8),
+                # a block of single events as opaque as they are; annotations stay faint
+                alpha=np.minimum(full, np.maximum.reduceat(alpha, starts)).astype(np.float32))
+
+
 def stack_depth(events: pd.DataFrame) -> np.ndarray:
     """Each event's sub-row in its (rank, lane), as Perfetto stacks slices: 0 for an
     outermost range, one deeper for each range it sits in. Ranges that overlap without

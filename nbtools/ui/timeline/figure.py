@@ -24,17 +24,19 @@ from nbtools.analysis.collective_flows import collective_flows
 from nbtools.analysis.tables import CATEGORIES, string_codes
 from nbtools.ui.timeline.compile_strip import CompileStrip
 from nbtools.ui.timeline.data import (SUMMARY_STACK, decode, events_data, fmt_ns, initial_window,
-                                      lane_sort_key, lod, origin_ns, stack_depth,
+                                      lane_sort_key, lod, moving_data, origin_ns, spans,
+                                      stack_depth,
                                       step_starts, step_table, steps_data, summary_data)
-from nbtools.ui.timeline.interactions import (Controls, duration_hover, fit_labels,
+from nbtools.ui.timeline.interactions import (CHAR_PX, Controls, duration_hover, fit_labels,
                                               lane_hover, link_labels, merged_hover,
-                                              name_hover, start_hover)
+                                              name_hover, start_hover, swap_while_moving)
 from nbtools.ui.timeline.memory import MemoryLane
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#98df8a", "#9467bd", "#17becf", "#c5b0d5",
            "#c7c7c7")          # in CATEGORIES order
 LOD_PX = 1200      # pixel columns the level of detail assumes when the width follows the page
 FLOW_FIELDS = ("x0", "y0", "x1", "y1", "text", "wait")
+MOVING_BOXES = 1500   # drawn while the wheel turns: under BokehJS's lod_threshold (2000)
 MAX_FLOWS = 400    # per drawn window, the longest waits: more arrows hide the boxes (and weigh MBs)
 
 
@@ -57,7 +59,8 @@ class Timeline:
     outlined on every rank, their count and total time) and the flows switch; select a
     time range with the box-select tool for a table of what it holds. Beside it, on its own
     axis, the compile strip (every step and compile of each rank). The wheel zooms only after
-    its tool is switched on in the toolbar (page scrolling passes over the plot), and the
+    its tool is switched on in the toolbar (page scrolling passes over the plot); while it
+    turns, binned boxes stand in for the boxes (``moving_source``). The
     figures follow the notebook's width unless ``width`` (px) fixes it. ``collapse_cpu``
     draws one CPU lane per rank instead of one per thread; ``backend`` is "canvas" (works
     everywhere, headless Chromium included) or "webgl"; ``live`` refines the level of detail
@@ -87,6 +90,7 @@ class Timeline:
         self.steps_source = ColumnDataSource(steps_data(tables.empty(tables.STEP_COLUMNS)))
         self.labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
         self.graph_source = ColumnDataSource(dict(left=[], right=[], y=[]))
+        self.moving_source = ColumnDataSource(moving_data(events_data(None, {}, [], 0), 1))
         self.step_start_source = ColumnDataSource(step_table({}, 0))
         # what the boxes' codes stand for (events_data): one string per name and row
         self.names_source = ColumnDataSource(dict(name=[]))
@@ -101,6 +105,7 @@ class Timeline:
         self.strip = CompileStrip(self._size, backend)
         self.compile_source, self.span_source = self.strip.mark_source, self.strip.span_source
         self.memory = MemoryLane(self._size, backend, self.figure.x_range)
+        self.swap_on(self.figure, self.memory.figure)
         self.summary_figure = self._build_summary(backend)
         c = self.controls
         stretch = {} if width else dict(sizing_mode="stretch_width")
@@ -137,6 +142,10 @@ class Timeline:
                                    low_color="#7f7f7f", nan_color="#7f7f7f"),
             fill_alpha="alpha", line_color=None, source=self.events_source, name="events")
         r_ev.nonselection_glyph.fill_alpha = 0.35
+        self._r_moving = fig.hbar(y="y", left="left", right="right", height=0.8,
+                                  fill_color=r_ev.glyph.fill_color, fill_alpha="alpha",
+                                  line_color=None, source=self.moving_source,
+                                  name="events-moving", visible=False)
         # Graph replays hatched by an overlay with one (scalar) pattern: a per-box hatch
         # column makes BokehJS build a pattern canvas per box on every paint (10k boxes: 18 s
         # to first paint in Chromium, a 100k-event page never finished)
@@ -201,6 +210,10 @@ class Timeline:
         fig.add_layout(legend, "above")
         return fig
 
+    def swap_on(self, *figures) -> None:
+        """Draw the binned boxes while any of ``figures`` (on this x range) moves."""
+        swap_while_moving(list(figures), [self._r_events, self.controls.hits], [self._r_moving])
+
     # -- data (every update) -------------------------------------------------------------
     def update(self, run, origin: int | None = None) -> None:
         """Replace every source's data with ``run``'s; the models stay the same objects."""
@@ -234,6 +247,10 @@ class Timeline:
                 rows.append(f"r{r}")
                 labels.append(f"{who} (no profiled events)")
         self._rows, self._labels, self._lane_y, self._prepared = rows, labels, lane_y, events
+        # one box per pixel of the plot itself: the figure's width less the row labels
+        # (1100 px with "r0 GPU 0 stream 13": 986 px in Chromium; the estimate is 983)
+        self.lod_px = max(int((self.width or LOD_PX) - CHAR_PX * max(map(len, labels),
+                                                                     default=0) - 5), 100)
         # before the boxes: their data change refits the names from these
         self.rows_source.data = dict(row=list(labels))      # "r0 GPU 0 stream 7", as the axis
         self.names_source.data = dict(name=list(string_codes(events["name"])[1])
@@ -334,8 +351,11 @@ class Timeline:
         d = events_data(boxes, self._lane_y, self._rows, self.origin, self._details)
         self.details_source.data = dict(detail=d.pop("details"))   # before the codes into it
         self.events_source.data = d
+        self.moving_source.data = moving_data(d, MOVING_BOXES)
         g = np.flatnonzero(d["graph"]) if len(d["graph"]) else []
-        self.graph_source.data = {k: np.asarray(d[k])[g] for k in ("left", "right", "y")}
+        px_ms = (hi - lo) / (width_px or self.lod_px) / 1e6
+        self.graph_source.data = spans(*(np.asarray(d[k])[g] for k in ("left", "right", "y")),
+                                       gap=px_ms)
         # the first paint's names (BokehJS refits them on every zoom and at the real width)
         x0, x1 = self.figure.x_range.start, self.figure.x_range.end
         single = np.asarray(d["count"]) == 1          # a merged box's name is not all it holds
