@@ -57,7 +57,7 @@ def wait_joinable(timeout: float = 300.0) -> bool:
     imported, and let the rest of the warm import begin now instead of after a setup. A
     spare is of use from here: Lab() returns when its spares are this far, and the rest
     (seconds of torch._dynamo on a GPU host) goes on beside the person's first run, which
-    waits for it before its first step (runner: wait_warm)."""
+    waits for it before its first step (state.S.finish_warm_import)."""
     from nbtools.engine.state import S
     S.import_rest.set()
     return _WARM is None or _JOINABLE.wait(timeout)

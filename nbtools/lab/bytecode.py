@@ -37,12 +37,13 @@ def has_bytecode(package: str) -> bool:
         return True       # not importable here: nothing to speed up
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return True
-    try:
-        cached = importlib.util.cache_from_source(spec.origin)
-    except NotImplementedError:
-        return True
-    if sys.pycache_prefix:    # this process's own prefix: the default place is not used
-        return True
+    tag = sys.implementation.cache_tag
+    if not tag:
+        return True       # this Python writes no bytecode at all
+    # where an engine without a prefix looks (not cache_from_source: it follows this
+    # process's own -X pycache_prefix, which engines do not inherit)
+    source = Path(spec.origin)
+    cached = source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
     try:   # a .pyc older than its source is compiled again anyway
         return os.stat(cached).st_mtime >= os.stat(spec.origin).st_mtime
     except OSError:
