@@ -3,6 +3,7 @@ work offline), and what "a Bokeh figure is drawn" means in a page. A missing Chr
 the test; it never skips."""
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from pathlib import Path
@@ -21,6 +22,24 @@ def launch(pw, chromium: str | None = None):
         pytest.fail(f"Chromium not found at {path}: install it (apt-get install chromium) "
                     "or point NBTOOLS_CHROMIUM at a Chromium binary. This test does not skip.")
     return pw.chromium.launch(executable_path=path, args=ARGS)
+
+
+@contextlib.contextmanager
+def open_page(pw, path: Path, console_errors: bool = True, width: int = 1300,
+              height: int = 1000):
+    """A fresh page on ``path`` in a fresh Chromium: yields (page, errors), where errors
+    collects the page's uncaught exceptions (and console errors, unless told not to)."""
+    browser = launch(pw)
+    try:
+        page = browser.new_page(viewport={"width": width, "height": height})
+        errors: list = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        if console_errors:
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(path.as_uri(), wait_until="load")
+        yield page, errors
+    finally:
+        browser.close()
 
 
 # Every Bokeh plot on screen, tagged with a stable id; a timeline's rows are its boxes' y.

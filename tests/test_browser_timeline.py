@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from browser import ARTIFACTS, launch
+from browser import ARTIFACTS, launch, open_page
 from test_timeline import synthetic_run
 
 FRAME = """(name) => {
@@ -203,23 +203,16 @@ def test_tooltip_shows_the_details_and_stack_in_chromium(tmp_path):
     i = [k for k, t in enumerate(box["detail"]) if t][0]
     page_path = tmp_path / "tooltip.html"
     page_path.write_text(file_html(tl.layout, INLINE, "tooltip"))
-    with sync_playwright() as pw:
-        browser = launch(pw)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
-            errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(page_path.as_uri(), wait_until="load")
-            page.wait_for_function("() => window.Bokeh && Bokeh.index && [...Bokeh.index"
-                                   ".all_views()].some(v => v.model.name === 'timeline' "
-                                   "&& v.frame)", timeout=30_000)
-            page.wait_for_timeout(500)
-            at = page.evaluate(BOX_AT, i)
-            page.mouse.move(at["x"], at["y"])
-            page.get_by_text(text).first.wait_for(state="visible", timeout=5_000)
-            assert page.get_by_text(str(top["name"]), exact=True).first.is_visible()
-            assert page.get_by_text(f"compute on {box['lane'][i]}", exact=True).count()
-            page.screenshot(path=str(ARTIFACTS / "timeline-tooltip.png"))
-            assert not errors, errors
-        finally:
-            browser.close()
+    with sync_playwright() as pw, open_page(pw, page_path, console_errors=False) as (page, errors):
+        page.wait_for_function("() => window.Bokeh && Bokeh.index && [...Bokeh.index"
+                               ".all_views()].some(v => v.model.name === 'timeline' "
+                               "&& v.frame)", timeout=30_000)
+        page.wait_for_timeout(500)
+        at = page.evaluate(BOX_AT, i)
+        page.mouse.move(at["x"], at["y"])
+        page.get_by_text(text).first.wait_for(state="visible", timeout=5_000)
+        assert page.get_by_text(str(top["name"]), exact=True).first.is_visible()
+        assert page.get_by_text(f"compute on {box['lane'][i]}", exact=True).count()
+        page.screenshot(path=str(ARTIFACTS / "timeline-tooltip.png"))
+        assert not errors, errors
+

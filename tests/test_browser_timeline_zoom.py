@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 
-from browser import ARTIFACTS, WHERE, _ink, check_plots_drawn, launch
+from browser import ARTIFACTS, WHERE, _ink, check_plots_drawn, open_page
 from test_timeline import synthetic_run
 
 VIEW = "[...Bokeh.index.all_views()].find(v => v.model.name === 'timeline' && v.frame)"
@@ -57,52 +57,44 @@ def test_wheel_zoom_on_a_large_timeline_in_chromium(tmp_path):
     tl = Timeline(run, width=1100, live=False)
     page_path = tmp_path / "zoom.html"
     page_path.write_text(file_html(tl.layout, INLINE, "zoom"))
-    with sync_playwright() as pw:
-        browser = launch(pw)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
-            errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.goto(page_path.as_uri(), wait_until="load")
-            page.wait_for_function(f"() => window.Bokeh && !!{VIEW}", timeout=120_000)
-            check_plots_drawn(page, "timeline-zoom", [0, 1, 2, 3])
-            s = page.evaluate(STATE)
-            # at full zoom-out, no row holds more boxes than the plot has pixel columns
-            assert s["most"] <= s["frame"], s
-            assert s["events"] and s["moving"] is False, s
-            ranks = list(range(4))
+    with sync_playwright() as pw, open_page(pw, page_path) as (page, errors):
+        page.wait_for_function(f"() => window.Bokeh && !!{VIEW}", timeout=120_000)
+        check_plots_drawn(page, "timeline-zoom", [0, 1, 2, 3])
+        s = page.evaluate(STATE)
+        # at full zoom-out, no row holds more boxes than the plot has pixel columns
+        assert s["most"] <= s["frame"], s
+        assert s["events"] and s["moving"] is False, s
+        ranks = list(range(4))
 
-            at = page.evaluate(WHEEL, 60_000)
-            page.mouse.move(at["x"], at["y"])
-            for _ in range(4):
-                page.mouse.wheel(0, -120)
-                page.wait_for_timeout(50)
-            page.wait_for_timeout(300)
-            s = page.evaluate(STATE)
-            assert s["moving"] is True and s["events"] is False, s   # the wheel is turning
-            ink = _bands_inked(page, page.evaluate(WHERE, s["id"]), "moving")
-            assert sorted(map(int, ink)) == ranks and min(ink.values()) > 1000, ink
+        at = page.evaluate(WHEEL, 60_000)
+        page.mouse.move(at["x"], at["y"])
+        for _ in range(4):
+            page.mouse.wheel(0, -120)
+            page.wait_for_timeout(50)
+        page.wait_for_timeout(300)
+        s = page.evaluate(STATE)
+        assert s["moving"] is True and s["events"] is False, s   # the wheel is turning
+        ink = _bands_inked(page, page.evaluate(WHERE, s["id"]), "moving")
+        assert sorted(map(int, ink)) == ranks and min(ink.values()) > 1000, ink
 
-            page.evaluate(STOP)
-            page.wait_for_timeout(600)
-            s = page.evaluate(STATE)
-            assert s["events"] and s["moving"] is False, s           # the motion stopped
-            zoomed = s["x"][1] - s["x"][0]
-            assert zoomed < 0.8 * (s["data"][1] - s["data"][0]), s
-            ink = _bands_inked(page, page.evaluate(WHERE, s["id"]), "zoomed-in")
-            assert min(ink.values()) > 1000, ink
+        page.evaluate(STOP)
+        page.wait_for_timeout(600)
+        s = page.evaluate(STATE)
+        assert s["events"] and s["moving"] is False, s           # the motion stopped
+        zoomed = s["x"][1] - s["x"][0]
+        assert zoomed < 0.8 * (s["data"][1] - s["data"][0]), s
+        ink = _bands_inked(page, page.evaluate(WHERE, s["id"]), "zoomed-in")
+        assert min(ink.values()) > 1000, ink
 
-            page.evaluate(WHEEL, 0)                  # the timeline's own lod timings
-            for _ in range(12):
-                page.mouse.wheel(0, 120)
-                page.wait_for_timeout(50)
-            page.wait_for_timeout(1200)
-            s = page.evaluate(STATE)
-            assert s["events"] and s["moving"] is False, s
-            assert s["x"][0] <= s["data"][0] and s["x"][1] >= s["data"][1], s
-            ink = _bands_inked(page, page.evaluate(WHERE, s["id"]), "zoomed-out")
-            assert min(ink.values()) > 1000, ink
-            assert not errors, errors
-        finally:
-            browser.close()
+        page.evaluate(WHEEL, 0)                  # the timeline's own lod timings
+        for _ in range(12):
+            page.mouse.wheel(0, 120)
+            page.wait_for_timeout(50)
+        page.wait_for_timeout(1200)
+        s = page.evaluate(STATE)
+        assert s["events"] and s["moving"] is False, s
+        assert s["x"][0] <= s["data"][0] and s["x"][1] >= s["data"][1], s
+        ink = _bands_inked(page, page.evaluate(WHERE, s["id"]), "zoomed-out")
+        assert min(ink.values()) > 1000, ink
+        assert not errors, errors
+
