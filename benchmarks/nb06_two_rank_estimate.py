@@ -36,5 +36,5 @@ pairs = [(pick("ddp"), pick("fsdp2")), (pick("fsdp2"), pick("fsdp2", "default"))
 for label, f in (("1 rank", lambda r: r), ("2 ranks (copied)", two_ranks)):
     sizes = [size(compare_figure(f(a), f(b))) for a, b in pairs]
     tl = Timeline(f(pairs[0][1]))
-    sizes.append(size(tl.layout if hasattr(tl, "layout") else tl.figure))
+    sizes.append(size(tl.layout))
     print(label, [f"{s/1e6:.2f} MB" for s in sizes], f"total {sum(sizes)/1e6:.2f} MB")

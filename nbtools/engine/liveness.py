@@ -33,14 +33,11 @@ def start() -> None:
         threading.Thread(target=_watch, args=(client,), name="nbtools-client-watch",
                          daemon=True).start()
     if os.environ.get("NBTOOLS_WARM", "1") == "1":
-        global _WARM
-        _WARM = threading.Thread(target=_warm, name="nbtools-warm", daemon=True)
         from nbtools.engine.state import S
-        S.warm_thread = _WARM
-        _WARM.start()
+        S.warm_thread = threading.Thread(target=_warm, name="nbtools-warm", daemon=True)
+        S.warm_thread.start()
 
 
-_WARM = None
 _STARTED = False
 _JOINABLE = threading.Event()       # torch and torch.distributed imported (or failed)
 
@@ -60,16 +57,13 @@ def wait_joinable(timeout: float = 300.0) -> bool:
     waits for it before its first step (state.S.finish_warm_import)."""
     from nbtools.engine.state import S
     S.import_rest.set()
-    return _WARM is None or _JOINABLE.wait(timeout)
+    return S.warm_thread is None or _JOINABLE.wait(timeout)
 
 
 def wait_warm(timeout: float = 300.0) -> bool:
     """On the engine: block until the background imports are done (all of them now)."""
     from nbtools.engine.state import S
-    S.import_rest.set()
-    if _WARM is not None:
-        _WARM.join(timeout)
-    return _WARM is None or not _WARM.is_alive()
+    return S.finish_warm_import(timeout)
 
 
 # when each part of the background import finished (time.time()): benchmarks/startup.py

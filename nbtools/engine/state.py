@@ -32,13 +32,16 @@ class EngineState:
     import_rest: threading.Event = field(default_factory=threading.Event)
     warm_thread: object = None   # liveness's background import, while this engine has one
 
-    def finish_warm_import(self) -> None:
+    def finish_warm_import(self, timeout: float | None = None) -> bool:
         """Block until the background import is done (a run calls this before its steps:
-        Lab() returns before it is, and none of it may run beside a timed step)."""
+        Lab() returns before it is, and none of it may run beside a timed step); whether
+        it is. Lets the rest of the import begin now if it still waited for a setup."""
         t = self.warm_thread
-        if t is not None:
-            self.import_rest.set()
-            t.join()
+        if t is None:
+            return True
+        self.import_rest.set()
+        t.join(timeout)
+        return not t.is_alive()
 
     def release_model(self) -> None:
         """Drop the previous model, optimizer and compiled step before building the next.
