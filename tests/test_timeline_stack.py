@@ -113,3 +113,14 @@ def test_h200_nccl_traces_give_collective_tooltips():
                           "16,384 bytes moved in"), nccl[0][1]
     # these traces carry no "Seq" (torch 2.11's NCCL args): the tooltip does not invent one
     assert not any("seq:" in t for _, t in nccl)
+
+
+def test_a_trace_without_args_reads_no_details_and_says_nothing_wrong():
+    """The committed reduce-overhead traces (graph replays: no op carries input dims or
+    collective args): the second pass finds nothing, which is not a problem to flag."""
+    from nbtools import load_traces
+    from nbtools.common.package_data import h200_traces_dir
+    files = sorted(h200_traces_dir().glob("tp_reduce-overhead_rank*.json.gz"))
+    run = load_traces(files, details=True)
+    assert run.event_details.empty
+    assert not [f for f in run.flags if "tooltip" in f], run.flags

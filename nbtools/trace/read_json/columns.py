@@ -243,7 +243,10 @@ def _array(values, types, times: bool = False):
     otherwise: a list among numbers makes asarray raise, a str makes it text. A bool among
     ints would silently be 0 or 1, so where a value is that small the element types are
     looked at too for times (in C; a batch of real times is rarely all above 1, so this
-    cheap check catches every bool). Ids are not checked: true as id 1 misplaces no time."""
+    cheap check catches every bool). Ids are not checked: true as id 1 misplaces no time.
+    No values: an empty int64 array (a file's second pass may find nothing to keep)."""
+    if not len(values):
+        return np.zeros(0, np.int64)
     if type(values[0]) not in types:
         return None
     try:
