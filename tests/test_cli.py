@@ -81,8 +81,10 @@ def test_version():
     (["export", "bad.ipynb"], "bad.ipynb: not a notebook"),
     (["export", "wrong.ipynb"], "wrong.ipynb: not a valid notebook"),
     (["export", "."], "is a folder, not a notebook"),
-    (["view", "bad.ipynb"], "is a file, not a history folder"),
-    (["view", "no-such-runs"], "no-such-runs: no such history folder"),
+    (["view", "bad.ipynb"], "is a file, not a history folder or trace file (.json, .json.gz)"),
+    (["view", "no-such-runs"], "no-such-runs: no such history folder or trace file"),
+    # a trace file that is not one: what is wrong with it, no traceback
+    (["view", "bad.json"], "bad.json: is not valid JSON"),
     (["notebooks", "bad.ipynb"], "is a file, not a notebooks folder"),
     (["run", "--history", "bad.ipynb"], "is a file, not a history folder"),
     (["run", "--html", "nowhere/report.html"], "folder nowhere does not exist"),
@@ -96,6 +98,7 @@ def test_version():
 def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path, args, says):
     import nbformat
     (tmp_path / "bad.ipynb").write_text('{"cells": [')
+    (tmp_path / "bad.json").write_text('{"traceEvents": [{"ph": "X", ')
     (tmp_path / "wrong.ipynb").write_text('{"cells": 3}')
     params = nbformat.v4.new_code_cell("SMALL = False\nSTEPS: int = 10")
     params.metadata["tags"] = ["parameters"]
@@ -181,3 +184,63 @@ def test_kernel_install_writes_the_shipped_spec(tmp_path):
     argv, shipped_argv = got.pop("argv"), want.pop("argv")
     assert argv == [sys.executable] + shipped_argv[1:]
     assert got == want and want["env"] == {"PYTHONUNBUFFERED": "1"}
+
+
+def _h200_traces(folder: Path) -> list:
+    import shutil
+    from nbtools.common.package_data import h200_traces_dir
+    files = sorted(h200_traces_dir().glob("tp_off_rank*.json.gz"))
+    return [Path(shutil.copy(f, folder)) for f in files]
+
+
+def _rows(stdout: str) -> dict:
+    return {w[0]: w for w in map(str.split, stdout.splitlines())
+            if w and w[0] in ("0", "1", "2", "all")}
+
+
+def test_view_reads_your_own_traces_a_table_and_one_timeline(tmp_path):
+    """A folder of Kineto traces from a person's own job (the committed 2 x H200 TP files):
+    per rank the profiled step and its parts, the run's row, which file each rank came
+    from; --html: every rank's timeline on one clock in one offline file."""
+    from nbtools import load_traces
+    files = _h200_traces(tmp_path)
+    r = nbtools_cli("view", tmp_path, "--html", tmp_path / "t.html", cwd=tmp_path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    head = r.stdout.splitlines()[0].split()
+    assert head[:6] == ["rank", "window_ms", "compute_ms", "comm_ms", "exposed_comm_ms",
+                        "idle_ms"] and "step_ms" not in head
+    assert "(rank 0: tp_off_rank0.json.gz, rank 1: tp_off_rank1.json.gz)" in r.stdout
+    s, rows = load_traces(files).summary.set_index("rank"), _rows(r.stdout)
+    for rank in (0, 1):
+        got = dict(zip(head[1:], rows[str(rank)][1:]))
+        for col in ("profiled_window_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms"):
+            label = "window_ms" if col == "profiled_window_ms" else col
+            assert float(got[label]) == pytest.approx(s.loc[rank, col], abs=6e-4), col
+    assert "all" in rows and "exposed_comm_ms (ms):" in r.stdout     # its legend
+    html = (tmp_path / "t.html").read_text()
+    # both ranks' GPU streams drawn, the collectives' tooltips read (--html asks for them)
+    assert "r0 GPU 0 stream 7" in html and "r1 GPU 1 stream 7" in html
+    assert "collective: allreduce" in html
+    # no StepConfig: its fields are not listed as rows of dashes; where it came from is
+    assert "<th>scenario</th>" not in html and "<th>source</th><td>traces</td>" in html
+
+
+def test_view_of_traces_keeps_the_good_ranks_when_one_file_is_damaged(tmp_path):
+    _h200_traces(tmp_path)
+    (tmp_path / "rank2.json").write_text('{"traceEvents": [')
+    r = nbtools_cli("view", tmp_path, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert set(_rows(r.stdout)) == {"0", "1", "all"}
+    assert "rank2.json: not read: " in r.stderr and "rank2.json: not read: " in r.stdout
+    # one file alone: read as it is
+    one = nbtools_cli("view", tmp_path / "tp_off_rank1.json.gz", cwd=tmp_path)
+    assert one.returncode == 0 and set(_rows(one.stdout)) == {"1"}, one.stderr
+
+
+def test_view_of_two_files_holding_one_rank_stops_with_one_line(tmp_path):
+    import shutil
+    a = _h200_traces(tmp_path)[0]
+    shutil.copy(a, tmp_path / "again_rank0.json.gz")
+    r = nbtools_cli("view", tmp_path, cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "both hold rank 0" in r.stderr, r.stderr

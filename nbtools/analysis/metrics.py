@@ -201,6 +201,10 @@ TABLE = ("step_ms", "p90_ms", "items_per_s", "compile_s", "compiles", "recompile
 CLI = ("step_ms", "p10_ms", "p90_ms", "items_per_s", "compile_s", "recompiles", "graphs",
        "compute_busy_pct", "overlap_pct", "graph_coverage_pct", "peak_mem_mb")
 """The CLI table (``python -m nbtools run|demo|view``)."""
+TRACE_CLI = ("profiled_window_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms",
+             "compute_busy_pct", "overlap_pct", "graph_coverage_pct", "kernels")
+"""The CLI table of traces from a person's own job (``python -m nbtools view TRACES``): no
+lab timed their steps, so the profiled step and its parts instead of step_ms and the rest."""
 HISTORY = ("step_ms", "recompiles")
 """``lab.history.table()``, beside id, status and label."""
 

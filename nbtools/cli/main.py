@@ -110,6 +110,12 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `nbtools view ... | head`: the reader left. Python's recipe: stdout to devnull,
+        # so the interpreter's flush at exit does not raise again
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except _USER_ERRORS as e:
         # a path, a file or an extra the user can fix: one line, not a traceback
         cmd = argv[0] if argv else ""
@@ -152,9 +158,16 @@ def _main(argv) -> int:
                                 "apart; with two configs (an A/B such as --compile off,default) "
                                 "also the verdict: B over A with its 95 %% interval")
             _add_field_args(p)
-    v = sub.add_parser("view", help="print the runs saved in a history folder")
+    v = sub.add_parser("view", help="print the runs saved in a history folder, or the "
+                       "profiler traces of your own job (a Kineto .json/.json.gz per rank)",
+                       description="FOLDER: a history folder (default nbtools-runs), a "
+                       "folder of Kineto traces (one file per rank, as torch.profiler's "
+                       "tensorboard_trace_handler or export_chrome_trace write them), or "
+                       "one trace file. --html writes an offline report: for traces, every "
+                       "rank's timeline on one clock.")
     v.add_argument("folder", nargs="?", default="nbtools-runs")
-    v.add_argument("--html", default=None)
+    v.add_argument("--html", default=None, help="also write the runs (or traces) as one "
+                   "offline HTML file")
     nb = sub.add_parser("notebooks", help="copy the tutorial notebooks (and the docs they link "
                         "to) into a folder of yours")
     nb.add_argument("folder", nargs="?", default="nbtools-notebooks",
@@ -188,9 +201,14 @@ def _main(argv) -> int:
     if args.cmd == "view":
         from nbtools.results.history import History
         from nbtools.analysis.summary import refresh_analysis
-        _need_folder(args.folder, "history folder", must_exist=True)
         _need_writable_parent(args.html)
+        if _trace_files_here(args.folder):
+            return _view_traces(args.folder, args.html)
+        _need_folder(args.folder, "history folder or trace file (.json, .json.gz)",
+                     must_exist=True)
         h = History.load(args.folder)
+        if not len(h) and not h.damaged and _trace_files_here(args.folder, folder=True):
+            return _view_traces(args.folder, args.html)
         for r in h:      # histories saved by older versions get today's columns
             refresh_analysis(r)
         for name, why in h.damaged:   # listed, never in the way of the other runs
@@ -345,6 +363,64 @@ def _cmd_run(args) -> int:
     if args.html:
         _write_html(args.html, runs)
     return 0 if all(r.ok for r in runs) else 1
+
+
+def _trace_files_here(path, folder: bool = False) -> bool:
+    """``path`` is a trace file (.json/.json.gz), or with ``folder`` a folder holding them
+    (a history folder holds run folders instead)."""
+    from pathlib import Path
+    p = Path(path).expanduser()
+    is_trace = lambda q: q.is_file() and q.name.endswith((".json", ".json.gz"))
+    if not folder:
+        return is_trace(p)
+    return p.is_dir() and any(is_trace(q) for q in p.iterdir())
+
+
+def _view_traces(path, html) -> int:
+    """Profiler traces from a person's own job (one Kineto JSON per rank, as torchrun with
+    torch.profiler writes them): their table, and with --html the timeline of every rank on
+    one clock in one offline file."""
+    from nbtools.cli.table import TRACE_LEGEND
+    run = _load_good_traces(path, details=bool(html))   # tooltips only where they are drawn
+    print(format_table([run]))
+    print(TRACE_LEGEND)
+    if html:
+        _write_html(html, [run])
+    return 0
+
+
+def _load_good_traces(path, details: bool):
+    """The folder's traces as one run; a damaged file is left out and named in the run's
+    flags (and on stderr) rather than losing the other ranks. An error about the set (two
+    files holding one rank) or about every file stops with its one line."""
+    from pathlib import Path
+    from nbtools.results.load import TraceError, load_traces
+    try:
+        return load_traces(path, details=details)
+    except TraceError as e:
+        p, first = Path(path).expanduser(), str(e)
+    if not p.is_dir():
+        raise UserError(first)
+    good, bad = [], []
+    for f in sorted(q for q in p.iterdir() if _trace_files_here(q)):
+        try:
+            load_traces(f)
+        except TraceError as e:
+            why = _one_line(e)
+            why = why[len(str(f)) + 2:] if why.startswith(f"{f}: ") else why
+            bad.append(f"{f.name}: not read: {why}")
+        else:
+            good.append(f)
+    if not bad or not good:
+        raise UserError(first)
+    try:
+        run = load_traces(good, details=details)
+    except TraceError as e:
+        raise UserError(str(e)) from None
+    for line in bad:
+        print(f"damaged trace {line}", file=sys.stderr)
+    run.flags[:0] = bad
+    return run
 
 
 def _write_html(path, runs) -> None:

@@ -3,12 +3,12 @@ rank and the run's own row, about 100 characters wide; and the legend under it."
 from __future__ import annotations
 
 
-def _legend() -> str:
+def _legend(traces: bool = False) -> str:
     """Every header of format_table, explained from the registry the panel and the report
     read too (analysis/metrics.py), with how its "all" row combines the ranks."""
-    from nbtools.analysis.metrics import CLI, METRICS, explain, how
+    from nbtools.analysis.metrics import CLI, METRICS, TRACE_CLI, explain, how
     lines = [(f"{METRICS[c].short} = " if METRICS[c].short else "") + explain(c)
-             + f"; rank all: {how(c)}" for c in CLI]
+             + f"; rank all: {how(c)}" for c in (TRACE_CLI if traces else CLI)]
     return "\n".join(["columns:"] + [f"  {line}" for line in lines]
                      + ["  rank all = the run: its ranks combined as the panel, the report and "
                         "table() combine them",
@@ -16,6 +16,7 @@ def _legend() -> str:
 
 
 TABLE_LEGEND = _legend()
+TRACE_LEGEND = _legend(traces=True)
 
 
 # Digits per unit: what the CLI shows of a number (ms to the µs, shares to a tenth).
@@ -27,9 +28,13 @@ def format_table(runs, header: bool = True) -> str:
     """Per run: its label on a line of its own (never cut), then one row per rank and, for
     a run of several ranks, the run's own row (rank "all": metrics.combine, the numbers the
     panel and the report show): median and p10/p90 step ms, throughput, compile s,
-    recompiles, busy and overlap shares, memory. About 100 characters wide."""
-    from nbtools.analysis.metrics import CLI, METRICS, combine
-    cols = [(c, max(len(METRICS[c].label) + 1, 7)) for c in CLI]
+    recompiles, busy and overlap shares, memory. About 100 characters wide. Runs read from
+    a person's own traces (no StepConfig: nothing timed their steps) get the profiled step
+    and its parts instead (metrics.TRACE_CLI)."""
+    from nbtools.analysis.metrics import CLI, METRICS, TRACE_CLI, combine
+    runs = list(runs)
+    shown = TRACE_CLI if runs and all(r.config is None for r in runs) else CLI
+    cols = [(c, max(len(METRICS[c].label) + 1, 7)) for c in shown]
     head = f"{'rank':>6} " + " ".join(f"{METRICS[c].label:>{w}}" for c, w in cols) + "  status"
     lines = [head, "-" * len(head)] if header else []
 
@@ -39,7 +44,7 @@ def format_table(runs, header: bool = True) -> str:
             + f"  {end}")
 
     for run in runs:
-        lines.append(run.title if run.config else run.run_id)
+        lines.append(run.title if run.config else _trace_head(run))
         s = run.summary
         if not len(s):
             lines.append(line("-", None, "failed: " + "; ".join(
@@ -48,10 +53,18 @@ def format_table(runs, header: bool = True) -> str:
         for row in s.to_dict("records"):
             lines.append(line(str(int(row["rank"])), row, run.status))
         if len(s) > 1:
-            lines.append(line("all", {c: combine(s, c, run.config) for c in CLI}, run.status))
+            lines.append(line("all", {c: combine(s, c, run.config) for c in shown},
+                              run.status))
         for f in run.flags:
             lines.append(f"    ! {f}")
     return "\n".join(lines)
+
+
+def _trace_head(run) -> str:
+    """A run read from traces: its id and which file each rank came from."""
+    files = [f"rank {r}: {info['file']}" for r, info in sorted(run.ranks.items())
+             if isinstance(info, dict) and info.get("file")]
+    return f"{run.run_id} {run.source}" + (f" ({', '.join(files)})" if files else "")
 
 
 def _number(column: str, value) -> str:

@@ -244,9 +244,13 @@ def _config_table(runs) -> str:
     fields = [f.name for f in dataclasses.fields(StepConfig)]
     rows = [("label", [r.label for r in runs]), ("status", [r.status for r in runs]),
             ("world size", [r.world_size for r in runs])]
-    # None is the scenario's own value: the word the panel and the CLI use for it
-    rows += [(f, [("default" if getattr(r.config, f) is None else getattr(r.config, f))
-                  if r.config else "—" for r in runs]) for f in fields]
+    if any(r.source != "lab" for r in runs):      # traces from a person's own job beside
+        rows.append(("source", [r.source for r in runs]))
+    # None is the scenario's own value: the word the panel and the CLI use for it;
+    # traces from a person's own job have no StepConfig: no rows of dashes for them
+    if any(r.config for r in runs):
+        rows += [(f, [("default" if getattr(r.config, f) is None else getattr(r.config, f))
+                      if r.config else "—" for r in runs]) for f in fields]
     return _matrix(runs, rows)
 
 
