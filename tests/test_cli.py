@@ -244,3 +244,52 @@ def test_view_of_two_files_holding_one_rank_stops_with_one_line(tmp_path):
     r = nbtools_cli("view", tmp_path, cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "both hold rank 0" in r.stderr, r.stderr
+
+
+TORCHRUN_JOB = '''
+import torch, torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+dist.init_process_group("gloo")
+m = torch.nn.parallel.DistributedDataParallel(
+    torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(4)]))
+opt = torch.optim.SGD(m.parameters(), 0.01)
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2),
+             on_trace_ready=tensorboard_trace_handler("traces"), record_shapes=True) as p:
+    for _ in range(5):
+        m(torch.randn(32, 128)).sum().backward(); opt.step(); opt.zero_grad(); p.step()
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.slow
+def test_view_reads_what_a_torchrun_job_with_the_profiler_wrote(tmp_path):
+    """The path a person takes: torchrun, 2 gloo ranks, torch.profiler's
+    tensorboard_trace_handler (file names say host and pid, not the rank: the rank comes from
+    the trace's distributedInfo), then `nbtools view traces/`."""
+    (tmp_path / "job.py").write_text(TORCHRUN_JOB)
+    import os
+    import signal
+    # its own session: on a timeout the workers go with torchrun, never left behind
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            "--nproc-per-node", "2", "job.py"], cwd=tmp_path, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           start_new_session=True)
+    try:
+        out, _ = job.communicate(timeout=240)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    assert job.returncode == 0, out[-2000:]
+    files = sorted((tmp_path / "traces").iterdir())
+    assert len(files) == 2 and not any("rank" in f.name for f in files), files
+    r = nbtools_cli("view", tmp_path / "traces", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    head, rows = r.stdout.splitlines()[0].split(), _rows(r.stdout)
+    assert set(rows) == {"0", "1", "all"}, r.stdout
+    for rank in ("0", "1"):
+        got = {k: float(v) for k, v in zip(head[1:-1], rows[rank][1:-1]) if v != "-"}
+        # the parts fit in the step they are shown beside (CLI rounding: 3 decimals)
+        assert got["comm_ms"] > 0 and got["exposed_comm_ms"] <= got["comm_ms"] + 1e-3
+        assert got["compute_ms"] + got["exposed_comm_ms"] + got["idle_ms"] \
+            <= got["window_ms"] + 3e-3, got

@@ -137,10 +137,9 @@ _ALL = (
        "with nothing running (compute_ms + exposed_comm_ms + idle_ms <= profiled_window_ms)"),
     _m("graph_coverage_pct", "%", "gpukey", "mean", "higher", "share of kernel time launched "
        "by CUDA-graph replay (graph% in the CLI)", short="graph%"),
-    _m("kernels", "", "gpu", "max", "", "kernels (GPU) or operator ranges (CPU) in the "
-       "profiled steps"),
-    _m("comm_kernels", "", "gpu", "max", "", "communication kernels / collectives in the "
-       "profiled steps"),
+    _m("kernels", "", "gpu", "max", "", "GPU kernels in the profiled steps (0 on CPU ranks)"),
+    _m("comm_kernels", "", "gpu", "max", "", "communication (NCCL) kernels in the profiled "
+       "steps (0 on CPU ranks)"),
     _m("graph_kernels", "", "gpu", "max", "", "kernels launched by CUDA-graph replay"),
     # a per-rank median of how far the host runs ahead: neither end is the "worst" rank
     _m("queue_delay_us_median", "µs", "gpu", "mean", "", "median time from a kernel's launch "
@@ -202,7 +201,7 @@ CLI = ("step_ms", "p10_ms", "p90_ms", "items_per_s", "compile_s", "recompiles", 
        "compute_busy_pct", "overlap_pct", "graph_coverage_pct", "peak_mem_mb")
 """The CLI table (``python -m nbtools run|demo|view``)."""
 TRACE_CLI = ("profiled_window_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms",
-             "compute_busy_pct", "overlap_pct", "graph_coverage_pct", "kernels")
+             "compute_busy_pct", "overlap_pct", "graph_coverage_pct")
 """The CLI table of traces from a person's own job (``python -m nbtools view TRACES``): no
 lab timed their steps, so the profiled step and its parts instead of step_ms and the rest."""
 HISTORY = ("step_ms", "recompiles")
