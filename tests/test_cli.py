@@ -204,7 +204,9 @@ def test_view_reads_your_own_traces_a_table_and_one_timeline(tmp_path):
     from; --html: every rank's timeline on one clock in one offline file."""
     from nbtools import load_traces
     files = _h200_traces(tmp_path)
-    r = nbtools_cli("view", tmp_path, "--html", tmp_path / "t.html", cwd=tmp_path)
+    (tmp_path / "out").mkdir()
+    r = nbtools_cli("view", tmp_path, "--html", tmp_path / "t.html", "--perfetto",
+                    tmp_path / "out" / "both.json", cwd=tmp_path)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     head = r.stdout.splitlines()[0].split()
     assert head[:6] == ["rank", "window_ms", "compute_ms", "comm_ms", "exposed_comm_ms",
@@ -223,6 +225,16 @@ def test_view_reads_your_own_traces_a_table_and_one_timeline(tmp_path):
     assert "collective: allreduce" in html
     # no StepConfig: its fields are not listed as rows of dashes; where it came from is
     assert "<th>scenario</th>" not in html and "<th>source</th><td>traces</td>" in html
+    # --perfetto: both ranks in the one file Perfetto opens, arrows between their collectives
+    ev = json.loads((tmp_path / "out" / "both.json").read_text())["traceEvents"]
+    assert {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_name"} == \
+        {0: "rank 0", 1: "rank 1"}
+    assert sum(e.get("ph") == "s" for e in ev) == sum(e.get("ph") == "f" for e in ev) > 0
+    assert f"perfetto: {tmp_path / 'out' / 'both.json'}" in r.stdout
+    # a history folder is not traces: one line saying what --perfetto takes
+    (tmp_path / "hist" / "0001").mkdir(parents=True)
+    h = nbtools_cli("view", tmp_path / "hist", "--perfetto", tmp_path / "x.json")
+    assert h.returncode == 2 and "--perfetto takes trace files" in h.stderr, h.stderr
 
 
 def test_view_of_traces_keeps_the_good_ranks_when_one_file_is_damaged(tmp_path):

@@ -168,6 +168,10 @@ def _main(argv) -> int:
     v.add_argument("folder", nargs="?", default="nbtools-runs")
     v.add_argument("--html", default=None, help="also write the runs (or traces) as one "
                    "offline HTML file")
+    v.add_argument("--perfetto", default=None, metavar="FILE.json[.gz]",
+                   help="traces only: write every rank into one Chrome-trace file (a process "
+                   "per rank, flow arrows between their collectives) for ui.perfetto.dev, "
+                   "which opens one file at a time")
     nb = sub.add_parser("notebooks", help="copy the tutorial notebooks (and the docs they link "
                         "to) into a folder of yours")
     nb.add_argument("folder", nargs="?", default="nbtools-notebooks",
@@ -202,13 +206,19 @@ def _main(argv) -> int:
         from nbtools.results.history import History
         from nbtools.analysis.summary import refresh_analysis
         _need_writable_parent(args.html)
+        _need_writable_parent(args.perfetto)
         if _trace_files_here(args.folder):
-            return _view_traces(args.folder, args.html)
+            return _view_traces(args.folder, args.html, args.perfetto)
         _need_folder(args.folder, "history folder or trace file (.json, .json.gz)",
                      must_exist=True)
         h = History.load(args.folder)
         if not len(h) and not h.damaged and _trace_files_here(args.folder, folder=True):
-            return _view_traces(args.folder, args.html)
+            return _view_traces(args.folder, args.html, args.perfetto)
+        if args.perfetto:
+            raise UserError(f"--perfetto: {args.folder} is a history folder; --perfetto takes "
+                            "trace files. A saved run writes its own: History.load(folder)"
+                            "[run_id].to_perfetto('run.json') (from nbtools.results.history "
+                            "import History)")
         for r in h:      # histories saved by older versions get today's columns
             refresh_analysis(r)
         for name, why in h.damaged:   # listed, never in the way of the other runs
@@ -376,7 +386,7 @@ def _trace_files_here(path, folder: bool = False) -> bool:
     return p.is_dir() and any(is_trace(q) for q in p.iterdir())
 
 
-def _view_traces(path, html) -> int:
+def _view_traces(path, html, perfetto=None) -> int:
     """Profiler traces from a person's own job (one Kineto JSON per rank, as torchrun with
     torch.profiler writes them): their table, and with --html the timeline of every rank on
     one clock in one offline file."""
@@ -386,6 +396,9 @@ def _view_traces(path, html) -> int:
     print(TRACE_LEGEND)
     if html:
         _write_html(html, [run])
+    if perfetto:
+        print(f"perfetto: {run.to_perfetto(perfetto)} (open it at https://ui.perfetto.dev: "
+              "Open trace file; it stays in your browser)")
     return 0
 
 
