@@ -219,6 +219,8 @@ def test_view_reads_your_own_traces_a_table_and_one_timeline(tmp_path):
             label = "window_ms" if col == "profiled_window_ms" else col
             assert float(got[label]) == pytest.approx(s.loc[rank, col], abs=6e-4), col
     assert "all" in rows and "exposed_comm_ms (ms):" in r.stdout     # its legend
+    # who waited for whom (these traces: rank 0's host launched the all-reduces late)
+    assert "straggler: rank 0 launched the all-reduces late" in r.stdout, r.stdout
     html = (tmp_path / "t.html").read_text()
     # both ranks' GPU streams drawn, the collectives' tooltips read (--html asks for them)
     assert "r0 GPU 0 stream 7" in html and "r1 GPU 1 stream 7" in html
@@ -299,6 +301,7 @@ def test_view_reads_what_a_torchrun_job_with_the_profiler_wrote(tmp_path):
     assert r.returncode == 0, r.stderr
     head, rows = r.stdout.splitlines()[0].split(), _rows(r.stdout)
     assert set(rows) == {"0", "1", "all"}, r.stdout
+    assert "straggler: " in r.stdout      # a verdict, or why none is resolved
     for rank in ("0", "1"):
         got = {k: float(v) for k, v in zip(head[1:-1], rows[rank][1:-1]) if v != "-"}
         # the parts fit in the step they are shown beside (CLI rounding: 3 decimals)

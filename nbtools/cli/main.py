@@ -391,8 +391,11 @@ def _view_traces(path, html, perfetto=None) -> int:
     torch.profiler writes them): their table, and with --html the timeline of every rank on
     one clock in one offline file."""
     from nbtools.cli.table import TRACE_LEGEND
+    from nbtools.analysis.straggler import attribute, verdict_text
     run = _load_good_traces(path, details=bool(html))   # tooltips only where they are drawn
     print(format_table([run]))
+    if run.events["rank"].nunique() > 1:      # who waited for whom in the collectives
+        print(f"straggler: {verdict_text(attribute(run.events))}")
     print(TRACE_LEGEND)
     if html:
         _write_html(html, [run])
