@@ -308,3 +308,24 @@ def test_view_reads_what_a_torchrun_job_with_the_profiler_wrote(tmp_path):
         assert got["comm_ms"] > 0 and got["exposed_comm_ms"] <= got["comm_ms"] + 1e-3
         assert got["compute_ms"] + got["exposed_comm_ms"] + got["idle_ms"] \
             <= got["window_ms"] + 3e-3, got
+
+
+def test_view_of_one_profile_that_says_no_rank_shows_it_as_rank_0_or_the_rank_given(tmp_path):
+    """A single process's profile (export_chrome_trace without torch.distributed): no
+    distributedInfo, no rank in the name. One file: rank 0, said; --rank N: rank N. A folder
+    of such files cannot be told apart: one line saying what to do from the command line."""
+    doc = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10 + 20 * i,
+                            "dur": 15, "pid": 1, "tid": 1} for i in range(5)]}
+    (tmp_path / "sf").mkdir()
+    for name in ("profile.json", "sf/a.json", "sf/b.json"):
+        (tmp_path / name).write_text(json.dumps(doc))
+    r = nbtools_cli("view", "profile.json", cwd=tmp_path)
+    assert r.returncode == 0 and set(_rows(r.stdout)) == {"0"}, r.stdout + r.stderr
+    assert "profile.json: the trace says no rank" in r.stdout and "shown as rank 0" in r.stdout
+    r = nbtools_cli("view", "profile.json", "--rank", "2", cwd=tmp_path)
+    assert r.returncode == 0 and set(_rows(r.stdout)) == {"2"}, r.stdout + r.stderr
+    for args, says in ((["sf"], "rename the files rank-<N>.json"),
+                       (["sf", "--rank", "1"], "--rank: names the rank of one trace file")):
+        r = nbtools_cli("view", *args, cwd=tmp_path)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert says in r.stderr and "Traceback" not in r.stderr

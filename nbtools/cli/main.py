@@ -168,6 +168,9 @@ def _main(argv) -> int:
     v.add_argument("folder", nargs="?", default="nbtools-runs")
     v.add_argument("--html", default=None, help="also write the runs (or traces) as one "
                    "offline HTML file")
+    v.add_argument("--rank", type=int, default=None, metavar="N",
+                   help="one trace file that says no rank (a single process's profile): "
+                   "show it as rank N (default 0)")
     v.add_argument("--perfetto", default=None, metavar="FILE.json[.gz]",
                    help="traces only: write every rank into one Chrome-trace file (a process "
                    "per rank, flow arrows between their collectives) for ui.perfetto.dev, "
@@ -208,7 +211,10 @@ def _main(argv) -> int:
         _need_writable_parent(args.html)
         _need_writable_parent(args.perfetto)
         if _trace_files_here(args.folder):
-            return _view_traces(args.folder, args.html, args.perfetto)
+            return _view_traces(args.folder, args.html, args.perfetto, args.rank)
+        if args.rank is not None:
+            raise UserError("--rank: names the rank of one trace file; a folder's files say "
+                            "theirs (distributedInfo, or rank-<N> in the name)")
         _need_folder(args.folder, "history folder or trace file (.json, .json.gz)",
                      must_exist=True)
         h = History.load(args.folder)
@@ -386,13 +392,13 @@ def _trace_files_here(path, folder: bool = False) -> bool:
     return p.is_dir() and any(is_trace(q) for q in p.iterdir())
 
 
-def _view_traces(path, html, perfetto=None) -> int:
+def _view_traces(path, html, perfetto=None, rank=None) -> int:
     """Profiler traces from a person's own job (one Kineto JSON per rank, as torchrun with
     torch.profiler writes them): their table, and with --html the timeline of every rank on
     one clock in one offline file."""
     from nbtools.cli.table import TRACE_LEGEND
     from nbtools.analysis.straggler import attribute, verdict_text
-    run = _load_good_traces(path, details=bool(html))   # tooltips only where they are drawn
+    run = _load_good_traces(path, details=bool(html), rank=rank)  # tooltips where drawn
     print(format_table([run]))
     if run.events["rank"].nunique() > 1:      # who waited for whom in the collectives
         print(f"straggler: {verdict_text(attribute(run.events))}")
@@ -405,14 +411,23 @@ def _view_traces(path, html, perfetto=None) -> int:
     return 0
 
 
-def _load_good_traces(path, details: bool):
+def _load_good_traces(path, details: bool, rank=None):
     """The folder's traces as one run; a damaged file is left out and named in the run's
     flags (and on stderr) rather than losing the other ranks. An error about the set (two
-    files holding one rank) or about every file stops with its one line."""
+    files holding one rank) or about every file stops with its one line. One file that says
+    no rank (a single process's profile) is rank ``rank``, else 0, said in the flags."""
     from pathlib import Path
-    from nbtools.results.load import TraceError, load_traces
+    from nbtools.results.load import RankUnknown, TraceError, load_traces
     try:
-        return load_traces(path, details=details)
+        return load_traces(path, rank=rank, details=details)
+    except RankUnknown as e:
+        if Path(path).expanduser().is_dir():
+            raise UserError(f"{e} (from the command line: rename the files rank-<N>.json, "
+                            "or view one file with --rank N)") from None
+        run = load_traces(path, rank=0, details=details)
+        run.flags.insert(0, f"{Path(path).name}: the trace says no rank (no distributedInfo, "
+                            "none in its name): shown as rank 0 (--rank N to say another)")
+        return run
     except TraceError as e:
         p, first = Path(path).expanduser(), str(e)
     if not p.is_dir():

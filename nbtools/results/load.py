@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from nbtools.results.run import Run
 from nbtools.trace.load import read_traces
-from nbtools.trace.read_json import MAX_GB, TraceError  # noqa: F401  (users catch it here)
+from nbtools.trace.read_json import MAX_GB, RankUnknown, TraceError  # noqa: F401  (users catch them here)
 
 __all__ = ["TraceError", "load_traces"]
 

@@ -22,7 +22,7 @@ from nbtools.analysis.step_metrics import step_times
 from nbtools.trace.details import add_detail
 from nbtools.trace.kineto import GPU_KINDS, RAW, build
 from nbtools.trace.kineto import classify  # noqa: F401  (re-exported: tests import it from here)
-from nbtools.trace.read_json import MAX_GB, TraceError, _short, read_trace  # TraceError: users catch it here
+from nbtools.trace.read_json import MAX_GB, RankUnknown, TraceError, _short, read_trace  # TraceError: users catch it here
 
 __all__ = ["TraceError", "classify", "events_from_profiler", "read_traces"]
 
@@ -246,7 +246,7 @@ def _rank_of(f: Path, meta: dict, rank, flags: list) -> int:
             raise TraceError(f"{f}: the file name says rank {named.group(1)[:20]}, beyond "
                              f"{_MAX_RANK}; pass load_traces(file, rank=N)")
         return r
-    raise TraceError(f"{f}: cannot tell its rank: the trace has no distributedInfo.rank and "
+    raise RankUnknown(f"{f}: cannot tell its rank: the trace has no distributedInfo.rank and "
                      "the file name does not say rank<N>. Pass load_traces(file, rank=N), or "
                      "rename it like 'rank-0.json.gz'.")
 

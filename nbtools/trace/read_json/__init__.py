@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - isal is a dependency
     _zlib, _ZLIB_ERRORS = zlib, (zlib.error,)
 
 from nbtools.trace.read_json.columns import _Columns, _hashable, _short, parse  # noqa: F401
-from nbtools.trace.read_json.scan import TraceError, _Cutter, _Head, _loads
+from nbtools.trace.read_json.scan import RankUnknown, TraceError, _Cutter, _Head, _loads  # noqa: F401
 
 MAX_GB = 4.0
 """Default cap on a trace's decompressed size: far above what torch.profiler writes for one

@@ -19,6 +19,11 @@ class TraceError(ValueError):
     """A trace that cannot be loaded; the message names the file and what to do."""
 
 
+class RankUnknown(TraceError):
+    """A trace that says no rank (no distributedInfo, no rank in its name): a single
+    process's profile, read as one rank once the caller names it."""
+
+
 _KEY = b"traceEvents"
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
 _STRUCT = re.compile(rb'[{}\[\]"]')
