@@ -12,6 +12,7 @@ from nbtools.config.grid import grid
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.config.field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, help_text
 
+from nbtools.cli.checks import UserError, need_folder, need_writable_parent, one_line
 from nbtools.cli.table import TABLE_LEGEND, format_table  # noqa: F401  (tests and benchmarks read them here)
 
 _FIELDS = {f.name: f for f in dataclasses.fields(StepConfig)}
@@ -119,14 +120,8 @@ def main(argv=None) -> int:
     except _USER_ERRORS as e:
         # a path, a file or an extra the user can fix: one line, not a traceback
         cmd = argv[0] if argv else ""
-        print(f"nbtools {cmd}: {_one_line(e)}", file=sys.stderr)
+        print(f"nbtools {cmd}: {one_line(e)}", file=sys.stderr)
         return 2
-
-
-def _one_line(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.filename is not None and e.strerror:
-        return f"{e.filename}: {e.strerror}"
-    return " ".join(str(e).split()) or type(e).__name__
 
 
 def _main(argv) -> int:
@@ -206,40 +201,11 @@ def _main(argv) -> int:
     if args.cmd in ("run", "demo"):
         return _cmd_run(args)
     if args.cmd == "view":
-        from nbtools.results.history import History
-        from nbtools.analysis.summary import refresh_analysis
-        _need_writable_parent(args.html)
-        _need_writable_parent(args.perfetto)
-        if _trace_files_here(args.folder):
-            return _view_traces(args.folder, args.html, args.perfetto, args.rank)
-        if args.rank is not None:
-            raise UserError("--rank: names the rank of one trace file; a folder's files say "
-                            "theirs (distributedInfo, or rank-<N> in the name)")
-        _need_folder(args.folder, "history folder or trace file (.json, .json.gz)",
-                     must_exist=True)
-        h = History.load(args.folder)
-        if not len(h) and not h.damaged and _trace_files_here(args.folder, folder=True):
-            return _view_traces(args.folder, args.html, args.perfetto)
-        if args.perfetto:
-            raise UserError(f"--perfetto: {args.folder} is a history folder; --perfetto takes "
-                            "trace files. A saved run writes its own: History.load(folder)"
-                            "[run_id].to_perfetto('run.json') (from nbtools.results.history "
-                            "import History)")
-        for r in h:      # histories saved by older versions get today's columns
-            refresh_analysis(r)
-        for name, why in h.damaged:   # listed, never in the way of the other runs
-            print(f"damaged run folder {name}: {why}", file=sys.stderr)
-        if not len(h):
-            print(f"no runs in {args.folder}", file=sys.stderr)
-            return 1
-        print(format_table(h.runs))
-        print(TABLE_LEGEND)
-        if args.html:
-            _write_html(args.html, h.runs)
-        return 0
+        from nbtools.cli.view import view
+        return view(args)
     if args.cmd == "notebooks":
         from nbtools.cli.tutorials import copy_tutorials, describe_copy
-        _need_folder(args.folder, "notebooks folder", must_exist=False)
+        need_folder(args.folder, "notebooks folder", must_exist=False)
         print(describe_copy(args.folder, copy_tutorials(args.folder, force=args.force)))
         return 0
     if args.cmd == "kernel":
@@ -251,8 +217,8 @@ def _main(argv) -> int:
         require("nbclient", "nbconvert", "nbformat", why="`nbtools export`")
         from nbtools.report.notebook import NotebookStopped, export_notebook
         nb = _check_notebook(args.notebook)
-        _need_writable_parent(args.output)
-        _need_writable_parent(args.save_ipynb)
+        need_writable_parent(args.output)
+        need_writable_parent(args.save_ipynb)
         params = _parse_params(args.param)
         if params:
             from nbtools.report.notebook import ParametersError, check_parameters
@@ -276,36 +242,10 @@ def _main(argv) -> int:
     return 0
 
 
-class UserError(Exception):
-    """Bad input the user can fix from its one-line message."""
-
-
 def _user_errors() -> tuple:
     from nbtools.common.extras import MissingExtra
     return (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
             PermissionError, FileExistsError, MissingExtra)
-
-
-def _need_folder(path, what: str, must_exist: bool) -> None:
-    from pathlib import Path
-    p = Path(path).expanduser()
-    if p.exists() and not p.is_dir():
-        raise UserError(f"{path}: is a file, not a {what}")
-    if must_exist and not p.exists():
-        raise UserError(f"{path}: no such {what}")
-
-
-def _need_writable_parent(path) -> None:
-    """Checked before any work: a report path in a missing folder would otherwise fail only
-    after the whole sweep or notebook ran."""
-    if not path:
-        return
-    from pathlib import Path
-    p = Path(path).expanduser()
-    if p.is_dir():
-        raise UserError(f"{path}: is a folder; give a file name")
-    if not p.parent.is_dir():
-        raise UserError(f"{path}: folder {p.parent} does not exist")
 
 
 def _check_notebook(path):
@@ -322,9 +262,9 @@ def _check_notebook(path):
         nbformat.validate(nb)
         return nb
     except (json.JSONDecodeError, UnicodeDecodeError, nbformat.reader.NotJSONError) as e:
-        raise UserError(f"{path}: not a notebook (not notebook JSON: {_one_line(e)[:120]})") from None
+        raise UserError(f"{path}: not a notebook (not notebook JSON: {one_line(e)[:120]})") from None
     except (nbformat.ValidationError, KeyError, AttributeError, TypeError) as e:
-        raise UserError(f"{path}: not a valid notebook ({_one_line(e)[:160]})") from None
+        raise UserError(f"{path}: not a valid notebook ({one_line(e)[:160]})") from None
 
 
 def _parse_params(items) -> dict:
@@ -346,8 +286,8 @@ def _cmd_run(args) -> int:
     from nbtools.lab.ab import pair_from_runs
     from nbtools.lab.lab import Lab
     from nbtools.lab.sweeps import in_rounds
-    _need_folder(args.history, "history folder", must_exist=False)
-    _need_writable_parent(args.html)
+    need_folder(args.history, "history folder", must_exist=False)
+    need_writable_parent(args.html)
     if args.cmd == "run":
         values = {k: getattr(args, k) for k in _FIELDS if getattr(args, k) is not None}
         cfgs = sweep(values)                       # validate everything before starting engines
@@ -377,87 +317,9 @@ def _cmd_run(args) -> int:
             print("\nA/B verdict (step_ms, B over A, 95 % interval over rounds): "
                   + pair_from_runs(runs).verdict.text)
     if args.html:
-        _write_html(args.html, runs)
+        from nbtools.cli.view import write_html
+        write_html(args.html, runs)
     return 0 if all(r.ok for r in runs) else 1
-
-
-def _trace_files_here(path, folder: bool = False) -> bool:
-    """``path`` is a trace file (.json/.json.gz), or with ``folder`` a folder holding them
-    (a history folder holds run folders instead)."""
-    from pathlib import Path
-    p = Path(path).expanduser()
-    is_trace = lambda q: q.is_file() and q.name.endswith((".json", ".json.gz"))
-    if not folder:
-        return is_trace(p)
-    return p.is_dir() and any(is_trace(q) for q in p.iterdir())
-
-
-def _view_traces(path, html, perfetto=None, rank=None) -> int:
-    """Profiler traces from a person's own job (one Kineto JSON per rank, as torchrun with
-    torch.profiler writes them): their table, and with --html the timeline of every rank on
-    one clock in one offline file."""
-    from nbtools.cli.table import TRACE_LEGEND
-    from nbtools.analysis.straggler import attribute, verdict_text
-    run = _load_good_traces(path, details=bool(html), rank=rank)  # tooltips where drawn
-    print(format_table([run]))
-    if run.events["rank"].nunique() > 1:      # who waited for whom in the collectives
-        print(f"straggler: {verdict_text(attribute(run.events))}")
-    print(TRACE_LEGEND)
-    if html:
-        _write_html(html, [run])
-    if perfetto:
-        print(f"perfetto: {run.to_perfetto(perfetto)} (open it at https://ui.perfetto.dev: "
-              "Open trace file; it stays in your browser)")
-    return 0
-
-
-def _load_good_traces(path, details: bool, rank=None):
-    """The folder's traces as one run; a damaged file is left out and named in the run's
-    flags (and on stderr) rather than losing the other ranks. An error about the set (two
-    files holding one rank) or about every file stops with its one line. One file that says
-    no rank (a single process's profile) is rank ``rank``, else 0, said in the flags."""
-    from pathlib import Path
-    from nbtools.results.load import RankUnknown, TraceError, load_traces
-    try:
-        return load_traces(path, rank=rank, details=details)
-    except RankUnknown as e:
-        if Path(path).expanduser().is_dir():
-            raise UserError(f"{e} (from the command line: rename the files rank-<N>.json, "
-                            "or view one file with --rank N)") from None
-        run = load_traces(path, rank=0, details=details)
-        run.flags.insert(0, f"{Path(path).name}: the trace says no rank (no distributedInfo, "
-                            "none in its name): shown as rank 0 (--rank N to say another)")
-        return run
-    except TraceError as e:
-        p, first = Path(path).expanduser(), str(e)
-    if not p.is_dir():
-        raise UserError(first)
-    good, bad = [], []
-    for f in sorted(q for q in p.iterdir() if _trace_files_here(q)):
-        try:
-            load_traces(f)
-        except TraceError as e:
-            why = _one_line(e)
-            why = why[len(str(f)) + 2:] if why.startswith(f"{f}: ") else why
-            bad.append(f"{f.name}: not read: {why}")
-        else:
-            good.append(f)
-    if not bad or not good:
-        raise UserError(first)
-    try:
-        run = load_traces(good, details=details)
-    except TraceError as e:
-        raise UserError(str(e)) from None
-    for line in bad:
-        print(f"damaged trace {line}", file=sys.stderr)
-    run.flags[:0] = bad
-    return run
-
-
-def _write_html(path, runs) -> None:
-    from nbtools.report.html import export_html
-    out = export_html(path, runs, notes="Written by `python -m nbtools`.")
-    print(f"report: {out}")
 
 
 _USER_ERRORS = _user_errors()
