@@ -297,8 +297,11 @@ def test_view_reads_what_a_torchrun_job_with_the_profiler_wrote(tmp_path):
     assert job.returncode == 0, out[-2000:]
     files = sorted((tmp_path / "traces").iterdir())
     assert len(files) == 2 and not any("rank" in f.name for f in files), files
-    r = nbtools_cli("view", tmp_path / "traces", cwd=tmp_path)
+    r = nbtools_cli("view", tmp_path / "traces", "--html", tmp_path / "t.html", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+    html = (tmp_path / "t.html").read_text()
+    assert "r1 CPU thread" in html and "gloo:all_reduce" in html
+    assert "<th>devices</th><td>—</td>" in html and "<th>backend</th><td>gloo</td>" in html
     head, rows = r.stdout.splitlines()[0].split(), _rows(r.stdout)
     assert set(rows) == {"0", "1", "all"}, r.stdout
     assert "straggler: " in r.stdout      # a verdict, or why none is resolved

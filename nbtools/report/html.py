@@ -237,7 +237,8 @@ def _env_table(runs) -> str:
     keys = [k for k in ENV_KEYS if any(k in e for e in envs)]
     if not keys:
         return "<p class='muted'>No environment recorded.</p>"
-    return _matrix(runs, [(k, [e.get(k, "—") for e in envs]) for k in keys])
+    # an empty value (a CPU-only trace's devices: []) reads as not recorded, not as blank
+    return _matrix(runs, [(k, [e.get(k) or "—" for e in envs]) for k in keys])
 
 
 def _config_table(runs) -> str:
