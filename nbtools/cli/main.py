@@ -160,7 +160,8 @@ def _main(argv) -> int:
                        "tensorboard_trace_handler or export_chrome_trace write them), or "
                        "one trace file. --html writes an offline report: for traces, every "
                        "rank's timeline on one clock.")
-    v.add_argument("folder", nargs="?", default="nbtools-runs")
+    v.add_argument("folder", nargs="?", default="nbtools-runs", metavar="FOLDER",
+                   help="a history folder, a folder of traces, or one trace file")
     v.add_argument("--html", default=None, help="also write the runs (or traces) as one "
                    "offline HTML file")
     v.add_argument("--rank", type=int, default=None, metavar="N",

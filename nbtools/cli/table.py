@@ -12,6 +12,7 @@ def _legend(traces: bool = False) -> str:
     return "\n".join(["columns:"] + [f"  {line}" for line in lines]
                      + ["  rank all = the run: its ranks combined as the panel, the report and "
                         "table() combine them",
+                        "  - = not in these traces (e.g. graph% on CPU ranks)" if traces else
                         "  - = not measured in this run (e.g. profiled=0, or on CPU ranks)"])
 
 
