@@ -89,7 +89,9 @@ def _metrics(c: dict, group: np.ndarray, n: int) -> dict:
     overlap = k_comp + k_comm - union(comp | comm)
     cpu_groups = np.bincount(g_all[inside & mode_gpu], minlength=n) == 0   # no GPU rows
     if cpu_groups.any():
-        k_comp, k_comm, overlap = _cpu_comm_metrics(c, g_all, inside & ~mode_gpu, n,
+        # on the cpu: lanes only, as busy (and so idle) is: a CPU rank's row on another
+        # lane counted in compute but not in the span could put the parts above the window
+        k_comp, k_comm, overlap = _cpu_comm_metrics(c, g_all, inside & ~mode_gpu & cpu_lane, n,
                                                     (k_comp, k_comm, overlap), cpu_groups)
     busy_span, cpu_span = span(busy), span(cpu_busy)
     is_gpu = np.zeros(n, bool)
