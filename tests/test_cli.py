@@ -332,3 +332,46 @@ def test_view_of_one_profile_that_says_no_rank_shows_it_as_rank_0_or_the_rank_gi
         r = nbtools_cli("view", *args, cwd=tmp_path)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert says in r.stderr and "Traceback" not in r.stderr
+
+
+def test_view_of_two_traces_compares_them_with_a_verdict(tmp_path):
+    """Before/after a change: the committed 2 x H200 TP traces, eager (A) and CUDA graphs
+    (B). Both tables, each one's straggler, B against A on the profiled step and its parts,
+    and the verdict on the step's window from each side's steps, in the words of every
+    surface; --html: the report with the A/B comparison."""
+    import shutil
+    from nbtools import load_traces
+    from nbtools.common.package_data import h200_traces_dir
+    from nbtools.results.comparison import Comparison
+    src = h200_traces_dir()
+    for mode in ("off", "reduce-overhead"):
+        (tmp_path / mode).mkdir()
+        for f in src.glob(f"tp_{mode}_rank*.json.gz"):
+            shutil.copy(f, tmp_path / mode)
+    r = nbtools_cli("view", "off", "reduce-overhead", "--html", "ab.html", cwd=tmp_path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    out = r.stdout
+    a, b = (load_traces(tmp_path / m) for m in ("off", "reduce-overhead"))
+    verdict = Comparison(a, b, metric="profiled_window_ms").verdict
+    assert f"verdict (window_ms): {verdict.text}" in out
+    assert verdict.resolved and "faster" in verdict.text
+    assert "A = " in out and "(off): straggler: rank 0 launched the all-reduces late" in out
+    assert "B = " in out and "(reduce-overhead): straggler: " in out
+    block = out.split("B against A, per profiled step:")[1].split("verdict (")[0]
+    rows = {w[0]: w for w in map(str.split, block.splitlines()) if w}
+    wa, wb = a.summary["profiled_window_ms"].mean(), b.summary["profiled_window_ms"].mean()
+    assert float(rows["window_ms"][1]) == pytest.approx(wa, abs=6e-4)
+    assert float(rows["window_ms"][2]) == pytest.approx(wb, abs=6e-4)
+    assert float(rows["window_ms"][4]) == pytest.approx(wb / wa, abs=6e-3)
+    assert float(rows["graph%"][2]) > 99          # B replays CUDA graphs
+    html = (tmp_path / "ab.html").read_text()
+    import html as h
+    assert "A/B comparisons" in html and h.escape(verdict.text.split(" (")[0]) in html
+    for args, says in ((["off", "reduce-overhead", "off"], "3 paths: give one"),
+                       (["off", "nowhere"], "nowhere (B): not a trace file or a folder of "
+                                            "traces"),
+                       (["off", "reduce-overhead", "--perfetto", "x.json"],
+                        "--perfetto: takes one trace folder or file, not two")):
+        e = nbtools_cli("view", *args, cwd=tmp_path)
+        assert e.returncode == 2 and len(e.stderr.strip().splitlines()) == 1, e.stderr
+        assert says in e.stderr and "Traceback" not in e.stderr

@@ -121,7 +121,35 @@ def test_two_single_runs_resample_their_steps_and_say_no_drift():
     assert v.rounds == 1 and v.resolved and v.low < 1.2 < v.high
     assert "no drift between runs" in v.text and v.text.startswith("B is 1.2")
     assert not steps_verdict([], b).resolved
-    assert "fewer than 2 steps" in steps_verdict([10.0], b).text
+    assert "fewer than 2 measured steps" in steps_verdict([10.0], b).text
+    # two steps a side agreeing by chance: shown, never resolved (as two rounds)
+    two = steps_verdict([10.0, 10.1], [13.0, 13.2])
+    assert not two.resolved and "2 measured steps on a side: too few" in two.text
+    # profiled_window_ms is a mean over steps: its verdict's ratio is of the means
+    m = steps_verdict([4.0, 4.0, 7.0], [2.0, 2.0, 2.0], "profiled_window_ms", center="mean",
+                      steps="profiled")
+    assert m.ratio == pytest.approx(2.0 / 5.0) and "3 and 3 profiled steps" in m.text
+
+
+def test_two_trace_runs_get_a_verdict_on_their_profiled_step_windows():
+    """The committed 2 x H200 TP traces, eager (A) and reduce-overhead (B): the verdict on
+    profiled_window_ms comes from each run's per-step windows (averaged over ranks), its
+    ratio is the table's B/A, and the CPU step range (0.6 ms under CUDA graphs, where the
+    GPU works 2.2 ms) is not what is judged."""
+    from nbtools import load_traces
+    from nbtools.common.package_data import h200_traces_dir
+    from nbtools.results.comparison import Comparison, step_windows_ms
+    d = h200_traces_dir()
+    a, b = (load_traces(sorted(d.glob(f"tp_{m}_rank*.json.gz"))) for m in
+            ("off", "reduce-overhead"))
+    assert len(step_windows_ms(a)) == len(step_windows_ms(b)) == 3
+    cmp = Comparison(a, b, metric="profiled_window_ms")
+    v, row = cmp.verdict, cmp.table.set_index("metric").loc["profiled_window_ms"]
+    assert v.rounds == 1 and v.ratio == pytest.approx(row["b"] / row["a"])
+    assert v.resolved and v.good and v.low <= v.ratio <= v.high < 1
+    assert "faster" in v.text and "3 and 3 profiled steps" in v.text
+    assert "no drift between runs" in v.text
+    assert row["resolved"] and row["low"] == v.low
     s = single_verdict(3.0, 4.0, "compute_ms")
     assert not s.resolved and "one value a side" in s.text
     assert "a side has no value" in single_verdict(float("nan"), 4.0, "compute_ms").text

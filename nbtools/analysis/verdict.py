@@ -104,23 +104,33 @@ def rounds_verdict(a, b, metric: str = "step_ms", resamples: int = RESAMPLES) ->
 
 
 def steps_verdict(a_steps, b_steps, metric: str = "step_ms",
-                  resamples: int = RESAMPLES) -> Verdict:
-    """Two single runs (``lab.compare``): B/A of the medians of each run's measured step
-    times, the interval from resampling each run's steps on its own. It covers the noise
-    within each run only, none of the drift between two runs made at different times
-    (8-30 % on 2 x H200), and the text says so: ``lab.ab`` measures that."""
+                  resamples: int = RESAMPLES, *, center: str = "median",
+                  steps: str = "measured") -> Verdict:
+    """Two single runs (``lab.compare``): B/A of each run's steps' ``center`` (the median:
+    step_ms is one; the mean: profiled_window_ms is one), the interval from resampling each
+    run's steps on its own. It covers the noise within each run only, none of the drift
+    between two runs made at different times (8-30 % on 2 x H200), and the text says so:
+    ``lab.ab`` measures that. Fewer than 3 steps a side never resolve (as rounds: the
+    bootstrap of two values is their range). ``steps`` names them in the text."""
     a, b = _floats(a_steps), _floats(b_steps)
     a, b = a[np.isfinite(a) & (a > 0)], b[np.isfinite(b) & (b > 0)]
     caveat = "1 round: within-run noise only, no drift between runs; lab.ab measures it"
     if not len(a) or not len(b):
         return _none(metric, 1, 0, f"no verdict on {metric}: "
-                     f"{'A' if not len(a) else 'B'} has no measured steps")
-    ratio = float(np.median(b) / np.median(a))
+                     f"{'A' if not len(a) else 'B'} has no {steps} steps")
+    stat, of = (np.median, _ratio_of_medians) if center == "median" else (np.mean, _ratio_of_means)
+    ratio = float(stat(b) / stat(a))
     if len(a) < 2 or len(b) < 2:
         return _none(metric, 1, 0, f"no difference resolved: B/A = {_f(ratio)} from "
-                     f"fewer than 2 steps a side, no interval ({caveat})", ratio)
-    low, high = _interval((a, b), _ratio_of_medians, resamples)
-    return _make(metric, ratio, low, high, 1, 0, caveat)
+                     f"fewer than 2 {steps} steps a side, no interval ({caveat})", ratio)
+    low, high = _interval((a, b), of, resamples)
+    if min(len(a), len(b)) < 3:
+        return Verdict(metric, ratio, low, high, False, 1,
+                       f"no difference resolved: B/A = {_f(ratio)} (range {_f(low)}-{_f(high)}"
+                       f", {min(len(a), len(b))} {steps} steps on a side: too few for a "
+                       f"trustworthy interval; {caveat})")
+    return _make(metric, ratio, low, high, 1, 0, f"{len(a)} and {len(b)} {steps} steps, "
+                 + caveat)
 
 
 def single_verdict(va: float, vb: float, metric: str) -> Verdict:
@@ -139,6 +149,10 @@ def _floats(v) -> np.ndarray:
 
 def _ratio_of_medians(a, b, axis=-1):
     return np.median(b, axis=axis) / np.median(a, axis=axis)
+
+
+def _ratio_of_means(a, b, axis=-1):
+    return np.mean(b, axis=axis) / np.mean(a, axis=axis)
 
 
 def _median(x, axis=-1):

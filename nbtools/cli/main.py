@@ -158,10 +158,14 @@ def _main(argv) -> int:
                        description="FOLDER: a history folder (default nbtools-runs), a "
                        "folder of Kineto traces (one file per rank, as torch.profiler's "
                        "tensorboard_trace_handler or export_chrome_trace write them), or "
-                       "one trace file. --html writes an offline report: for traces, every "
-                       "rank's timeline on one clock.")
-    v.add_argument("folder", nargs="?", default="nbtools-runs", metavar="FOLDER",
-                   help="a history folder, a folder of traces, or one trace file")
+                       "one trace file; two traces (A B) are compared: B against A on the "
+                       "profiled step and its parts, with a verdict from each side's steps. "
+                       "--html writes an offline report: for traces, every rank's timeline "
+                       "on one clock.")
+    v.add_argument("folder", nargs="*", metavar="FOLDER",
+                   help="a history folder (default nbtools-runs), a folder of traces, or one "
+                   "trace file; two traces (A, then B: before and after a change) are "
+                   "compared")
     v.add_argument("--html", default=None, help="also write the runs (or traces) as one "
                    "offline HTML file")
     v.add_argument("--rank", type=int, default=None, metavar="N",

@@ -61,6 +61,25 @@ def format_table(runs, header: bool = True) -> str:
     return "\n".join(lines)
 
 
+def format_comparison(cmp) -> str:
+    """B against A on the trace table's columns (A, B, B - A, B / A) and the verdict on the
+    first (the profiled step's window), in the words every surface prints."""
+    from nbtools.analysis.metrics import METRICS, TRACE_CLI
+    t = cmp.table.set_index("metric")
+    rows = [m for m in TRACE_CLI if m in t.index]
+    w = max(len(METRICS[m].label) for m in rows) if rows else 6
+    lines = [f"B against A, per profiled step:",
+             f"  {'':<{w}} {'A':>10} {'B':>10} {'B - A':>10} {'B / A':>7}"]
+    for m in rows:
+        r = t.loc[m]
+        ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.2f}"
+        lines.append(f"  {METRICS[m].label:<{w}} {_number(m, r['a']):>10} {_number(m, r['b']):>10}"
+                     f" {_number(m, r['delta']):>10} {ratio:>7}")
+    v = cmp.verdict
+    lines.append(f"verdict ({METRICS[v.metric].label}): {v.text}")
+    return "\n".join(lines)
+
+
 def _trace_head(run) -> str:
     """A run read from traces: its id and which file each rank came from."""
     files = [f"rank {r}: {info['file']}" for r, info in sorted(run.ranks.items())

@@ -10,11 +10,19 @@ from nbtools.cli.table import TABLE_LEGEND, format_table
 
 
 def view(args) -> int:
-    """Print the runs (or traces) at ``args.folder``; the exit status."""
+    """Print the runs (or traces) at ``args.folder``, or two traces compared; the exit
+    status."""
     from nbtools.results.history import History
     from nbtools.analysis.summary import refresh_analysis
     need_writable_parent(args.html)
     need_writable_parent(args.perfetto)
+    paths = args.folder or ["nbtools-runs"]
+    if len(paths) > 2:
+        raise UserError(f"{len(paths)} paths: give one (a history folder, a folder of traces "
+                        "or one trace file), or two traces to compare (A, then B)")
+    if len(paths) == 2:
+        return _compare_traces(*paths, html=args.html, perfetto=args.perfetto, rank=args.rank)
+    args.folder = paths[0]
     if _trace_files_here(args.folder):
         return _view_traces(args.folder, args.html, args.perfetto, args.rank)
     if args.rank is not None:
@@ -71,6 +79,38 @@ def _view_traces(path, html, perfetto=None, rank=None) -> int:
     if perfetto:
         print(f"perfetto: {run.to_perfetto(perfetto)} (open it at https://ui.perfetto.dev: "
               "Open trace file; it stays in your browser)")
+    return 0
+
+
+def _compare_traces(path_a, path_b, html=None, perfetto=None, rank=None) -> int:
+    """Two traces (before and after a change): both tables, each one's straggler, and B
+    against A on the profiled step and its parts, with the verdict on the profiled step's
+    window from each side's steps (within-run noise only: said in its words)."""
+    from nbtools.analysis.straggler import attribute, verdict_text
+    from nbtools.cli.table import TRACE_LEGEND, format_comparison
+    from nbtools.results.comparison import Comparison
+    if perfetto or rank is not None:
+        raise UserError(f"{'--perfetto' if perfetto else '--rank'}: takes one trace folder or "
+                        "file, not two to compare")
+    runs = []
+    for side, path in (("A", path_a), ("B", path_b)):
+        if not (_trace_files_here(path) or _trace_files_here(path, folder=True)):
+            raise UserError(f"{path} ({side}): not a trace file or a folder of traces; two "
+                            "paths compare two jobs' traces")
+        runs.append(_load_good_traces(path, details=bool(html)))
+    a, b = runs
+    print(format_table(runs))
+    for side, run, path in (("A", a, path_a), ("B", b, path_b)):
+        who = f"straggler: {verdict_text(attribute(run.events))}" \
+            if run.events["rank"].nunique() > 1 else "one rank"
+        print(f"{side} = {run.run_id} ({path}): {who}")
+    cmp = Comparison(a, b, metric="profiled_window_ms")
+    print()
+    print(format_comparison(cmp))
+    print(TRACE_LEGEND)
+    if html:
+        from nbtools.report.html import export_html
+        print(f"report: {export_html(html, runs, notes='Written by `python -m nbtools view A B`.', comparisons=[cmp])}")
     return 0
 
 

@@ -36,13 +36,17 @@ class Comparison:
         return self.verdict_on(self.metric)
 
     def verdict_on(self, metric: str) -> Verdict:
-        """The verdict on any summary metric: over rounds (lab.ab), from each run's measured
-        steps (step_ms of two single runs), else one value a side and no interval."""
+        """The verdict on any summary metric: over rounds (lab.ab), from each run's steps
+        (step_ms: the measured steps; profiled_window_ms: the profiled steps' windows, which
+        traces from a person's own job have too), else one value a side and no interval."""
         if self.runs_a is not None:
             return rounds_verdict([_value(r, metric) for r in self.runs_a],
                                   [_value(r, metric) for r in self.runs_b], metric)
         if metric == "step_ms":
             return steps_verdict(slowest_rank_steps(self.a), slowest_rank_steps(self.b), metric)
+        if metric == "profiled_window_ms":
+            return steps_verdict(step_windows_ms(self.a), step_windows_ms(self.b), metric,
+                                 center="mean", steps="profiled")
         return single_verdict(_value(self.a, metric), _value(self.b, metric), metric)
 
     @property
@@ -105,6 +109,18 @@ def _value(run: Run, metric: str) -> float:
     if not run.ok:
         return np.nan
     return combine(run.summary, metric, run.config)
+
+
+def step_windows_ms(run: Run) -> np.ndarray:
+    """Each profiled step's window (ms: its range widened to its own GPU work), averaged over
+    the ranks: the values whose mean is the run's profiled_window_ms (the mean over ranks of
+    each rank's mean over its steps, metrics.combine, when the ranks profiled the same
+    steps)."""
+    from nbtools.analysis.breakdown import step_windows
+    if not run.ok or run.events is None or not len(run.events):
+        return np.array([])
+    w = step_windows(run.events)
+    return w.groupby("step")["window_ms"].mean().to_numpy(np.float64) if len(w) else np.array([])
 
 
 def slowest_rank_steps(run: Run) -> np.ndarray:
