@@ -110,7 +110,9 @@ def _compare_traces(path_a, path_b, html=None, perfetto=None, rank=None) -> int:
     print(TRACE_LEGEND)
     if html:
         from nbtools.report.html import export_html
-        print(f"report: {export_html(html, runs, notes='Written by `python -m nbtools view A B`.', comparisons=[cmp])}")
+        out = export_html(html, runs, notes="Written by `python -m nbtools view A B`.",
+                          comparisons=[cmp])
+        print(f"report: {out}")
     return 0
 
 
