@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from bokeh.models import ColumnDataSource, Div, FixedTicker, HoverTool, Range1d
+from bokeh.models import BasicTickFormatter, ColumnDataSource, Div, FixedTicker, HoverTool, Range1d
 from bokeh.plotting import figure
 
 from nbtools.ui.timeline.data import COMPILE_STYLE, fmt_ns
@@ -90,6 +90,8 @@ class CompileStrip:
                      toolbar_location="above", x_axis_label="s since the run's first step")
         fig.ygrid.grid_line_color = None
         fig.yaxis.ticker = FixedTicker(ticks=[])
+        # a few ms of steps (a trace with no compiles) read 0.001, not 1.000e-3
+        fig.xaxis.formatter = BasicTickFormatter(use_scientific=False)
         r_st = fig.quad(left="left", right="right", bottom="bottom", top="top", fill_color="color",
                         line_color="#ffffff", line_width=0.5, source=self.steps_source,
                         name="compile-strip-steps")
