@@ -4,7 +4,7 @@
     python3 dev.py demo     # .venv + the package, then `python -m nbtools demo --html ...`
     python3 dev.py test     # .venv + test extras (+ Debian chromium, sshd for browser and two-host tests), the import
                             # contracts (lint-imports), then pytest; arguments go to pytest:
-    python3 dev.py test -m "not slow"   # the fast tier (under 3 minutes on 2 cores)
+    python3 dev.py test -m "not slow"   # the fast tier (about 3 minutes on 2 cores)
 
 A torch that already satisfies pyproject.toml's requirement (the tested range) is reused, not
 replaced: if the interpreter running this script has one, the venv sees it through
