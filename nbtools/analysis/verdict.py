@@ -1,7 +1,8 @@
-"""A/B verdicts: B over A with a 95 % bootstrap interval, and words a person can quote.
+"""A/B verdicts: B over A with a 95 % interval, and words a person can quote.
 
-Pure: numbers in, a Verdict out (scipy.stats.bootstrap does the statistics; no torch, no
-bokeh). The lab's rounds (lab/ab.py) and a pair of single runs (results/comparison.py)
+Pure: numbers in, a Verdict out (scipy.stats does the statistics; no torch, no bokeh).
+Rounds: Student's t on the rounds' log ratios (plus a distribution-free check from 6
+rounds); two single runs: a bootstrap of their steps. The lab's rounds (lab/ab.py) and a pair of single runs (results/comparison.py)
 feed it; every surface (notebook cell, panel, report, CLI) prints ``Verdict.text``.
 """
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -27,13 +28,22 @@ _TIME_UNITS = ("ms", "s", "µs")
 @dataclass(frozen=True)
 class Verdict:
     metric: str
-    ratio: float                # B / A of the medians (NaN: no verdict)
+    ratio: float                # B / A (rounds: of the geometric means; NaN: no verdict)
     low: float                  # the 95 % interval of the ratio (NaN: none could be made)
     high: float
     resolved: bool              # the interval excludes 1
     rounds: int                 # rounds with a value on both sides (1: single runs)
     text: str
     failed: int = 0             # rounds dropped because a side failed or had no value
+    caveats: tuple = ()         # what weakens it (busy host, other workloads, stopped early)
+
+    def with_caveats(self, caveats) -> "Verdict":
+        """This verdict with ``caveats`` added: each also ends its text, after a semicolon."""
+        caveats = tuple(c for c in caveats if c and c not in self.caveats)
+        if not caveats:
+            return self
+        return replace(self, caveats=self.caveats + caveats,
+                       text=self.text + "".join(f"; {c}" for c in caveats))
 
     def __str__(self) -> str:
         return self.text
@@ -56,51 +66,79 @@ class Verdict:
     def to_dict(self) -> dict:
         return dict(metric=self.metric, ratio=self.ratio, low=self.low, high=self.high,
                     resolved=self.resolved, rounds=self.rounds, failed=self.failed,
-                    text=self.text)
+                    text=self.text, caveats=list(self.caveats))
 
 
-def rounds_verdict(a, b, metric: str = "step_ms", resamples: int = RESAMPLES) -> Verdict:
-    """From per-round values (``a[k]``, ``b[k]``: round k's run of each side, e.g. its
-    step_ms, itself the median of the run's steps): the median over rounds of each round's
-    B/A, and a 95 % percentile-bootstrap interval of it.
+# Below this many rounds no interval holds 95 % without assuming the noise's shape: all
+# rounds the same way happens with probability 2 / 2**n by chance alone (6.25 % at 5).
+FREE_ROUNDS = 6
 
-    The resampling unit is the round, A and B of one round together: the rounds are
-    interleaved ABBA, so whatever the machine did in a round (clocks, other jobs, the host's
-    load) lands on both of its runs and cancels in that round's B/A. (The ratio of the two
-    sides' medians would not: with drift of +-20 % between rounds, the median A and the
-    median B come from different rounds, and a true 10 % change went unresolved in a quarter
-    of simulated 8-round A/Bs that the per-round ratio resolves; tests/test_verdict.py.)
-    Steps within a run are not resampled: they follow
-    each other on one warm machine, are correlated, and would make the interval as narrow
-    as one run's noise while identical runs minutes apart differ by 8-30 % (2 x H200,
-    docs/findings.md). A NaN on either side (a failed round) drops that round, said in
-    the text."""
-    a, b = _floats(a), _floats(b)
-    if len(a) != len(b):
+
+def rounds_verdict(a, b, metric: str = "step_ms") -> Verdict:
+    """B over A from rounds. ``a[k]``, ``b[k]``: round k's value(s) of each side: one number,
+    or the side's runs in that round (two in an A B B A round), each e.g. that run's
+    step_ms (itself the median of its steps).
+
+    Each round gives one log ratio, the mean log of B's runs minus the mean log of A's: in
+    an A B B A round a drift that is linear in time lands equally on both sides and
+    cancels, whatever the number of rounds (a round of A B then B A left it in the ratio
+    whenever the count was odd). Whatever the machine did between rounds (clocks, other
+    jobs: 8-30 % on 2 x H200) cancels in each round's ratio too. The ratio is
+    exp(mean of the rounds' log ratios): B's geometric mean over A's, over the rounds kept.
+
+    The 95 % interval is Student's t on those log ratios. Simulated identical-config A/As
+    (normal, heavy-tailed and outlier noise, a drift, rounds +-20 % apart) call at most 5 %
+    resolved at every count from 2 to 12 (heavy tails and outliers make it conservative),
+    where the median of 2-run rounds with a percentile bootstrap, about [min, max], called
+    up to 30 % (benchmarks/verdict_coverage.py, docs/benchmarks.md). Below FREE_ROUNDS no
+    interval reaches 95 % without an assumption on the noise's shape (all rounds one way
+    happens by chance with probability 2 / 2**n), and the text says so. A distribution-free
+    rule from FREE_ROUNDS on (the sign test's interval) lost power where t gains it: a
+    true 2 % change in 1 % noise resolved 89 % of the time at 5 rounds, 86 % at 6, 83 % at 8. Steps within a run are not resampled: they follow each other on
+    one warm machine and would make the interval as narrow as one run's noise. A round with
+    a failed run or no value (NaN, <= 0) is dropped, said in the text."""
+    ra, rb = _per_round(a), _per_round(b)
+    if len(ra) != len(rb):
         raise ValueError(f"rounds_verdict needs one value per round on each side: got "
-                         f"{len(a)} for A and {len(b)} for B")
-    keep = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
-    failed = int((~keep).sum())
-    a, b = a[keep], b[keep]
-    n = len(a)
+                         f"{len(ra)} for A and {len(rb)} for B")
+    keep = [all(np.isfinite(x) and x > 0 for x in ka + kb) and ka and kb
+            for ka, kb in zip(ra, rb)]
+    d = np.array([np.mean(np.log(kb)) - np.mean(np.log(ka))
+                  for ka, kb, k in zip(ra, rb, keep) if k], dtype=np.float64)
+    failed = len(keep) - len(d)
+    n = len(d)
     lost = f", {failed} of {n + failed} rounds dropped (failed or no {metric})" if failed else ""
     if n == 0:
         return _none(metric, 0, failed, f"no verdict on {metric}: no round has a value on "
                      f"both sides{lost}")
-    per_round = b / a
-    ratio = float(np.median(per_round))
+    ratio = float(np.exp(d.mean()))
     if n == 1:
         return _none(metric, 1, failed, f"no difference resolved: B/A = {_f(ratio)} from one "
-                     f"round, which gives no interval (run 3 rounds or more){lost}", ratio)
-    low, high = _interval((per_round,), _median, resamples)
-    if n < 3:
-        # Two rounds' bootstrap interval is just their range: two rounds that agree by
-        # chance would read as a resolved difference. Show it, never resolve on it.
-        return Verdict(metric, ratio, low, high, False, n,
-                       f"no difference resolved: B/A = {_f(ratio)} (range {_f(low)}-"
-                       f"{_f(high)}, {n} rounds{lost}: too few for a trustworthy interval, "
-                       "run 5)", failed)
-    return _make(metric, ratio, low, high, n, failed, f"{n} rounds{lost}")
+                     f"round, which gives no interval (run {FREE_ROUNDS} rounds){lost}", ratio)
+    low, high = t_interval(d)
+    how = f"{n} rounds{lost}"
+    if n < FREE_ROUNDS:
+        how += f"; normal noise assumed below {FREE_ROUNDS} rounds"
+    return _make(metric, ratio, low, high, n, failed, how)
+
+
+def t_interval(d) -> tuple:
+    """The 95 % Student t interval of exp(mean) of log ratios ``d`` over its last axis (2 or
+    more values): floats for one set of rounds, arrays for many (the simulations)."""
+    d = np.asarray(d, dtype=np.float64)
+    n, m = d.shape[-1], d.mean(-1)
+    half = stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * d.std(-1, ddof=1) / np.sqrt(n)
+    low, high = np.exp(m - half), np.exp(m + half)
+    return (float(low), float(high)) if d.ndim == 1 else (low, high)
+
+
+def _per_round(v) -> list:
+    """Each round's values as a tuple of floats (None: NaN)."""
+    out = []
+    for x in v:
+        xs = x if isinstance(x, (list, tuple, np.ndarray)) else (x,)
+        out.append(tuple(np.nan if y is None else float(y) for y in np.ravel(xs)))
+    return out
 
 
 def steps_verdict(a_steps, b_steps, metric: str = "step_ms",
@@ -153,10 +191,6 @@ def _ratio_of_medians(a, b, axis=-1):
 
 def _ratio_of_means(a, b, axis=-1):
     return np.mean(b, axis=axis) / np.mean(a, axis=axis)
-
-
-def _median(x, axis=-1):
-    return np.median(x, axis=axis)
 
 
 def _interval(data, statistic, resamples: int) -> tuple[float, float]:

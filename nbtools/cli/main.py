@@ -148,9 +148,9 @@ def _main(argv) -> int:
                             "cache per lab)")
         if name == "run":
             p.add_argument("--repeats", "--rounds", type=int, default=1, metavar="N",
-                           help="run the whole sweep N times, round after round (every other "
-                                "round reversed: ABBA), and print how far identical runs are "
-                                "apart; with two configs (an A/B such as --compile off,default) "
+                           help="run the sweep in N rounds, each forward then in reverse "
+                                "(A B B A: every config twice a round), and print how far "
+                                "identical runs are apart; with two configs (an A/B such as --compile off,default) "
                                 "also the verdict: B over A with its 95 %% interval")
             _add_field_args(p)
     v = sub.add_parser("view", help="print the runs saved in a history folder, or the "
@@ -290,7 +290,7 @@ def _parse_params(items) -> dict:
 def _cmd_run(args) -> int:
     from nbtools.lab.ab import pair_from_runs
     from nbtools.lab.lab import Lab
-    from nbtools.lab.sweeps import in_rounds
+    from nbtools.lab.sweeps import round_order
     need_folder(args.history, "history folder", must_exist=False)
     need_writable_parent(args.html)
     if args.cmd == "run":
@@ -299,8 +299,9 @@ def _cmd_run(args) -> int:
         if args.repeats < 1:
             print(f"--repeats {args.repeats}: give a whole number >= 1", file=sys.stderr)
             return 2
-        # in rounds, every other one reversed (ABBA): drift spreads over every config
-        cfgs = [c for k in range(args.repeats) for c in in_rounds(cfgs, k)]
+        # each round forward then back (A B B A): a linear drift lands on every config alike
+        if args.repeats > 1:
+            cfgs = [c for _ in range(args.repeats) for c in round_order(cfgs)]
         check_extras(cfgs)
     t = time.perf_counter()
     with Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,

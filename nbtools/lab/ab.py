@@ -1,54 +1,109 @@
-"""A/B in interleaved rounds (``lab.ab``): both configs run round after round, ABBA, every run
-kept in the history, and a Comparison whose ``.verdict`` says B over A with its interval."""
+"""A/B in rounds (``lab.ab``): both configs run round after round, each round A B B A, every
+run kept in the history, and a Comparison whose ``.verdict`` says B over A with its
+interval. Stopped, interrupted or failing part-way, it returns the rounds that finished."""
 from __future__ import annotations
+
+import time
+from typing import Callable, Optional
 
 from nbtools.analysis import metrics
 from nbtools.config.step_config import ConfigError, StepConfig
-from nbtools.lab.sweeps import _run_one, in_rounds
+from nbtools.lab.sweeps import _run_one, check_rounds, round_order
 from nbtools.results.comparison import Comparison
 
+PER_ROUND = 2       # runs of each side in a round: A B B A
 
-def ab(lab, a, b, rounds: int = 5, metric: str = "step_ms") -> Comparison:
-    """Run ``a`` and ``b`` in ``rounds`` interleaved rounds (A B, B A, A B, ...) and compare
-    them: ``cmp.verdict`` is B over A of the medians over rounds with a 95 % interval,
-    resolved when it excludes 1. ``a``/``b``: StepConfigs, ``(workload_or_step, {fields})``
-    or ``(workload_or_step, StepConfig)`` pairs, or ``lab.check(...)`` results. Both are
-    checked before anything runs (ConfigError); a failed round is kept in the history and
-    the verdict says it dropped it. 5 rounds resolve differences of a few percent where
-    identical runs drift 8-30 % (2 x H200); 3 is the least that gives an interval."""
-    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
-        raise ConfigError(f"rounds={rounds!r}: give a whole number >= 1 (5 resolves a few "
-                          "percent; 3 is the least that gives an interval)")
+
+def ab(lab, a, b, rounds: int = 5, metric: str = "step_ms", *, timeout=None,
+       on_run: Optional[Callable[[dict], None]] = None, stop=None) -> Comparison:
+    """Run ``a`` and ``b`` in ``rounds`` rounds of A B B A and compare them: ``cmp.verdict``
+    is B over A (geometric means) with a 95 % interval from the rounds' ratios, resolved
+    when it excludes 1 (analysis/verdict.py). ``a``/``b``: StepConfigs,
+    ``(workload_or_step, {fields})`` or ``(workload_or_step, StepConfig)`` pairs, or
+    ``lab.check(...)`` results. Both are checked before anything runs (ConfigError).
+
+    ``timeout`` bounds each run (seconds; default the lab's). ``on_run(event)`` is called
+    before and after every run with a dict: ``round``, ``rounds``, ``side`` ("A"/"B"),
+    ``index`` (1-based run number), ``of`` (runs in all), ``phase`` ("start"/"done"),
+    ``run`` (the Run when done), ``elapsed_s``; with it, nothing is printed. ``stop``: an
+    object with ``is_set()`` (threading.Event) checked before each run: once set, the
+    rounds end there.
+
+    A failed run stays in the history and its round is dropped from the verdict (said).
+    Ctrl-C, ``stop`` or an error part-way returns the Comparison of the rounds that
+    finished, its verdict saying so (nothing finished: the error is raised). 5 rounds
+    resolve differences of a few percent where identical runs drift 8-30 % (2 x H200);
+    below 6 the interval assumes the noise is roughly log-normal."""
+    rounds = check_rounds(rounds)
     _check_metric(metric)
+    if timeout is not None:
+        from nbtools.lab.arguments import check_seconds
+        timeout = check_seconds("timeout", timeout)
     ca, cb = lab.check(*_args(a, "a")), lab.check(*_args(b, "b"))
-    todo = [("A " + ca.cfg.label(), ca), ("B " + cb.cfg.label(), cb)]
+    order = round_order([("A", ca), ("B", cb)])
     runs: dict = {"A": [], "B": []}
-    for k in range(rounds):
-        for what, checked in in_rounds(todo, k):
-            runs[what[0]].append(_run_one(lab, what, checked, f" round {k + 1}/{rounds}"))
-    cmp = pair(runs["A"], runs["B"], metric)
-    print(cmp.verdict.text)
-    return cmp
+    done_rounds, note, t0 = 0, "", time.perf_counter()
+    try:
+        for k in range(rounds):
+            for i, (side, checked) in enumerate(order):
+                if stop is not None and stop.is_set():
+                    raise _Stopped
+                index = k * len(order) + i + 1
+                event = dict(round=k + 1, rounds=rounds, side=side, index=index,
+                             of=rounds * len(order), config=checked.cfg)
+                if on_run is not None:
+                    on_run(dict(event, phase="start", run=None,
+                                elapsed_s=time.perf_counter() - t0))
+                run = _run_one(lab, f"{side} {checked.cfg.label()}", checked,
+                               f" round {k + 1}/{rounds}", timeout, echo=on_run is None)
+                runs[side].append(run)
+                if on_run is not None:
+                    on_run(dict(event, phase="done", run=run,
+                                elapsed_s=time.perf_counter() - t0))
+            done_rounds = k + 1
+    except _Stopped:
+        note = f"stopped after {done_rounds} of {rounds} rounds"
+    except KeyboardInterrupt:
+        note = f"interrupted (Ctrl-C) after {done_rounds} of {rounds} rounds"
+    except Exception as e:  # noqa: BLE001 - the finished rounds are what the person keeps
+        if not runs["A"] or not runs["B"]:
+            raise
+        note = (f"ended after {done_rounds} of {rounds} rounds by {type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}")
+    if not runs["A"] or not runs["B"]:
+        said = f"lab.ab: {note} before both sides ran; nothing to compare (the runs made " \
+            "are in lab.history)"
+        raise KeyboardInterrupt(said) if note.startswith("interrupted") else RuntimeError(said)
+    return pair(runs["A"], runs["B"], metric, rounds=done_rounds, note=note)
 
 
-def pair(runs_a: list, runs_b: list, metric: str = "step_ms") -> Comparison:
-    """A Comparison of two lists of runs in round order (round k's run of A and of B): its
+class _Stopped(Exception):
+    """stop was set: end the rounds where they are."""
+
+
+def pair(runs_a: list, runs_b: list, metric: str = "step_ms", rounds: Optional[int] = None,
+         note: str = "") -> Comparison:
+    """A Comparison of two sides' runs in run order, PER_ROUND of each a round; only whole
+    rounds (``rounds`` of them, default as many as both sides have) enter the verdict. Its
     A and B are each side's run nearest its median, for the tables and the timelines."""
-    return Comparison(_typical(runs_a, metric), _typical(runs_b, metric), list(runs_a),
-                      list(runs_b), metric)
+    n = min(len(runs_a), len(runs_b)) // PER_ROUND if rounds is None else rounds
+    return Comparison(_typical(runs_a, metric), _typical(runs_b, metric),
+                      list(runs_a[:n * PER_ROUND]), list(runs_b[:n * PER_ROUND]), metric,
+                      PER_ROUND, note)
 
 
 def pair_from_runs(runs: list, metric: str = "step_ms") -> Comparison:
-    """Runs of two configs in ABBA rounds (the CLI's ``run --repeats``): A is the config that
-    ran first."""
+    """Runs of two configs in A B B A rounds (the CLI's ``run --rounds``): A is the config
+    that ran first."""
     first = runs[0].config
     return pair([r for r in runs if r.config == first], [r for r in runs if r.config != first],
                 metric)
 
 
-def ab_of_runs(lab, run_a, run_b, rounds: int, workload=None) -> Comparison:
+def ab_of_runs(lab, run_a, run_b, rounds: int, workload=None, **kw) -> Comparison:
     """The panel's Compare with rounds > 1: the configs of two runs picked from the history,
-    again in interleaved rounds (a custom step's runs with the panel's ``workload``)."""
+    again in rounds (a custom step's runs with the panel's ``workload``); ``kw`` goes to
+    ``ab`` (on_run, stop, timeout)."""
     def side(run):
         if run.config is None:
             raise ConfigError(f"run {run.run_id} has no config to run again")
@@ -58,7 +113,7 @@ def ab_of_runs(lab, run_a, run_b, rounds: int, workload=None) -> Comparison:
                                   "it (lab.panel(workload)) to run it again in rounds")
             return (workload, run.config)
         return run.config
-    return ab(lab, side(run_a), side(run_b), rounds=rounds)
+    return ab(lab, side(run_a), side(run_b), rounds=rounds, **kw)
 
 
 def _args(x, name: str) -> tuple:
@@ -79,7 +134,10 @@ def _args(x, name: str) -> tuple:
     return (x,)
 
 
-def _check_metric(metric: str) -> None:
+def _check_metric(metric) -> None:
+    if not isinstance(metric, str):
+        raise ConfigError(f"metric={metric!r}: give one metric's name as a string, e.g. "
+                          "metric='step_ms' (cmp.verdict_on(name) judges any other afterwards)")
     m = metrics.METRICS.get(metric)
     if m is None or not m.combine:
         known = ", ".join(n for n, v in metrics.METRICS.items() if v.better)
@@ -96,21 +154,21 @@ def _typical(runs: list, metric: str):
     return good[(len(good) - 1) // 2][1]
 
 
-def compare_in_rounds(lab, a, b, rounds: int = 1, workload=None) -> Comparison:
+def compare_in_rounds(lab, a, b, rounds: int = 1, workload=None, **kw) -> Comparison:
     """Two runs picked from the history (ids or Runs): ``rounds`` 1 compares them as they are
     (lab.compare: a verdict from their steps, no drift covered); more runs their configs again
     in that many ABBA rounds (lab.ab) and compares those."""
     if rounds == 1:
         return lab.compare(a, b)
     run_a, run_b = (x if not isinstance(x, str) else lab.history[x] for x in (a, b))
-    return ab_of_runs(lab, run_a, run_b, rounds, workload)
+    return ab_of_runs(lab, run_a, run_b, rounds, workload, **kw)
 
 
 def verdicts(runs: list, metric: str = "step_ms", baseline=None):
-    """Runs of several configs made in rounds (``rounds``/``sweep(repeats=)``): each config's
-    verdict against ``baseline`` (default: the config that ran first), paired by round
-    (config c's k-th run with the baseline's k-th). One row per other config: its varying
-    fields, ratio (B over A), low, high, resolved, rounds, text."""
+    """Runs of several configs made in rounds (``rounds``/``sweep(rounds=)``): each config's
+    verdict against ``baseline`` (default: the config that ran first), round by round (a
+    config's two runs of round k against the baseline's two). One row per other config: its
+    varying fields, ratio (B over A), low, high, resolved, rounds, text."""
     import pandas as pd
     from nbtools.lab.sweeps import _by_config, varying_fields
     groups = _by_config(runs)
@@ -120,8 +178,7 @@ def verdicts(runs: list, metric: str = "step_ms", baseline=None):
     for g in groups:
         if g is base:
             continue
-        n = min(len(g), len(base))
-        v = pair(base[:n], g[:n], metric).verdict
+        v = pair(base, g, metric).verdict
         rows.append({**{f: getattr(g[0].config, f) for f in fields},
                      **{k: x for k, x in v.to_dict().items() if k != "metric"}})
     return pd.DataFrame(rows)

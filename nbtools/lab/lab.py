@@ -297,11 +297,14 @@ class Lab:
         recovery.before_run(self)
         run_id = uuid.uuid4().hex[:8]
         t0 = time.time()
-        payload = to_payload(fn) if fn is not None else None
-        # the engines trust a config checked for their device (engine.run checks any other)
-        ars = {r: self.client[e].apply_async(engine.run, cfg, run_id, payload, checked.device_type)
-               for r, e in sorted(self.rank_to_engine.items())}
+        ars: dict = {}
         try:
+            payload = to_payload(fn) if fn is not None else None
+            # the engines trust a config checked for their device (engine.run checks any
+            # other); sent one rank at a time inside the try, so a Ctrl-C between two sends
+            # knows which ranks hold the run
+            for r, e in sorted(self.rank_to_engine.items()):
+                ars[r] = self._send(e, cfg, run_id, payload, checked.device_type)
             reports, unfinished = gather.wait(self, ars, timeout or self.timeout, run_id)
         except KeyboardInterrupt:
             recovery.interrupted(self, cfg, run_id, t0, ars)
@@ -321,6 +324,9 @@ class Lab:
             raise RunFailed(f"run {run_id} failed: " + first_error(run), run)
         return run
 
+    def _send(self, engine_id, cfg, run_id, payload, device_type):
+        return self.client[engine_id].apply_async(engine.run, cfg, run_id, payload, device_type)
+
     def _check_usable(self) -> None:
         """Say why the lab cannot run, truthfully: closed by the user, or stopped. (Engines
         left stuck or dead by a run are healed by recovery.before_run, not refused.)"""
@@ -337,15 +343,19 @@ class Lab:
     # -- conveniences ----------------------------------------------------------------------
     def compare(self, a, b):
         """Two runs (or history ids); ``.verdict`` covers their steps only, no drift."""
-        return Comparison(self._resolve(a), self._resolve(b))
+        return Comparison(self._resolve(a, "a"), self._resolve(b, "b"))
 
-    def ab(self, a, b, rounds: int = 5, metric: str = "step_ms"):
-        """A/B in interleaved rounds with a verdict and its interval (lab/ab.py)."""
-        return ab_rounds.ab(self, a, b, rounds=rounds, metric=metric)
+    def ab(self, a, b, rounds: int = 5, metric: str = "step_ms", **kw):
+        """A/B in rounds of A B B A with a verdict and its interval; ``timeout``,
+        ``on_run`` and ``stop`` as in nbtools.lab.ab.ab."""
+        return ab_rounds.ab(self, a, b, rounds=rounds, metric=metric, **kw)
 
-    def _resolve(self, r) -> Run:
+    def _resolve(self, r, name: str = "run") -> Run:
         if isinstance(r, Run):
             return r
+        if not isinstance(r, str):
+            raise ConfigError(f"{name}={r!r}: give a Run or a run id from lab.history "
+                              "(e.g. lab.history[-1] or its run_id)")
         return self.history[r]
 
     def panel(self, cfg_or_workload=None, cfg: Optional[StepConfig] = None):

@@ -143,7 +143,11 @@ def heal(lab, ranks: set) -> float:
 def interrupted(lab, cfg, run_id: str, t0: float, ars: dict) -> None:
     """Ctrl-C during a run: SIGINT reaches each engine's step as KeyboardInterrupt (ipykernel
     arms it while a request runs), the engines abort their group and return; a rank that
-    does not return in time is replaced before the next run. Nothing is left queued."""
+    does not return in time is replaced before the next run. Nothing is left queued.
+    A Ctrl-C while the run was being sent leaves ranks without it (not in ``ars``): the one
+    being sent may hold a half-sent request, so those engines are replaced too, and every
+    rank that got the run is interrupted (it waits in a collective for the others)."""
+    unsent = sorted(set(lab.rank_to_engine) - set(ars))
     pending = [r for r, ar in ars.items() if not ar.ready()]
     _signal(lab, pending, signal.SIGINT)
     deadline = time.monotonic() + INTERRUPT_GRACE_S
@@ -165,11 +169,14 @@ def interrupted(lab, cfg, run_id: str, t0: float, ars: dict) -> None:
                 reports[r] = dict(rank=r, status="failed", error=f"engine error: {e}")
         if reports[r].get("error_type") == "KeyboardInterrupt":
             reports[r]["error"] = "interrupted (Ctrl-C)\n" + reports[r]["error"]
+    for r in unsent:
+        reports[r] = dict(rank=r, status="failed", error="interrupted (Ctrl-C) before the run "
+                          "reached this rank; its engine is replaced")
     run = assemble(lab, cfg, run_id, t0, reports, [])
     run.status = "interrupted"
     lab.history.add(run)
-    lab._replace |= set(stuck) | set(dead)
-    if any(rep.get("status") != "ok" for rep in reports.values()):
+    lab._replace |= set(stuck) | set(dead) | set(unsent)
+    if unsent or any(rep.get("status") != "ok" for rep in reports.values()):
         lab._pg_broken = True
 
 

@@ -6,6 +6,7 @@ rather than reads come from ``run_counts``.
 """
 from __future__ import annotations
 
+import numbers
 import time
 
 import numpy as np
@@ -20,56 +21,84 @@ from nbtools.analysis.counts import ItemsNotReported, collectives, tokens_per_s
 COLUMNS = metrics.TABLE
 
 
-def sweep(lab, base: StepConfig, repeats: int = 1, **field_values) -> list:
+def sweep(lab, base: StepConfig, rounds: int = 1, *, repeats=None, **field_values) -> list:
     """One run per combination of the given fields' values (cross product, in the order
     given), e.g. ``sweep(lab, cfg, compile=["off", "default"], batch=[1, 8])``.
 
-    ``repeats`` runs the whole cross product that many times, round after round (every other
-    round in reverse: ABBA), so drift of the machine spreads over every config instead of
-    landing on one; ``spread(runs)``
-    then says how far identical runs are apart (on 2 × H200, 8-30 % between runs minutes
-    apart: docs/findings.md §4). A combination the config or the lab rejects is skipped
-    with the reason printed, before anything runs; a run that fails is kept (its Run has
-    the errors) and the sweep goes on."""
+    ``rounds`` > 1 runs the cross product in that many mirrored rounds (each combination
+    twice a round: A B C, then C B A), so a drift of the machine lands on every config
+    alike (``round_order``); ``spread(runs)`` then says how far identical runs are apart
+    (on 2 × H200, 8-30 % between runs minutes apart: docs/findings.md §4) and
+    ``verdicts(runs)`` judges each config against the first. A combination the config or
+    the lab rejects is skipped with the reason printed, before anything runs; a run that
+    fails is kept (its Run has the errors) and the sweep goes on."""
+    rounds = _rounds_arg(rounds, repeats, "sweep")
     todo = []
     for change, checked in grid(base, field_values, check=lab.check):
         if isinstance(checked, ConfigError):
             print(f"skipped {change}: {checked}")
         else:
             todo.append((_describe(change), checked))
-    return _in_rounds(lab, todo, repeats)
+    return _in_rounds(lab, todo, rounds)
 
 
-def rounds(lab, configs, repeats: int = 1) -> list:
-    """Run ``configs`` in order, the whole list ``repeats`` times (round after round, every
-    other round in reverse: ABBA, see ``in_rounds``), with
+def rounds(lab, configs, rounds: int = 1, *, repeats=None) -> list:
+    """Run ``configs`` in order, in ``rounds`` mirrored rounds (see ``round_order``), with
     ``sweep``'s handling of failures; ``table(runs, ..., combine=True)`` or ``spread(runs)``
-    then reduce identical configs to their median. A config the lab rejects raises
-    ConfigError before anything runs."""
-    return _in_rounds(lab, [(cfg.label(), lab.check(cfg)) for cfg in configs], repeats)
+    then reduce identical configs, ``verdicts(runs)`` judges each against the first. A
+    config the lab rejects raises ConfigError before anything runs."""
+    n = _rounds_arg(rounds, repeats, "rounds")
+    return _in_rounds(lab, [(cfg.label(), lab.check(cfg)) for cfg in configs], n)
 
 
-def _in_rounds(lab, todo, repeats: int) -> list:
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ConfigError(f"repeats={repeats!r}: give a whole number >= 1")
-    return [_run_one(lab, what, checked, f" #{k}" if repeats > 1 else "")
-            for k in range(repeats) for what, checked in in_rounds(todo, k)]
+def _rounds_arg(rounds, repeats, where: str) -> int:
+    """``rounds``, or the old spelling ``repeats`` (said once per process, still obeyed)."""
+    if repeats is not None:
+        import warnings
+        warnings.warn(f"{where}(repeats=N) is now {where}(rounds=N)", FutureWarning,
+                      stacklevel=3)
+        rounds = repeats
+    return check_rounds(rounds)
 
 
-def in_rounds(todo: list, k: int) -> list:
-    """Round ``k``'s order: as given in even rounds, reversed in odd ones (A B, B A, A B, ...:
-    ABBA). A machine that drifts across a round (warming up, a neighbour job starting) then
-    favours no config: the one way rounds run here, in sweeps, ``rounds`` and ``lab.ab``."""
-    return list(todo) if k % 2 == 0 else list(reversed(todo))
+MAX_ROUNDS = 100
 
 
-def _run_one(lab, what: str, checked, tag: str):
+def check_rounds(rounds) -> int:
+    """A whole number of rounds, 1..MAX_ROUNDS (numpy integers too), or ConfigError."""
+    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral):
+        raise ConfigError(f"rounds={rounds!r}: give a whole number of rounds, e.g. 5 "
+                          "(6 or more need no assumption on the noise's shape)")
+    if not 1 <= int(rounds) <= MAX_ROUNDS:
+        raise ConfigError(f"rounds={rounds!r}: give a whole number from 1 to {MAX_ROUNDS} "
+                          "(each round runs every config twice; 5 resolve a few percent)")
+    return int(rounds)
+
+
+def _in_rounds(lab, todo, rounds: int) -> list:
+    if rounds == 1:     # one pass, nothing to pair: one run each
+        return [_run_one(lab, what, checked, "") for what, checked in todo]
+    return [_run_one(lab, what, checked, f" round {k + 1}/{rounds}")
+            for k in range(rounds) for what, checked in round_order(todo)]
+
+
+def round_order(todo: list) -> list:
+    """One round: every config in the order given, then in reverse (A B B A; A B C C B A).
+    A drift of the machine that is linear over the round (warming up, a neighbour job
+    starting) then lands on every config equally and cancels in their ratios, whatever the
+    number of rounds; the rounds' own differences (clocks, other jobs) cancel in each
+    round's ratio. The one way rounds run here: sweeps, ``rounds``, ``lab.ab``, the CLI."""
+    return list(todo) + list(reversed(todo))
+
+
+def _run_one(lab, what: str, checked, tag: str, timeout=None, echo: bool = True):
     t = time.perf_counter()
-    run = run_or_keep(lab, checked)
-    s = run.summary
-    step = metrics.combine(s, "step_ms", run.config)
-    ms = f"{step:.3g} ms/step" if step == step else "no summary"
-    print(f"{what}{tag}: {run.status}, {ms} ({time.perf_counter() - t:.1f} s)")
+    run = run_or_keep(lab, checked, timeout=timeout)
+    if echo:
+        s = run.summary
+        step = metrics.combine(s, "step_ms", run.config) if run.ok else float("nan")
+        ms = f", {step:.3g} ms/step" if step == step else ""
+        print(f"{what}{tag}: {run.status}{ms} ({time.perf_counter() - t:.1f} s)")
     return run
 
 
@@ -106,7 +135,7 @@ def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None,
     tokens_per_s), ``n_<kind>`` (compile events of that kind, e.g. n_limit_hit) and
     ``<kind>_per_step`` (collectives, e.g. all_reduce_per_step). Missing columns are NaN.
 
-    ``combine=True`` (runs repeated with ``rounds``/``sweep(repeats=)``): one row per
+    ``combine=True`` (runs repeated with ``rounds``/``sweep(rounds=)``): one row per
     distinct config, each column the median over its successful runs, with ``n`` (runs
     combined) and ``step_ms_range_pct`` (how far its runs' step_ms lay apart)."""
     runs = [runs] if not isinstance(runs, (list, tuple)) else list(runs)
@@ -205,7 +234,7 @@ def _derived(run, c: str) -> float:
 
 
 def spread(runs, column: str = "step_ms", fields=None) -> pd.DataFrame:
-    """Identical configs run more than once (``sweep(..., repeats=N)``): per config, the
+    """Identical configs run more than once (``sweep(..., rounds=N)``): per config, the
     median over its runs of ``column`` (each run reduced over ranks as in ``table``), the
     lowest and highest, ``range_pct`` = (max - min) / median and ``n`` runs. A difference
     between configs smaller than their range_pct is not resolved by these runs."""

@@ -8,6 +8,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from nbtools.analysis.flags import identify
 from nbtools.analysis.metrics import COMPARED, combine
 from nbtools.analysis.step_metrics import category_ms as per_category
 from nbtools.analysis.verdict import Verdict, rounds_verdict, single_verdict, steps_verdict
@@ -15,20 +16,28 @@ from nbtools.results.run import Run
 from nbtools.results.views import view
 
 
+# Flags that say a run's machine was not its own: a verdict made from such runs says so.
+_NOISY = {"host-busy": "host busy", "clock-low": "GPU clock low", "gpu-shared": "GPU shared"}
+
+
 @dataclass
 class Comparison:
     """``a``/``b``: the runs whose tables and timelines are shown (under lab.ab, each side's
-    run nearest its median); ``runs_a``/``runs_b``: every round's run in round order (None:
-    one run a side, lab.compare); ``metric``: what ``verdict`` judges."""
+    run nearest its median); ``runs_a``/``runs_b``: every complete round's runs in run order,
+    ``per_round`` of each side a round (A B B A: 2; None: one run a side, lab.compare);
+    ``metric``: what ``verdict`` judges; ``note``: why it holds fewer rounds than asked
+    (stopped, interrupted, a failure), said in the verdict."""
     a: Run
     b: Run
     runs_a: Optional[list] = None
     runs_b: Optional[list] = None
     metric: str = "step_ms"
+    per_round: int = 2
+    note: str = ""
 
     @property
     def rounds(self) -> int:
-        return len(self.runs_a) if self.runs_a is not None else 1
+        return len(self.runs_a) // self.per_round if self.runs_a is not None else 1
 
     @property
     def verdict(self) -> Verdict:
@@ -38,16 +47,51 @@ class Comparison:
     def verdict_on(self, metric: str) -> Verdict:
         """The verdict on any summary metric: over rounds (lab.ab), from each run's steps
         (step_ms: the measured steps; profiled_window_ms: the profiled steps' windows, which
-        traces from a person's own job have too), else one value a side and no interval."""
+        traces from a person's own job have too), else one value a side and no interval.
+        What weakens it (runs on a busy host or a throttled or shared GPU, two different
+        workloads, fewer rounds than asked) is added to its text and ``caveats``."""
         if self.runs_a is not None:
-            return rounds_verdict([_value(r, metric) for r in self.runs_a],
-                                  [_value(r, metric) for r in self.runs_b], metric)
-        if metric == "step_ms":
-            return steps_verdict(slowest_rank_steps(self.a), slowest_rank_steps(self.b), metric)
-        if metric == "profiled_window_ms":
-            return steps_verdict(step_windows_ms(self.a), step_windows_ms(self.b), metric,
-                                 center="mean", steps="profiled")
-        return single_verdict(_value(self.a, metric), _value(self.b, metric), metric)
+            va, vb = self.round_values(metric)
+            v = rounds_verdict(va, vb, metric)
+        elif metric == "step_ms":
+            v = steps_verdict(slowest_rank_steps(self.a), slowest_rank_steps(self.b), metric)
+        elif metric == "profiled_window_ms":
+            v = steps_verdict(step_windows_ms(self.a), step_windows_ms(self.b), metric,
+                              center="mean", steps="profiled")
+        else:
+            v = single_verdict(_value(self.a, metric), _value(self.b, metric), metric)
+        return v.with_caveats(self.caveats)
+
+    def round_values(self, metric: str) -> tuple[list, list]:
+        """Per complete round, the values of A's runs and of B's (lists of ``per_round``)."""
+        k = self.per_round
+        va = [_value(r, metric) for r in self.runs_a or []]
+        vb = [_value(r, metric) for r in self.runs_b or []]
+        n = min(len(va), len(vb)) // k
+        return ([va[i * k:(i + 1) * k] for i in range(n)],
+                [vb[i * k:(i + 1) * k] for i in range(n)])
+
+    @property
+    def caveats(self) -> tuple:
+        """Plain sentences on what weakens this comparison (empty: nothing known)."""
+        out = [self.note] if self.note else []
+        ca, cb = self.a.config, self.b.config
+        wa, wb = (self.a.env.get("workload") if self.a.env else None,
+                  self.b.env.get("workload") if self.b.env else None)
+        if ca is not None and cb is not None and ca.scenario != cb.scenario:
+            out.append(f"A and B are different workloads ({ca.scenario} and {cb.scenario}): "
+                       "the ratio compares the workloads, not a setting")
+        elif wa and wb and wa != wb:
+            out.append(f"A and B are different workloads ({wa} and {wb}): the ratio "
+                       "compares the workloads, not a setting")
+        runs = (list(self.runs_a) + list(self.runs_b)) if self.runs_a is not None \
+            else [self.a, self.b]
+        for fid, words in _NOISY.items():
+            n = sum(any(identify(f) == fid for f in r.flags) for r in runs)
+            if n:
+                out.append(f"{n} of {len(runs)} runs flagged {words}: the interval holds that "
+                           "noise too")
+        return tuple(out)
 
     @property
     def config_diff(self) -> dict:
@@ -57,30 +101,38 @@ class Comparison:
 
     @property
     def table(self) -> pd.DataFrame:
-        """One row per metric (metrics.COMPARED): A and B, each the run's number as
-        metrics.combine makes it from the ranks (under lab.ab the median over rounds), B - A,
-        B / A (under lab.ab the verdict's: the median of the rounds' B/A), and the verdict's
-        interval ``low``-``high`` and ``resolved``: a surface colours
-        a change only where it is resolved. Metrics neither run has are left out."""
+        """One row per metric (metrics.COMPARED): A and B, B - A, B / A, and the verdict's
+        interval ``low``-``high`` and ``resolved`` (a surface colours a change only where it
+        is resolved). Two single runs: each run's number as metrics.combine makes it from
+        the ranks. Under lab.ab: ``a`` and ``b`` are each side's geometric mean over the
+        rounds the verdict kept (a metric with zeros or negatives: the arithmetic mean over
+        every complete round), so ``ratio`` is ``b / a`` and the verdict's ratio at once.
+        Metrics neither run has are left out."""
         rows = []
         for m in COMPARED:
-            va, vb = self._side(self.a, self.runs_a, m), self._side(self.b, self.runs_b, m)
+            va, vb = self._sides(m)
             if np.isnan(va) and np.isnan(vb):
                 continue
             v = self.verdict_on(m)
-            ratio = vb / va if va not in (0,) and not np.isnan(va) else np.nan
-            if self.runs_a is not None and np.isfinite(v.ratio):
-                ratio = v.ratio      # the verdict's (the median round's B/A), inside its interval
+            ratio = vb / va if va != 0 and np.isfinite(va) and np.isfinite(vb) else np.nan
             rows.append(dict(metric=m, a=va, b=vb, delta=vb - va, ratio=ratio,
                              low=v.low, high=v.high, resolved=v.resolved))
         return pd.DataFrame(rows)
 
-    @staticmethod
-    def _side(run, runs, metric: str) -> float:
-        if runs is None:
-            return _value(run, metric)
-        v = pd.Series([_value(r, metric) for r in runs], dtype=float)
-        return float(v.median()) if v.notna().any() else np.nan
+    def _sides(self, metric: str) -> tuple[float, float]:
+        if self.runs_a is None:
+            return _value(self.a, metric), _value(self.b, metric)
+        ra, rb = self.round_values(metric)
+        kept = [(x, y) for x, y in zip(ra, rb)
+                if all(np.isfinite(v) and v > 0 for v in list(x) + list(y))]
+        if kept:
+            la = np.log([v for x, _ in kept for v in x])
+            lb = np.log([v for _, y in kept for v in y])
+            return float(np.exp(la.mean())), float(np.exp(lb.mean()))
+        fa = np.array([v for x in ra for v in x], dtype=float)
+        fb = np.array([v for y in rb for v in y], dtype=float)
+        mean = (lambda x: float(np.nanmean(x)) if np.isfinite(x).any() else np.nan)
+        return mean(fa), mean(fb)
 
     @property
     def category_deltas(self) -> pd.DataFrame:

@@ -97,14 +97,16 @@ def verdict_html(cmp) -> str:
 
 def compared_html(cmp) -> str:
     """The verdict, then the compared metrics of an A/B pair (``cmp.table``), each run's number
-    as analysis.metrics.combine makes it (the median over rounds under lab.ab), a change
+    as analysis.metrics.combine makes it (under lab.ab each side's geometric mean over the
+    rounds, so ratio = b / a), a change
     coloured only where its interval excludes no change: what the panel, a notebook cell and
     the report show."""
     t = cmp.table
     if not len(t):
         return verdict_html(cmp)
-    over = "the median over rounds of each run's number" if cmp.runs_a is not None else \
-        "each run's number"
+    over = (f"a and b: each side's geometric mean over {cmp.rounds} rounds of its runs' "
+            "numbers (ratio = b / a, its interval from the rounds' own B/A)"
+            if cmp.runs_a is not None else "each run's number")
     return (verdict_html(cmp)
             + f"<p>{over} per metric, its ranks combined as the metric defines (hover a "
             "metric for its meaning and how); a change is coloured only when resolved (its "
