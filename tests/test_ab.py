@@ -1,12 +1,14 @@
-"""A/B in rounds on a real 2-rank gloo lab (lab.ab): ABBA order, every run in the history, a
-failed round kept and reported, bad input refused before anything runs, and the same verdict
-on every surface (the Comparison, a notebook cell, the panel's Compare, the exported report,
-the CLI). The statistics themselves: tests/test_verdict.py."""
+"""A/B in rounds on a real 2-rank gloo lab (lab.ab): rounds of A B B A, every run in the
+history, a failed round kept and reported, Ctrl-C, stop and errors part-way returning the
+finished rounds, bad input refused before anything runs, and the same verdict on every
+surface (the Comparison, a notebook cell, the panel's Compare, the exported report, the
+CLI). The statistics themselves: tests/test_verdict.py."""
 from __future__ import annotations
 
 import html
 import re
 
+import numpy as np
 import pytest
 
 from nbtools import ConfigError, StepConfig
@@ -30,28 +32,34 @@ def lab(tmp_path_factory):
 def ab(lab):
     n = len(lab.history)
     cmp = lab.ab(A, B, rounds=3)
-    assert len(lab.history) == n + 6       # every round's run kept
+    assert len(lab.history) == n + 12      # every round's four runs kept
     return cmp
 
 
 def test_rounds_run_abba_and_the_verdict_has_every_field(lab, ab):
-    runs = list(lab.history)[-6:]
-    assert [r.config.batch for r in runs] == [2, 16, 16, 2, 2, 16]
-    assert [r.config.batch for r in ab.runs_a] == [2, 2, 2]
-    assert [r.config.batch for r in ab.runs_b] == [16, 16, 16]
+    runs = list(lab.history)[-12:]
+    assert [r.config.batch for r in runs] == [2, 16, 16, 2] * 3
+    assert [r.config.batch for r in ab.runs_a] == [2] * 6
+    assert [r.config.batch for r in ab.runs_b] == [16] * 6
     v = ab.verdict
     assert v.metric == "step_ms" and v.rounds == 3 and ab.rounds == 3
     assert v.low <= v.ratio <= v.high
     assert v.resolved == (v.low > 1 or v.high < 1)
-    a = [r.summary["step_ms"].max() for r in ab.runs_a]
-    b = [r.summary["step_ms"].max() for r in ab.runs_b]
-    assert v.ratio == pytest.approx(sorted(y / x for x, y in zip(a, b))[1])  # median round
+    a = np.array([r.summary["step_ms"].max() for r in ab.runs_a])
+    b = np.array([r.summary["step_ms"].max() for r in ab.runs_b])
+    gm = lambda x: float(np.exp(np.log(x).mean()))   # noqa: E731
+    assert v.ratio == pytest.approx(gm(b) / gm(a))   # B's geometric mean over A's
     t = ab.table.set_index("metric")
-    assert t.at["step_ms", "a"] == pytest.approx(sorted(a)[1])
-    assert t.at["step_ms", "ratio"] == v.ratio and t.at["step_ms", "low"] == v.low
-    assert v.text.endswith("3 rounds)") and ("no difference resolved" in v.text) != v.resolved
+    # the table's a, b and ratio agree: ratio = b / a, and it is the verdict's
+    assert t.at["step_ms", "a"] == pytest.approx(gm(a)) and t.at["step_ms", "b"] == pytest.approx(gm(b))
+    assert t.at["step_ms", "ratio"] == pytest.approx(t.at["step_ms", "b"] / t.at["step_ms", "a"])
+    assert t.at["step_ms", "ratio"] == pytest.approx(v.ratio) and t.at["step_ms", "low"] == v.low
+    for r in ab.table.to_dict("records"):
+        if np.isfinite(r["ratio"]):
+            assert r["ratio"] == pytest.approx(r["b"] / r["a"]), r
+    assert "3 rounds" in v.text and ("no difference resolved" in v.text) != v.resolved
     # the runs shown (table, timeline) are each side's median run
-    assert ab.a.summary["step_ms"].max() == sorted(a)[1]
+    assert ab.a.summary["step_ms"].max() == sorted(a)[2]
 
 
 def _coloured(page: str) -> bool:
@@ -78,11 +86,11 @@ def test_every_surface_shows_the_same_verdict(lab, ab, tmp_path, capsys):
 
     page = export_html(tmp_path / "ab.html", [ab.a, ab.b], comparisons=[ab]).read_text("utf-8")
     assert text in page[page.index("<h2>A/B comparisons</h2>"):]
-    assert "3 rounds (ABBA)" in page
+    assert "3 rounds of A B B A" in page
 
-    # the CLI's `run --rounds`: the runs in their ABBA order give the same verdict
-    order = [r for k in range(3) for r in ((ab.runs_a[k], ab.runs_b[k]) if k % 2 == 0
-                                           else (ab.runs_b[k], ab.runs_a[k]))]
+    # the CLI's `run --rounds`: the runs in their A B B A order give the same verdict
+    order = [r for k in range(3) for r in (ab.runs_a[2 * k], ab.runs_b[2 * k],
+                                           ab.runs_b[2 * k + 1], ab.runs_a[2 * k + 1])]
     assert pair_from_runs(order).verdict == ab.verdict
 
     # the panel's Compare with rounds: the picked runs' configs again in ABBA rounds
@@ -91,7 +99,7 @@ def test_every_surface_shows_the_same_verdict(lab, ab, tmp_path, capsys):
     panel.compare_rounds.value = 2
     n = len(lab.history)
     cmp = panel.compare()
-    assert cmp is not None and len(lab.history) == n + 4 and cmp.rounds == 2
+    assert cmp is not None and len(lab.history) == n + 8 and cmp.rounds == 2
     assert html.escape(cmp.verdict.text) in panel.compare_html.value
     assert "2 rounds" in cmp.verdict.text
     # one round: the two runs as they are, steps resampled, no drift covered
@@ -124,7 +132,7 @@ def test_a_failed_round_is_kept_and_reported(lab):
 
     n = len(lab.history)
     cmp = lab.ab(A, (fail_on_rank_1, dict(warmup=0, steps=2, profiled=0)), rounds=2)
-    assert len(lab.history) == n + 4 and not any(r.ok for r in cmp.runs_b)
+    assert len(lab.history) == n + 8 and not any(r.ok for r in cmp.runs_b)
     v = cmp.verdict
     assert not v.resolved and v.failed == 2
     assert v.text.startswith("no verdict on step_ms: no round has a value on both sides")
@@ -141,4 +149,87 @@ def test_bad_input_is_refused_before_anything_runs(lab):
         lab.ab(A, (1, 2, 3))
     with pytest.raises(ConfigError):
         lab.ab(A, StepConfig(scenario="ddp-train", parallel="tp"))
+    # the edges a person hits: each a ConfigError naming what to pass, before any run
+    with pytest.raises(ConfigError, match=r"from 1 to 100"):
+        lab.ab(A, B, rounds=10**9)
+    with pytest.raises(ConfigError, match="whole number"):
+        lab.ab(A, B, rounds=2.5)
+    with pytest.raises(ConfigError, match="one metric's name"):
+        lab.ab(A, B, metric=["step_ms"])
+    with pytest.raises(ConfigError, match="timeout"):
+        lab.ab(A, B, timeout=-1)
+    with pytest.raises(ConfigError, match="a=None: give a Run"):
+        lab.compare(None, lab.history[-1] if len(lab.history) else "x")
     assert len(lab.history) == n
+
+
+def test_numpy_rounds_and_a_stop_return_the_finished_rounds(lab):
+    import threading
+    stop, events = threading.Event(), []
+
+    def on_run(e):
+        events.append((e["phase"], e["round"], e["side"], e["index"], e["of"]))
+        if e["phase"] == "done" and e["round"] == 1 and e["index"] == 4:
+            stop.set()                    # the first round finished: stop before round 2
+
+    n = len(lab.history)
+    cmp = lab.ab(A, B, rounds=np.int64(3), on_run=on_run, stop=stop)
+    assert len(lab.history) == n + 4 and cmp.rounds == 1
+    assert events[0] == ("start", 1, "A", 1, 12) and events[-1] == ("done", 1, "A", 4, 12)
+    assert [e[2] for e in events if e[0] == "done"] == ["A", "B", "B", "A"]
+    assert "; stopped after 1 of 3 rounds" in cmp.verdict.text
+    assert "stopped after 1 of 3 rounds" in cmp.verdict.caveats
+
+
+def test_ctrl_c_part_way_returns_the_finished_rounds_and_the_lab_goes_on(lab):
+    import _thread
+    import time
+
+    def on_run(e):       # a real SIGINT into the main thread while round 2's first run runs
+        if e["phase"] == "start" and e["round"] == 2:
+            import threading
+            threading.Timer(1.0, _thread.interrupt_main).start()
+
+    n = len(lab.history)
+    cmp = lab.ab(A, B, rounds=3, on_run=on_run)
+    assert cmp.rounds == 1 and "interrupted (Ctrl-C) after 1 of 3 rounds" in cmp.verdict.text
+    assert lab.history[-1].status == "interrupted" and len(lab.history) == n + 5
+    t = time.perf_counter()
+    assert lab.run(A).ok and time.perf_counter() - t < 120
+
+
+def test_different_workloads_and_busy_hosts_are_said_in_the_verdict(lab, ab):
+    from nbtools.lab.ab import pair
+    other = StepConfig(scenario="tp-mlp-infer", warmup=1, steps=3, profiled=0)
+    cmp = lab.ab(A, other, rounds=1)
+    assert "A and B are different workloads (ddp-train and tp-mlp-infer)" in cmp.verdict.text
+    # a host-busy flag on any run of the rounds is said with the count of runs
+    import copy
+    runs = [copy.copy(r) for r in ab.runs_b]
+    runs[0].flags = list(runs[0].flags) + ["host busy: load 3.1 per core on box while rank(s) "
+                                           "0, 1 timed steps"]
+    v = pair(ab.runs_a, runs).verdict
+    assert "runs on a busy host (see their flags)" in v.text and v.caveats
+
+
+def test_ctrl_c_while_the_run_is_sent_keeps_it_and_the_next_run_works(lab, monkeypatch):
+    # the interrupt lands between sending the run to rank 0 and to rank 1: rank 0 holds it
+    # (and waits in a collective for rank 1), rank 1 never got it
+    from nbtools.lab.lab import Lab
+    real, sent = Lab._send, []
+
+    def send(self, *a):
+        if sent:
+            raise KeyboardInterrupt
+        sent.append(1)
+        return real(self, *a)
+
+    monkeypatch.setattr(Lab, "_send", send)
+    n = len(lab.history)
+    with pytest.raises(KeyboardInterrupt, match="interrupted"):
+        lab.run(A)
+    monkeypatch.setattr(Lab, "_send", real)
+    kept = lab.history[-1]
+    assert len(lab.history) == n + 1 and kept.status == "interrupted"
+    assert "before the run reached this rank" in kept.errors[1]
+    assert lab.run(A).ok

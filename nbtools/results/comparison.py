@@ -17,7 +17,8 @@ from nbtools.results.views import view
 
 
 # Flags that say a run's machine was not its own: a verdict made from such runs says so.
-_NOISY = {"host-busy": "host busy", "clock-low": "GPU clock low", "gpu-shared": "GPU shared"}
+_NOISY = {"host-busy": "on a busy host", "clock-low": "with the GPU clock low",
+          "gpu-shared": "on a GPU shared with another process"}
 
 
 @dataclass
@@ -89,8 +90,7 @@ class Comparison:
         for fid, words in _NOISY.items():
             n = sum(any(identify(f) == fid for f in r.flags) for r in runs)
             if n:
-                out.append(f"{n} of {len(runs)} runs flagged {words}: the interval holds that "
-                           "noise too")
+                out.append(f"{n} of {len(runs)} runs {words} (see their flags)")
         return tuple(out)
 
     @property
