@@ -23,7 +23,8 @@ p.add_argument("--batch", type=int, default=16)
 p.add_argument("--counts", default="3,5,6")
 p.add_argument("--aas", type=int, default=8)
 p.add_argument("--steps", type=int, default=10)
-p.add_argument("--real", action="store_true", help="also eager vs reduce-overhead, 5 rounds")
+p.add_argument("--real", action="store_true", help="also eager vs reduce-overhead")
+p.add_argument("--real-rounds", type=int, default=5)
 p.add_argument("--seed-differs", action="store_true")
 a = p.parse_args()
 log = open(f"{a.out}/aa_rounds.txt", "a")
@@ -44,7 +45,7 @@ with Lab(history=None, echo=False) as lab:
         f"B {'seed+1' if a.seed_differs else 'the same config'}")
     lab.run(A)                                    # the first run of a lab pays for imports
     table = []
-    for n in [int(c) for c in a.counts.split(",")]:
+    for n in [int(c) for c in a.counts.split(",") if c]:
         res = []
         for i in range(a.aas):
             v = lab.ab(A, B, rounds=n, on_run=lambda e: None).verdict
@@ -58,8 +59,8 @@ with Lab(history=None, echo=False) as lab:
         say(f"{n:6d}  {r:3d}/{k:<4d}  {s:3d}/{k:<4d}  {g:.4f}")
     if a.real:
         C = A.replace(compile="reduce-overhead")
-        cmp = lab.ab(A, C, rounds=5, on_run=lambda e: None)
-        say(f"real change, eager (A) vs reduce-overhead (B), b{a.batch}, 5 rounds: "
+        cmp = lab.ab(A, C, rounds=a.real_rounds, on_run=lambda e: None)
+        say(f"real change, eager (A) vs reduce-overhead (B), b{a.batch}, {a.real_rounds} rounds: "
             f"{cmp.verdict.text}")
         say(cmp.table.round(4).to_string(index=False))
 say(f"total {time.perf_counter() - t0:.0f} s")
