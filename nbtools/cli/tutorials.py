@@ -37,9 +37,8 @@ _LOCAL_LINK = re.compile(rb"\[([^\]\n]+)\]\(((?!https?:|#|mailto:)[^)\s#]+)(#[^)
 
 
 def _unshipped_links(doc: Path, text: bytes) -> bytes:
-    """A link to a file the package does not carry (the recorded HTML reports of
-    docs/findings/, 2-4 MB each, stay in the repository) becomes its text and where the
-    file lives, instead of a link that opens nothing."""
+    """A link to a file the package does not carry (a benchmark script, a test) becomes its
+    text and where the file lives, instead of a link that opens nothing."""
     def sub(m):
         if (doc.parent / m.group(2).decode()).exists():
             return m.group(0)
