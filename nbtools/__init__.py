@@ -5,11 +5,22 @@ __version__ = "0.1.0"
 
 from nbtools.config.step_config import ConfigError, StepConfig  # noqa: E402  (torch-free)
 
-__all__ = ["Lab", "StepConfig", "Workload", "ConfigError", "Run", "load_traces", "export_html", "__version__"]
+__all__ = ["Lab", "StepConfig", "Workload", "Run", "Comparison", "Verdict", "History",
+           "load_traces", "export_html", "ConfigError", "RunFailed", "RunTimeout", "LabClosed",
+           "MissingExtra", "__version__"]
+
+# name -> module: every type and error a person meets after a call, importable from here.
+_LAZY = {"Comparison": "nbtools.results.comparison", "Verdict": "nbtools.analysis.verdict",
+         "History": "nbtools.results.history", "RunFailed": "nbtools.lab.errors",
+         "RunTimeout": "nbtools.lab.errors", "LabClosed": "nbtools.lab.errors",
+         "MissingExtra": "nbtools.common.extras"}
 
 
 def __getattr__(name):
     # Heavy modules (ipyparallel, pandas, bokeh) load on first use, not on import.
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(_LAZY[name]), name)
     if name == "Lab":
         from nbtools.lab.lab import Lab
         return Lab

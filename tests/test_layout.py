@@ -65,3 +65,26 @@ def test_each_view_is_registered_by_its_provider(kind):
     assert kind in views.PROVIDERS
     fn = views.view(kind)
     assert callable(fn) and fn.__module__ == views.PROVIDERS[kind]
+
+
+def test_every_type_and_error_a_person_meets_comes_from_the_top_package():
+    """What lab.run, lab.ab, lab.compare and lab.history hand back, and every error a person
+    catches, import from ``nbtools`` itself (issue 35); ``import nbtools`` stays light."""
+    import subprocess
+    import sys
+    names = ("Lab", "StepConfig", "Workload", "Run", "Comparison", "Verdict", "History",
+             "RunFailed", "RunTimeout", "LabClosed", "ConfigError", "MissingExtra",
+             "load_traces", "export_html")
+    code = ("import sys, nbtools; light = 'pandas' not in sys.modules and 'torch' not in "
+            "sys.modules; " + "; ".join(f"from nbtools import {n}" for n in names)
+            + "; print(light, sorted(nbtools.__all__))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith("True "), out
+    for n in names:
+        assert f"'{n}'" in out, n
+    import nbtools
+    from nbtools.lab.errors import RunFailed, RunTimeout
+    from nbtools.results.comparison import Comparison
+    assert nbtools.RunFailed is RunFailed and nbtools.RunTimeout is RunTimeout
+    assert nbtools.Comparison is Comparison
