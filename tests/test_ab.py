@@ -253,3 +253,18 @@ def test_twenty_real_identical_config_ab_s_keep_the_promise(lab):
     assert len(resolved) <= 4, resolved
     assert len(logs) == 40 and stats.ttest_1samp(logs, 0.0).pvalue > 0.001, \
         (np.exp(np.mean(logs)), [v.text for v in verdicts])
+
+
+def test_rounds_auto_stops_when_resolved_and_says_after_how_many(lab):
+    n = len(lab.history)
+    big = StepConfig(batch=64, **RUN)
+    cmp = lab.ab(A, big, rounds="auto", max_rounds=5, on_run=lambda e: None)
+    v = cmp.verdict
+    assert len(lab.history) == n + 4 * cmp.rounds and 3 <= cmp.rounds <= 5
+    assert "at each of up to 3 looks" in v.text and f"{cmp.rounds} rounds" in v.text
+    if cmp.rounds < 5:                 # it stopped early: only because it was resolved
+        assert v.resolved, v.text
+    with pytest.raises(ConfigError, match="max_rounds=2"):
+        lab.ab(A, B, rounds="auto", max_rounds=2)
+    with pytest.raises(ConfigError, match="width="):
+        lab.ab(A, B, rounds="auto", width=-1)

@@ -214,3 +214,45 @@ def test_two_trace_runs_get_a_verdict_on_their_profiled_step_windows():
     s = single_verdict(3.0, 4.0, "compute_ms")
     assert not s.resolved and "one value a side" in s.text
     assert "a side has no value" in single_verdict(float("nan"), 4.0, "compute_ms").text
+
+
+def _sequential(d, max_rounds=12, first=3):
+    """What lab.ab(rounds="auto") decides on each simulated row of log ratios: the round it
+    stops at (resolved) or None, with its per-look level (tests the same rule ab uses)."""
+    from nbtools.lab.ab import FIRST_LOOK
+    assert first == FIRST_LOOK
+    looks = max_rounds - first + 1
+    level = 1 - 0.05 / looks
+    stop = np.full(len(d), -1)
+    for n in range(first, max_rounds + 1):
+        low, high = t_interval(d[:, :n], level)
+        hit = ((low > 1) | (high < 1)) & (stop < 0)
+        stop[hit] = n
+    return stop, looks
+
+
+@pytest.mark.parametrize("noise", sorted(NOISE))
+def test_rounds_as_needed_keep_the_5_percent_over_every_look(noise):
+    rng = np.random.default_rng(10 + sorted(NOISE).index(noise))
+    stop, looks = _sequential(_log_ratios(12, 4000, 1.0, 0.005, NOISE[noise], rng))
+    assert (stop > 0).mean() <= 0.05, (stop > 0).mean()
+    # looking after every round without the correction would not keep it
+    naive = np.zeros(4000, bool)
+    d = _log_ratios(12, 4000, 1.0, 0.005, NOISE[noise], rng)
+    for n in range(3, 13):
+        naive |= _resolved(d[:, :n])
+    assert naive.mean() > 0.08 or noise == "outliers"
+
+
+def test_rounds_as_needed_resolve_known_changes_and_say_how_many_rounds():
+    rng = np.random.default_rng(11)
+    ln = lambda s: (lambda rng, n: rng.lognormal(0, s, n))   # noqa: E731
+    for ratio, sd, share, most in ((1.10, 0.03, 0.99, 5), (1.05, 0.02, 0.95, 6),
+                                   (1.02, 0.01, 0.8, 9)):
+        stop, _ = _sequential(_log_ratios(12, 2000, ratio, 0.0, ln(sd), rng))
+        assert (stop > 0).mean() >= share, (ratio, (stop > 0).mean())
+        assert np.median(stop[stop > 0]) <= most, (ratio, np.median(stop[stop > 0]))
+    # the verdict of a stopped sequence says how many rounds and looks
+    a, b = abba(4, 10.0, 11.0, 0.0, ln(0.02), rng)
+    v = rounds_verdict(a, b, looks=10)
+    assert "4 rounds" in v.text and "99.5 % at each of up to 10 looks" in v.text

@@ -74,7 +74,7 @@ class Verdict:
 FREE_ROUNDS = 6
 
 
-def rounds_verdict(a, b, metric: str = "step_ms") -> Verdict:
+def rounds_verdict(a, b, metric: str = "step_ms", *, looks: int = 1) -> Verdict:
     """B over A from rounds. ``a[k]``, ``b[k]``: round k's value(s) of each side: one number,
     or the side's runs in that round (two in an A B B A round), each e.g. that run's
     step_ms (itself the median of its steps).
@@ -94,7 +94,13 @@ def rounds_verdict(a, b, metric: str = "step_ms") -> Verdict:
     interval reaches 95 % without an assumption on the noise's shape (all rounds one way
     happens by chance with probability 2 / 2**n), and the text says so. A distribution-free
     rule from FREE_ROUNDS on (the sign test's interval) lost power where t gains it: a
-    true 2 % change in 1 % noise resolved 89 % of the time at 5 rounds, 86 % at 6, 83 % at 8. Steps within a run are not resampled: they follow each other on
+    true 2 % change in 1 % noise resolved 89 % of the time at 5 rounds, 86 % at 6, 83 % at 8.
+
+    ``looks``: how many looks at the rounds were planned to decide when to stop (lab.ab with
+    rounds="auto" looks after every round from the third): every look's interval is then at
+    1 - 5 %/looks (Bonferroni), so stopping at the first resolved look still calls at most
+    5 % of A/As resolved, and the text says so. Steps within a run are not
+    resampled: they follow each other on
     one warm machine and would make the interval as narrow as one run's noise. A round with
     a failed run or no value (NaN, <= 0) is dropped, said in the text."""
     ra, rb = _per_round(a), _per_round(b)
@@ -115,19 +121,23 @@ def rounds_verdict(a, b, metric: str = "step_ms") -> Verdict:
     if n == 1:
         return _none(metric, 1, failed, f"no difference resolved: B/A = {_f(ratio)} from one "
                      f"round, which gives no interval (run {FREE_ROUNDS} rounds){lost}", ratio)
-    low, high = t_interval(d)
+    level = 1 - (1 - CONFIDENCE) / max(1, looks)
+    low, high = t_interval(d, level)
     how = f"{n} rounds{lost}"
+    if looks > 1:
+        how += f"; {100 * level:.3g} % at each of up to {looks} looks"
     if n < FREE_ROUNDS:
         how += f"; normal noise assumed below {FREE_ROUNDS} rounds"
     return _make(metric, ratio, low, high, n, failed, how)
 
 
-def t_interval(d) -> tuple:
-    """The 95 % Student t interval of exp(mean) of log ratios ``d`` over its last axis (2 or
-    more values): floats for one set of rounds, arrays for many (the simulations)."""
+def t_interval(d, level: float = CONFIDENCE) -> tuple:
+    """The Student t interval (95 % by default) of exp(mean) of log ratios ``d`` over its
+    last axis (2 or more values): floats for one set of rounds, arrays for many (the
+    simulations)."""
     d = np.asarray(d, dtype=np.float64)
     n, m = d.shape[-1], d.mean(-1)
-    half = stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * d.std(-1, ddof=1) / np.sqrt(n)
+    half = stats.t.ppf(0.5 + level / 2, n - 1) * d.std(-1, ddof=1) / np.sqrt(n)
     low, high = np.exp(m - half), np.exp(m + half)
     return (float(low), float(high)) if d.ndim == 1 else (low, high)
 

@@ -4,6 +4,8 @@ interval. Stopped, interrupted or failing part-way, it returns the rounds that f
 from __future__ import annotations
 
 import time
+
+import numpy as np
 from typing import Callable, Optional
 
 from nbtools.analysis import metrics
@@ -12,10 +14,12 @@ from nbtools.lab.sweeps import _run_one, check_rounds, round_order
 from nbtools.results.comparison import Comparison
 
 PER_ROUND = 2       # runs of each side in a round: A B B A
+FIRST_LOOK = 3      # rounds="auto" looks at the verdict after this round and each one after
 
 
-def ab(lab, a, b, rounds: int = 5, metric: str = "step_ms", *, timeout=None,
-       on_run: Optional[Callable[[dict], None]] = None, stop=None) -> Comparison:
+def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
+       on_run: Optional[Callable[[dict], None]] = None, stop=None, max_rounds: int = 12,
+       width: Optional[float] = None) -> Comparison:
     """Run ``a`` and ``b`` in ``rounds`` rounds of A B B A and compare them: ``cmp.verdict``
     is B over A (geometric means) with a 95 % interval from the rounds' ratios, resolved
     when it excludes 1 (analysis/verdict.py). ``a``/``b``: StepConfigs,
@@ -33,8 +37,25 @@ def ab(lab, a, b, rounds: int = 5, metric: str = "step_ms", *, timeout=None,
     Ctrl-C, ``stop`` or an error part-way returns the Comparison of the rounds that
     finished, its verdict saying so (nothing finished: the error is raised). 5 rounds
     resolve differences of a few percent where identical runs drift 8-30 % (2 x H200);
-    below 6 the interval assumes the noise is roughly log-normal."""
-    rounds = check_rounds(rounds)
+    below 6 the interval assumes the noise is roughly log-normal.
+
+    ``rounds="auto"``: as many rounds as it takes, up to ``max_rounds``: after every round
+    from the third it looks at the verdict and stops once it is resolved, or once the
+    interval is narrower than ``width`` (e.g. 0.04: high / low below 1.04, "no difference
+    bigger than that"). Each look's interval is widened so that stopping at the first
+    resolved look still calls at most 5 % of identical configs resolved (simulated in
+    tests/test_verdict.py); the text says how many rounds it took."""
+    auto = isinstance(rounds, str) and rounds == "auto"
+    if auto:
+        max_rounds = check_rounds(max_rounds)
+        if max_rounds < FIRST_LOOK:
+            raise ConfigError(f"max_rounds={max_rounds}: rounds='auto' looks from round "
+                              f"{FIRST_LOOK} on; give max_rounds >= {FIRST_LOOK}")
+        if width is not None and not (isinstance(width, (int, float)) and 0 < width < 10):
+            raise ConfigError(f"width={width!r}: give the interval's relative width to stop "
+                              "at, e.g. 0.04 (high / low below 1.04)")
+    rounds = max_rounds if auto else check_rounds(rounds)
+    looks = rounds - FIRST_LOOK + 1 if auto else 1
     _check_metric(metric)
     if timeout is not None:
         from nbtools.lab.arguments import check_seconds
@@ -61,6 +82,11 @@ def ab(lab, a, b, rounds: int = 5, metric: str = "step_ms", *, timeout=None,
                     on_run(dict(event, phase="done", run=run,
                                 elapsed_s=time.perf_counter() - t0))
             done_rounds = k + 1
+            if auto and done_rounds >= FIRST_LOOK:
+                v = pair(runs["A"], runs["B"], metric, looks=looks).verdict
+                if v.resolved or (width is not None and np.isfinite(v.low)
+                                  and v.high / v.low < 1 + width):
+                    break
     except _Stopped:
         note = f"stopped after {done_rounds} of {rounds} rounds"
     except KeyboardInterrupt:
@@ -74,7 +100,7 @@ def ab(lab, a, b, rounds: int = 5, metric: str = "step_ms", *, timeout=None,
         said = f"lab.ab: {note} before both sides ran; nothing to compare (the runs made " \
             "are in lab.history)"
         raise KeyboardInterrupt(said) if note.startswith("interrupted") else RuntimeError(said)
-    return pair(runs["A"], runs["B"], metric, rounds=done_rounds, note=note)
+    return pair(runs["A"], runs["B"], metric, rounds=done_rounds, note=note, looks=looks)
 
 
 class _Stopped(Exception):
@@ -82,14 +108,14 @@ class _Stopped(Exception):
 
 
 def pair(runs_a: list, runs_b: list, metric: str = "step_ms", rounds: Optional[int] = None,
-         note: str = "") -> Comparison:
+         note: str = "", looks: int = 1) -> Comparison:
     """A Comparison of two sides' runs in run order, PER_ROUND of each a round; only whole
     rounds (``rounds`` of them, default as many as both sides have) enter the verdict. Its
     A and B are each side's run nearest its median, for the tables and the timelines."""
     n = min(len(runs_a), len(runs_b)) // PER_ROUND if rounds is None else rounds
     return Comparison(_typical(runs_a, metric), _typical(runs_b, metric),
                       list(runs_a[:n * PER_ROUND]), list(runs_b[:n * PER_ROUND]), metric,
-                      PER_ROUND, note)
+                      PER_ROUND, note, looks)
 
 
 def pair_from_runs(runs: list, metric: str = "step_ms") -> Comparison:

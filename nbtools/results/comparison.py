@@ -27,7 +27,8 @@ class Comparison:
     run nearest its median); ``runs_a``/``runs_b``: every complete round's runs in run order,
     ``per_round`` of each side a round (A B B A: 2; None: one run a side, lab.compare);
     ``metric``: what ``verdict`` judges; ``note``: why it holds fewer rounds than asked
-    (stopped, interrupted, a failure), said in the verdict."""
+    (stopped, interrupted, a failure), said in the verdict; ``looks``: how many looks
+    ``rounds="auto"`` planned (its verdict's interval is widened for them)."""
     a: Run
     b: Run
     runs_a: Optional[list] = None
@@ -35,6 +36,7 @@ class Comparison:
     metric: str = "step_ms"
     per_round: int = 2
     note: str = ""
+    looks: int = 1              # looks planned when rounds="auto" chose when to stop
 
     @property
     def rounds(self) -> int:
@@ -53,7 +55,7 @@ class Comparison:
         workloads, fewer rounds than asked) is added to its text and ``caveats``."""
         if self.runs_a is not None:
             va, vb = self.round_values(metric)
-            v = rounds_verdict(va, vb, metric)
+            v = rounds_verdict(va, vb, metric, looks=self.looks if metric == self.metric else 1)
         elif metric == "step_ms":
             v = steps_verdict(slowest_rank_steps(self.a), slowest_rank_steps(self.b), metric)
         elif metric == "profiled_window_ms":
