@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.flags import identify
+from nbtools.analysis.machine import HOST_BUSY
 from nbtools.analysis.metrics import COMPARED, combine
 from nbtools.analysis.step_metrics import category_ms as per_category
 from nbtools.analysis.verdict import Verdict, rounds_verdict, single_verdict, steps_verdict
@@ -90,7 +91,8 @@ class Comparison:
         runs = (list(self.runs_a) + list(self.runs_b)) if self.runs_a is not None \
             else [self.a, self.b]
         for fid, words in _NOISY.items():
-            n = sum(any(identify(f) == fid for f in r.flags) for r in runs)
+            n = sum(any(identify(f) == fid for f in r.flags) or (fid == "host-busy" and _busy(r))
+                    for r in runs)
             if n:
                 out.append(f"{n} of {len(runs)} runs {words} (see their flags)")
         return tuple(out)
@@ -151,6 +153,15 @@ class Comparison:
 
     def _repr_html_(self) -> str:
         return view("comparison.html")(self)
+
+
+def _busy(run: Run) -> bool:
+    """A rank of this run timed its steps on a host with more runnable tasks than cores (the
+    host-busy flag's rule; a lab says that flag once, the load stays in every summary)."""
+    s = run.summary
+    if s is None or "host_load" not in s:
+        return False
+    return bool((pd.to_numeric(s["host_load"], errors="coerce") > HOST_BUSY).any())
 
 
 def category_ms(run: Run) -> pd.Series:
