@@ -175,6 +175,11 @@ def _main(argv) -> int:
                    help="traces only: write every rank into one Chrome-trace file (a process "
                    "per rank, flow arrows between their collectives) for ui.perfetto.dev, "
                    "which opens one file at a time")
+    v.add_argument("--force", action="store_true",
+                   help="let --html/--perfetto replace a notebook, a saved run's file or a "
+                   "profiler trace that is not being read (refused otherwise)")
+    v.add_argument("--explain", action="store_true",
+                   help="print what each column of the table means, under it")
     nb = sub.add_parser("notebooks", help="copy the tutorial notebooks (and the docs they link "
                         "to) into a folder of yours")
     nb.add_argument("folder", nargs="?", default="nbtools-notebooks",
