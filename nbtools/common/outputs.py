@@ -9,6 +9,7 @@ import errno
 import gzip
 import os
 import stat
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -90,8 +91,9 @@ def output_refusal(path, knob: str = "force=True", inputs=(), force: bool = Fals
         if why:
             return (f"{path}: is {why}, not a file to write to (a device or pipe takes no "
                     "report); give a file name")
-        if not os.access(p, os.W_OK):
-            return f"{path}: cannot be written (permission denied); give another file name"
+        why = _cannot_write(lambda: open(p, "ab").close())   # opened, nothing written
+        if why:
+            return f"{path}: cannot be written ({why}); give another file name"
         if not force:
             what = "a notebook" if p.suffix == ".ipynb" else \
                 f"a file of the saved run in {p.parent}" if (p.parent / "run.json").is_file() \
@@ -100,6 +102,18 @@ def output_refusal(path, knob: str = "force=True", inputs=(), force: bool = Fals
             if what:
                 return (f"{path}: is {what}; writing there would replace it. Give another "
                         f"file name, or {knob} to replace it")
-    elif not os.access(p.parent, os.W_OK | os.X_OK):
-        return f"{path}: folder {p.parent} cannot be written (permission denied)"
+    else:
+        why = _cannot_write(lambda: tempfile.TemporaryFile(dir=p.parent).close())
+        if why:
+            return f"{path}: folder {p.parent} cannot be written ({why}); give another place"
+    return ""
+
+
+def _cannot_write(attempt) -> str:
+    """Tried, not asked (os.access): root passes every permission check yet cannot write
+    /proc, and a read-only mount says so only on the attempt."""
+    try:
+        attempt()
+    except OSError as e:
+        return e.strerror or type(e).__name__
     return ""
