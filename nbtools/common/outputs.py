@@ -96,7 +96,7 @@ def output_refusal(path, knob: str = "force=True", inputs=(), force: bool = Fals
             return f"{path}: cannot be written ({why}); give another file name"
         if not force:
             what = "a notebook" if p.suffix == ".ipynb" else \
-                f"a file of the saved run in {p.parent}" if (p.parent / "run.json").is_file() \
+                f"a file of the saved run in {p.parent}" if _saved_run(p.parent) \
                 else "a profiler trace" if p.name.endswith((".json", ".json.gz")) and \
                 _is_trace(p) and not written_by_nbtools(p) else ""
             if what:
@@ -107,6 +107,13 @@ def output_refusal(path, knob: str = "force=True", inputs=(), force: bool = Fals
         if why:
             return f"{path}: folder {p.parent} cannot be written ({why}); give another place"
     return ""
+
+
+def _saved_run(folder: Path) -> bool:
+    """A run folder (Run.save): run.json beside its tables. A run.json alone is a name a
+    person gives to_perfetto's file (the README does)."""
+    return (folder / "run.json").is_file() and any(
+        (folder / f"{t}.parquet").exists() for t in ("summary", "events", "steps"))
 
 
 def _cannot_write(attempt) -> str:
