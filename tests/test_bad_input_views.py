@@ -85,6 +85,13 @@ def test_outputs_never_replace_a_notebook_or_a_trace_without_force(tmp_path, cap
     assert rc == 0 and "traceEvents" in nb.read_text(), err
 
 
+def test_run_html_never_replaces_a_notebook(tmp_path, capsys):
+    nb = tmp_path / "a.ipynb"
+    nb.write_text("{}")
+    rc, out, err = cli(capsys, "run", "--html", nb, "--history", tmp_path / "h")
+    assert rc == 2 and "is a notebook" in one_line(err) and nb.read_text() == "{}"
+
+
 def test_one_path_for_two_outputs_is_refused(tmp_path, capsys, traces):
     rc, out, err = cli(capsys, "view", traces, "--html", tmp_path / "x", "--perfetto",
                        tmp_path / "x")
@@ -99,6 +106,22 @@ def test_a_target_that_cannot_be_written_is_one_line_before_the_work(capsys, tra
                                                                      says):
     rc, out, err = cli(capsys, "view", traces, "--html", target)
     assert rc == 2 and says in one_line(err) and out == ""
+
+
+def test_a_write_that_fails_after_the_checks_is_one_line(tmp_path, capsys, traces):
+    """The disk fills up while writing (here: a file-size limit of 16 KB, the same EFBIG a
+    quota gives): one line naming the file, exit 2, no traceback."""
+    import resource
+    import signal
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # else the signal kills us
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 10, old_limit[1]))
+    try:
+        rc, out, err = cli(capsys, "view", traces, "--perfetto", tmp_path / "all.json")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert rc == 2 and "all.json: could not be written (File too large)" in one_line(err)
 
 
 def test_to_perfetto_never_replaces_a_notebook_or_the_saved_run(tmp_path):
@@ -205,6 +228,8 @@ def test_escape_sequences_in_names_never_reach_the_terminal(tmp_path, capsys):
     rc, out, err = cli(capsys, "view", d)
     assert rc == 0 and "rank-0?[2J?.json.gz" in out and "rank-1?]0;x?.json" in err
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", out + err)
+    rc, _, err = cli(capsys, "view", d / "gone\x1b[2J.json")     # an error line names it too
+    assert rc == 2 and "gone?[2J.json" in one_line(err) and "\x1b" not in err
 
 
 def test_two_traces_without_the_same_ranks_get_no_verdict(tmp_path, capsys):
