@@ -383,6 +383,18 @@ def test_lab_arguments_answer_with_config_error(tmp_path, kw, says):
         Lab(history=None, **kw(tmp_path))
 
 
+def test_every_launcher_ipyparallel_takes_is_still_accepted():
+    """The check must not refuse what ipyparallel would start: its names in any case, and a
+    launcher class by import path (a wrong one of those was a TraitError too)."""
+    from nbtools.lab.arguments import check_engines
+    from nbtools.lab.hosts import SSH
+    for ok in ("local", "MPI", "slurm", "ssh", SSH({"node1": 2}), {"node1": 2},
+               "ipyparallel.cluster.launcher.MPIEngineSetLauncher"):
+        check_engines(ok)
+    with pytest.raises(ConfigError, match="not an ipyparallel engine launcher"):
+        check_engines("ipyparallel.cluster.launcher.NoSuchLauncher")
+
+
 def test_an_unpicklable_step_is_a_config_error():
     from nbtools.config.workload import to_payload
     lock = threading.Lock()

@@ -134,7 +134,7 @@ def check_engines(engines) -> None:
     points: mpi, slurm, ssh, ...), a launcher class, or hosts (SSH(...) or a dict). A wrong
     name was a TraitError from inside ipyparallel after the Lab had begun."""
     if isinstance(engines, str):
-        if engines == "local" or engines in _launcher_names():
+        if engines.lower() in ("local", *_launcher_names()) or _importable(engines):
             return
         names = ", ".join(_launcher_names())
         raise ConfigError(f"Lab(engines={engines!r}): not an ipyparallel engine launcher; "
@@ -145,6 +145,17 @@ def check_engines(engines) -> None:
         return
     raise ConfigError(f"Lab(engines={engines!r}): give a launcher's name (engines='local', "
                       "'mpi', 'slurm', ...), a launcher class, or hosts: engines={'node1': 4}")
+
+
+def _importable(name: str) -> bool:
+    """A launcher class by its import path ("mypkg.launchers.MyEngineSetLauncher"), which
+    ipyparallel takes as well as the short names."""
+    import importlib
+    module, _, attr = name.rpartition(".")
+    try:
+        return bool(module) and isinstance(getattr(importlib.import_module(module), attr), type)
+    except (ImportError, AttributeError, ValueError):
+        return False
 
 
 def _launcher_names() -> list:
