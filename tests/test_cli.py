@@ -206,7 +206,7 @@ def test_view_reads_your_own_traces_a_table_and_one_timeline(tmp_path):
     files = _h200_traces(tmp_path)
     (tmp_path / "out").mkdir()
     r = nbtools_cli("view", tmp_path, "--html", tmp_path / "t.html", "--perfetto",
-                    tmp_path / "out" / "both.json", cwd=tmp_path)
+                    tmp_path / "out" / "both.json", "--explain", cwd=tmp_path)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     head = r.stdout.splitlines()[0].split()
     assert head[:6] == ["rank", "window_ms", "compute_ms", "comm_ms", "exposed_comm_ms",
@@ -218,7 +218,7 @@ def test_view_reads_your_own_traces_a_table_and_one_timeline(tmp_path):
         for col in ("profiled_window_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms"):
             label = "window_ms" if col == "profiled_window_ms" else col
             assert float(got[label]) == pytest.approx(s.loc[rank, col], abs=6e-4), col
-    assert "all" in rows and "exposed_comm_ms (ms):" in r.stdout     # its legend
+    assert "all" in rows and "exposed_comm_ms (ms):" in r.stdout     # its legend (--explain)
     # who waited for whom (these traces: rank 0's host launched the all-reduces late)
     assert "straggler: rank 0 launched the all-reduces late" in r.stdout, r.stdout
     html = (tmp_path / "t.html").read_text()

@@ -127,6 +127,16 @@ REGISTRY = (
          "Compare with backend='aot_eager' (then inductor is the cause); look for "
          "randomness, in-place updates or code that behaves differently under compile."),
 )
+REGISTRY += (
+    Flag("odd-value", "odd value: {where} = {value} ({why}): {fate}",
+         "A saved run (run.json, summary.parquet) held a value no run writes: text in a "
+         "numeric column, NaN or inf, a negative or absurd time or load, a start time no "
+         "date can show, a world size no run has. The value was replaced as it loaded "
+         "(NaN in the summary, so every verdict leaves it out) and the rest of the run is "
+         "shown as saved.",
+         "Look at the run's folder: the file was edited, damaged, or written by another "
+         "tool. Rerun the config if its numbers matter; the other runs are not affected."),
+)
 FLAGS = {f.id: f for f in REGISTRY}
 
 

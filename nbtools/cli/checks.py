@@ -14,21 +14,46 @@ def one_line(e: BaseException) -> str:
 
 def need_folder(path, what: str, must_exist: bool) -> None:
     from pathlib import Path
+    from nbtools.common.outputs import not_a_file
     p = Path(path).expanduser()
-    if p.exists() and not p.is_dir():
-        raise UserError(f"{path}: is a file, not a {what}")
     if must_exist and not p.exists():
-        raise UserError(f"{path}: no such {what}")
+        why = not_a_file(p)     # a dangling or looping link is not "no such" folder
+        raise UserError(f"{path}: no such {what}" if why == "no such file" else
+                        f"{path}: is {why}, not a {what}")
+    if p.exists() and not p.is_dir():
+        why = not_a_file(p) or "a file"
+        raise UserError(f"{path}: is {why}, not a {what}")
 
 
 def need_writable_parent(path) -> None:
-    """Checked before any work: a report path in a missing folder would otherwise fail only
-    after the whole sweep or notebook ran."""
-    if not path:
-        return
+    """Checked before any work: a report path in a missing folder, on a device (/dev/full)
+    or without write permission would otherwise fail only after the whole sweep or notebook
+    ran."""
+    need_outputs([("", path)], force=True)
+
+
+def need_outputs(outputs, inputs=(), force: bool = False) -> None:
+    """Each (flag, path) of ``outputs`` may be written, before any work: never over one of
+    ``inputs`` (the traces or notebook being read) or over another output; never over a
+    notebook, a saved run's file or a profiler trace without --force."""
     from pathlib import Path
-    p = Path(path).expanduser()
-    if p.is_dir():
-        raise UserError(f"{path}: is a folder; give a file name")
-    if not p.parent.is_dir():
-        raise UserError(f"{path}: folder {p.parent} does not exist")
+    from nbtools.common.outputs import output_refusal
+    seen = {}
+    for flag, path in outputs:
+        if not path:
+            continue
+        why = output_refusal(path, "--force", inputs=inputs, force=force)
+        if why:
+            raise UserError(f"{flag + ': ' if flag else ''}{why}")
+        key = Path(path).expanduser().resolve()
+        if key in seen:
+            raise UserError(f"{flag}: {path} is also {seen[key]}'s file; give each output "
+                            "its own name")
+        seen[key] = flag
+
+
+def write_failed(path, e: OSError) -> "UserError":
+    """A write that failed after the checks (a disk that filled up): one line, no
+    traceback."""
+    return UserError(f"{path}: could not be written ({e.strerror or e}); what is there "
+                     "may be incomplete: free space, or give another place")

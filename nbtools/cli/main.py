@@ -12,7 +12,7 @@ from nbtools.config.grid import grid
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.config.field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, help_text
 
-from nbtools.cli.checks import UserError, need_folder, need_writable_parent, one_line
+from nbtools.cli.checks import UserError, need_folder, need_outputs, need_writable_parent, one_line
 from nbtools.cli.table import TABLE_LEGEND, format_table  # noqa: F401  (tests and benchmarks read them here)
 
 _FIELDS = {f.name: f for f in dataclasses.fields(StepConfig)}
@@ -120,7 +120,8 @@ def main(argv=None) -> int:
     except _USER_ERRORS as e:
         # a path, a file or an extra the user can fix: one line, not a traceback
         cmd = argv[0] if argv else ""
-        print(f"nbtools {cmd}: {one_line(e)}", file=sys.stderr)
+        from nbtools.common.text import terminal_text   # a path may hold escape sequences
+        print(terminal_text(f"nbtools {cmd}: {one_line(e)}"), file=sys.stderr)
         return 2
 
 
@@ -143,6 +144,9 @@ def _main(argv) -> int:
         p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before the lab gives up")
         p.add_argument("--html", default=None, help="write an offline HTML report of the sweep")
         p.add_argument("--quiet", action="store_true", help="do not echo engine output")
+        p.add_argument("--force", action="store_true",
+                       help="let --html replace a notebook, a saved run's file or a profiler "
+                       "trace (refused otherwise)")
         p.add_argument("--compile-cache", default=None, metavar="DIR",
                        help="keep the ranks' inductor caches in DIR across labs (default: a cold "
                             "cache per lab)")
@@ -175,6 +179,11 @@ def _main(argv) -> int:
                    help="traces only: write every rank into one Chrome-trace file (a process "
                    "per rank, flow arrows between their collectives) for ui.perfetto.dev, "
                    "which opens one file at a time")
+    v.add_argument("--force", action="store_true",
+                   help="let --html/--perfetto replace a notebook, a saved run's file or a "
+                   "profiler trace that is not being read (refused otherwise)")
+    v.add_argument("--explain", action="store_true",
+                   help="print what each column of the table means, under it")
     nb = sub.add_parser("notebooks", help="copy the tutorial notebooks (and the docs they link "
                         "to) into a folder of yours")
     nb.add_argument("folder", nargs="?", default="nbtools-notebooks",
@@ -292,7 +301,7 @@ def _cmd_run(args) -> int:
     from nbtools.lab.lab import Lab
     from nbtools.lab.sweeps import round_order
     need_folder(args.history, "history folder", must_exist=False)
-    need_writable_parent(args.html)
+    need_outputs([("--html", args.html)], force=args.force)   # never over a notebook
     if args.cmd == "run":
         values = {k: getattr(args, k) for k in _FIELDS if getattr(args, k) is not None}
         cfgs = sweep(values)                       # validate everything before starting engines

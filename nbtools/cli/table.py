@@ -47,10 +47,10 @@ def format_table(runs, header: bool = True) -> str:
     for run in runs:
         lines.append(run.title if run.config else _trace_head(run))
         s = run.summary
-        if not len(s):
-            lines.append(line("-", None, "failed: " + "; ".join(
-                f"rank {r}: {e.splitlines()[0][:80]}" for r, e in sorted(run.errors.items()))))
-            continue
+        if not len(s):   # the reason is the row: a bare "failed:" said nothing
+            lines.append(line("-", None, "failed: " + ("; ".join(
+                f"rank {r}: {(e.splitlines() or [''])[0][:80]}"
+                for r, e in sorted(run.errors.items())) or "no rank reported a result")))
         for row in s.to_dict("records"):
             lines.append(line(str(int(row["rank"])), row, run.status))
         if len(s) > 1:

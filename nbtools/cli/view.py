@@ -1,146 +1,220 @@
 """`nbtools view`: the runs of a history folder, or the profiler traces of a person's own
 job (a Kineto .json/.json.gz per rank, or one file), as the run table; --html the offline
-report, --perfetto (traces) every rank in one Chrome-trace file."""
+report, --perfetto (traces) every rank in one Chrome-trace file.
+
+Outputs are checked before any work and never replace what is read (the traces, a saved
+run) or a notebook without --force. Every line printed passes terminal_text: file names
+and event names come from the person's files and may hold escape sequences."""
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
-from nbtools.cli.checks import UserError, need_folder, need_writable_parent, one_line
+from nbtools.cli.checks import UserError, need_folder, need_outputs, one_line, write_failed
 from nbtools.cli.table import TABLE_LEGEND, format_table
+from nbtools.common.text import terminal_text
+
+EXPLAIN = "columns: `nbtools view --explain ...` says what each one means"
+
+
+def say(*lines, err: bool = False) -> None:
+    print(*(terminal_text(line) for line in lines), sep="\n",
+          file=sys.stderr if err else sys.stdout)
 
 
 def view(args) -> int:
     """Print the runs (or traces) at ``args.folder``, or two traces compared; the exit
-    status."""
+    status (1: nothing could be shown, or no verdict where one was asked for)."""
     from nbtools.results.history import History
     from nbtools.analysis.summary import refresh_analysis
-    need_writable_parent(args.html)
-    need_writable_parent(args.perfetto)
     paths = args.folder or ["nbtools-runs"]
     if len(paths) > 2:
         raise UserError(f"{len(paths)} paths: give one (a history folder, a folder of traces "
                         "or one trace file), or two traces to compare (A, then B)")
     if len(paths) == 2:
-        return _compare_traces(*paths, html=args.html, perfetto=args.perfetto, rank=args.rank)
+        return _compare_traces(*paths, args=args)
     args.folder = paths[0]
-    if _trace_files_here(args.folder):
-        return _view_traces(args.folder, args.html, args.perfetto, args.rank)
-    if args.rank is not None:
+    traces = _holds_traces(args.folder)
+    if args.rank is not None and (not traces or Path(args.folder).expanduser().is_dir()
+                                  and len(_inputs(args.folder)) != 1):
         raise UserError("--rank: names the rank of one trace file; a folder's files say "
                         "theirs (distributedInfo, or rank-<N> in the name)")
+    if traces:
+        return _view_traces(args.folder, args)
     need_folder(args.folder, "history folder or trace file (.json, .json.gz)",
-                 must_exist=True)
-    h = History.load(args.folder)
-    if not len(h) and not h.damaged and _trace_files_here(args.folder, folder=True):
-        return _view_traces(args.folder, args.html, args.perfetto)
+                must_exist=True)
     if args.perfetto:
         raise UserError(f"--perfetto: {args.folder} is a history folder; --perfetto takes "
                         "trace files. A saved run writes its own: History.load(folder)"
                         "[run_id].to_perfetto('run.json') (from nbtools.results.history "
                         "import History)")
+    need_outputs([("--html", args.html)], force=args.force)
+    h = History.load(args.folder)
     for r in h:      # histories saved by older versions get today's columns
         refresh_analysis(r)
     for name, why in h.damaged:   # listed, never in the way of the other runs
-        print(f"damaged run folder {name}: {why}", file=sys.stderr)
+        say(f"damaged run folder {name}: {why}", err=True)
+    for name, why in h.skipped:
+        say(f"skipped run folder {name}: {why}", err=True)
+    for r in h:
+        for f in r.flags:
+            if f.startswith("odd value: "):   # loaded, but not as it was saved: said here too
+                say(f"run {r.run_id}: {f}", err=True)
     if not len(h):
-        print(f"no runs in {args.folder}", file=sys.stderr)
+        say(f"no runs in {args.folder}", err=True)
         return 1
-    print(format_table(h.runs))
-    print(TABLE_LEGEND)
+    say(format_table(h.runs), TABLE_LEGEND if args.explain else EXPLAIN)
     if args.html:
         write_html(args.html, h.runs)
     return 0
 
 
-def _trace_files_here(path, folder: bool = False) -> bool:
-    """``path`` is a trace file (.json/.json.gz), or with ``folder`` a folder holding them
-    (a history folder holds run folders instead)."""
-    from pathlib import Path
+def _holds_traces(path) -> bool:
+    """``path`` names a trace file (.json/.json.gz, whatever it turns out to be: the
+    reader says what is wrong with it), or a folder with such names in it (a history
+    folder holds run folders instead)."""
+    from nbtools.trace.files import SUFFIXES
     p = Path(path).expanduser()
-    is_trace = lambda q: q.is_file() and q.name.endswith((".json", ".json.gz"))
-    if not folder:
-        return is_trace(p)
-    return p.is_dir() and any(is_trace(q) for q in p.iterdir())
+    if not p.is_dir():
+        return p.name.endswith(SUFFIXES) and os.path.lexists(p)
+    try:
+        return any(e.name.endswith(SUFFIXES) and not e.is_dir() for e in os.scandir(p))
+    except OSError:
+        return False
 
 
-def _view_traces(path, html, perfetto=None, rank=None) -> int:
+def _inputs(path) -> list:
+    """The files a trace path reads (for the output checks); none when it cannot be
+    listed (the reader then says why)."""
+    from nbtools.trace.files import trace_files
+    from nbtools.trace.read_json import TraceError
+    try:
+        return trace_files(path)[0]
+    except TraceError:
+        return [Path(path).expanduser()]
+
+
+def _view_traces(path, args) -> int:
     """Profiler traces from a person's own job (one Kineto JSON per rank, as torchrun with
     torch.profiler writes them): their table, and with --html the timeline of every rank on
     one clock in one offline file."""
     from nbtools.cli.table import TRACE_LEGEND
     from nbtools.analysis.straggler import attribute, verdict_text
-    run = _load_good_traces(path, details=bool(html), rank=rank)  # tooltips where drawn
-    print(format_table([run]))
+    need_outputs([("--html", args.html), ("--perfetto", args.perfetto)],
+                 inputs=_inputs(path), force=args.force)
+    run = _load_good_traces(path, details=bool(args.html), rank=args.rank)  # tooltips where drawn
+    say(format_table([run]))
     if run.events["rank"].nunique() > 1:      # who waited for whom in the collectives
-        print(f"straggler: {verdict_text(attribute(run.events))}")
-    print(TRACE_LEGEND)
-    if html:
-        write_html(html, [run])
-    if perfetto:
-        print(f"perfetto: {run.to_perfetto(perfetto)} (open it at https://ui.perfetto.dev: "
-              "Open trace file; it stays in your browser)")
-    return 0
+        say(f"straggler: {verdict_text(attribute(run.events))}")
+    say(TRACE_LEGEND if args.explain else EXPLAIN)
+    if args.html:
+        write_html(args.html, [run])
+    if args.perfetto and len(run.events):
+        try:
+            out = run.to_perfetto(args.perfetto, force=True)   # checked above, --force too
+        except OSError as e:
+            raise write_failed(args.perfetto, e) from None
+        say(f"perfetto: {out} (open it at https://ui.perfetto.dev: Open trace file; it stays "
+            "in your browser)")
+    return 0 if run.ok else 1
 
 
-def _compare_traces(path_a, path_b, html=None, perfetto=None, rank=None) -> int:
+def _compare_traces(path_a, path_b, args) -> int:
     """Two traces (before and after a change): both tables, each one's straggler, and B
     against A on the profiled step and its parts, with the verdict on the profiled step's
-    window from each side's steps (within-run noise only: said in its words)."""
+    window from each side's steps (within-run noise only: said in its words). Sides that
+    do not hold the same ranks get no verdict: a missing rank's file would otherwise decide
+    it unseen."""
     from nbtools.analysis.straggler import attribute, verdict_text
     from nbtools.cli.table import TRACE_LEGEND, format_comparison
     from nbtools.results.comparison import Comparison
-    if perfetto or rank is not None:
-        raise UserError(f"{'--perfetto' if perfetto else '--rank'}: takes one trace folder or "
-                        "file, not two to compare")
-    runs = []
+    if args.perfetto or args.rank is not None:
+        raise UserError(f"{'--perfetto' if args.perfetto else '--rank'}: takes one trace "
+                        "folder or file, not two to compare")
     for side, path in (("A", path_a), ("B", path_b)):
-        if not (_trace_files_here(path) or _trace_files_here(path, folder=True)):
+        if not _holds_traces(path):
             raise UserError(f"{path} ({side}): not a trace file or a folder of traces; two "
                             "paths compare two jobs' traces")
-        runs.append(_load_good_traces(path, details=bool(html)))
+    need_outputs([("--html", args.html)], inputs=_inputs(path_a) + _inputs(path_b),
+                 force=args.force)
+    runs = [_load_good_traces(p, details=bool(args.html)) for p in (path_a, path_b)]
     a, b = runs
-    print(format_table(runs))
+    say(format_table(runs))
     for side, run, path in (("A", a, path_a), ("B", b, path_b)):
         who = f"straggler: {verdict_text(attribute(run.events))}" \
             if run.events["rank"].nunique() > 1 else "one rank"
-        print(f"{side} = {run.run_id} ({path}): {who}")
-    cmp = Comparison(a, b, metric="profiled_window_ms")
-    print()
-    print(format_comparison(cmp))
-    print(TRACE_LEGEND)
-    if html:
+        say(f"{side} = {run.run_id} ({path}): {who}")
+    why_not = _no_verdict(a, b)
+    cmp = None if why_not else Comparison(a, b, metric="profiled_window_ms")
+    say("", format_comparison(cmp) if cmp else f"no verdict: {why_not}",
+        TRACE_LEGEND if args.explain else EXPLAIN)
+    if args.html:
         from nbtools.report.html import export_html
-        out = export_html(html, runs, notes="Written by `python -m nbtools view A B`.",
-                          comparisons=[cmp])
-        print(f"report: {out}")
-    return 0
+        try:
+            out = export_html(args.html, runs, notes="Written by `python -m nbtools view A B`.",
+                              comparisons=[cmp] if cmp else [])
+        except OSError as e:
+            raise write_failed(args.html, e) from None
+        say(f"report: {out}")
+    return 0 if cmp else 1
+
+
+def _no_verdict(a, b) -> str:
+    """Why A and B cannot be compared (a side with no events, or not the same ranks), or
+    ""."""
+    for side, run in (("A", a), ("B", b)):
+        if not run.ok:
+            return f"{side} has no events to compare (see its row)"
+    ra, rb = (sorted(int(r) for r in run.events["rank"].unique()) for run in (a, b))
+    wa, wb = a.world_size, b.world_size
+    if ra != rb or len(ra) < wa or len(rb) < wb:
+        return (f"A holds rank(s) {', '.join(map(str, ra))} of {wa}, B rank(s) "
+                f"{', '.join(map(str, rb))} of {wb}: compare the traces of the same ranks, "
+                "every rank of each job")
+    return ""
 
 
 def _load_good_traces(path, details: bool, rank=None):
     """The folder's traces as one run; a damaged file is left out and named in the run's
     flags (and on stderr) rather than losing the other ranks. An error about the set (two
-    files holding one rank) or about every file stops with its one line. One file that says
-    no rank (a single process's profile) is rank ``rank``, else 0, said in the flags."""
-    from pathlib import Path
+    files holding one rank) or about every file stops with its one line. A trace that says
+    no rank (a single process's profile), alone in its file or folder, is rank ``rank``,
+    else 0, said in the flags."""
     from nbtools.results.load import RankUnknown, TraceError, load_traces
+    from nbtools.trace.files import trace_files
+    p = Path(path).expanduser()
     try:
-        return load_traces(path, rank=rank, details=details)
+        run = load_traces(path, rank=rank, details=details)
     except RankUnknown as e:
-        if Path(path).expanduser().is_dir():
+        files = trace_files(p)[0]
+        if len(files) != 1:
             raise UserError(f"{e} (from the command line: rename the files rank-<N>.json, "
                             "or view one file with --rank N)") from None
-        run = load_traces(path, rank=0, details=details)
-        run.flags.insert(0, f"{Path(path).name}: the trace says no rank (no distributedInfo, "
+        run = load_traces(path if not p.is_dir() else files, rank=0, details=details)
+        run.flags.insert(0, f"{files[0].name}: the trace says no rank (no distributedInfo, "
                             "none in its name): shown as rank 0 (--rank N to say another)")
-        return run
     except TraceError as e:
-        p, first = Path(path).expanduser(), str(e)
-    if not p.is_dir():
-        raise UserError(first)
+        if not p.is_dir():
+            raise UserError(str(e)) from None
+        run = _without_damaged(p, str(e), details)
+    for f in run.flags:
+        if _lost_input(f):
+            say(f, err=True)
+    return run
+
+
+def _without_damaged(p: Path, first: str, details: bool):
+    from nbtools.results.load import TraceError, load_traces
+    from nbtools.trace.files import trace_files
+    try:
+        files, skipped = trace_files(p)
+    except TraceError as e:
+        raise UserError(str(e)) from None
     good, bad = [], []
-    for f in sorted(q for q in p.iterdir() if _trace_files_here(q)):
+    for f in files:
         try:
-            load_traces(f)
+            load_traces(f, rank=0)   # only whether it reads: the set says each rank
         except TraceError as e:
             why = one_line(e)
             why = why[len(str(f)) + 2:] if why.startswith(f"{f}: ") else why
@@ -153,13 +227,21 @@ def _load_good_traces(path, details: bool, rank=None):
         run = load_traces(good, details=details)
     except TraceError as e:
         raise UserError(str(e)) from None
-    for line in bad:
-        print(f"damaged trace {line}", file=sys.stderr)
-    run.flags[:0] = bad
+    run.flags[:0] = bad + [f"{q.name}: {why}" for q, why in skipped]
     return run
+
+
+def _lost_input(flag: str) -> bool:
+    """A flag that says part of the input was not shown (a file skipped or not read, events
+    dropped or skipped, ranks missing, nothing to show): these go to stderr too."""
+    return any(w in flag for w in (": not read: ", ": skipped", ": dropped",
+                                   "have no trace here", "no events to show"))
 
 
 def write_html(path, runs) -> None:
     from nbtools.report.html import export_html
-    out = export_html(path, runs, notes="Written by `python -m nbtools`.")
-    print(f"report: {out}")
+    try:
+        out = export_html(path, runs, notes="Written by `python -m nbtools`.")
+    except OSError as e:
+        raise write_failed(path, e) from None
+    say(f"report: {out}")

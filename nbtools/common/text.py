@@ -25,3 +25,17 @@ def valid_texts(o):
     if isinstance(o, (list, tuple)):
         return type(o)(valid_texts(v) for v in o)
     return o
+
+
+# C0 controls but tab and newline, DEL, C1 controls: a file name holding "\x1b[2J" clears the
+# screen of whoever views it, "\r" hides what came before it on the line
+_CONTROL = dict.fromkeys([*range(0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0)])
+
+
+def terminal_text(s: str) -> str:
+    """``s`` safe to print to a terminal: every control character (escape sequences, \\r,
+    bells) but newline and tab shown as '?'; writable text (valid_text) besides."""
+    s = valid_text(str(s))
+    if s.isprintable() or not any(ord(c) in _CONTROL for c in s):
+        return s
+    return s.translate({c: "?" for c in _CONTROL})

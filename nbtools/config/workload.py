@@ -197,7 +197,15 @@ def to_payload(fn) -> bytes:
                 cloudpickle.register_pickle_by_value(mod)
             except Exception:
                 pass
-    return cloudpickle.dumps(fn)
+    try:
+        return cloudpickle.dumps(fn)
+    except Exception as e:   # noqa: BLE001 - pickle raises TypeError, PicklingError, ...
+        name = getattr(fn, "__name__", None) or type(fn).__name__
+        raise ConfigError(f"{name}: cannot be sent to the engines ({type(e).__name__}: "
+                          f"{str(e)[:160]}): it holds or refers to something that cannot be "
+                          "pickled (a lock, an open file, a socket, a generator). Create that "
+                          "inside the step (or the Workload's functions) instead of "
+                          "capturing it from the notebook") from None
 
 
 def from_payload(payload) -> tuple:

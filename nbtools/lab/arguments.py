@@ -53,19 +53,20 @@ def check_n(n, local: bool, spares: bool = True):
     if local:
         cores = os.cpu_count() or 1
         per_rank = ENGINE_GB * (2 if spares else 1)
-        by_mem = int(available_gb() // per_rank)
+        by_mem, by_cores = int(available_gb() // per_rank), RANKS_PER_CORE * cores
+        most = max(min(by_mem, by_cores), 0)   # the one limit that holds, never the looser
         if n > by_mem:
             raise ConfigError(
                 f"Lab(n={n}): {n} local ranks need about {n * per_rank:.0f} GB "
                 f"({per_rank} GB each{', with its spare' if spares else ''}) but "
                 f"{available_gb():.1f} GB is available; this machine holds at most "
-                f"{max(by_mem, 0)}. Use a smaller n (or spares=False), or engines='slurm'/"
+                f"{most}. Use a smaller n (or spares=False), or engines='slurm'/"
                 "'mpi' to spread ranks over hosts.")
-        if n > RANKS_PER_CORE * cores:
+        if n > by_cores:
             raise ConfigError(
                 f"Lab(n={n}): {n} ranks on {cores} CPU core(s) is over {RANKS_PER_CORE} per "
                 "core; each rank would wait on the others for the CPU and runs would time "
-                f"out. Use n <= {RANKS_PER_CORE * cores}, or another launcher (engines=...).")
+                f"out. Use n <= {most}, or another launcher (engines=...).")
     return n
 
 
@@ -126,3 +127,56 @@ def cache_folder(path) -> Path | None:
         raise ConfigError(f"compile_cache={str(path)!r} cannot be created ({e}); give a "
                           "writable folder") from None
     return folder
+
+
+def check_engines(engines) -> None:
+    """Lab(engines=...): "local", a name of an ipyparallel engine launcher (its entry
+    points: mpi, slurm, ssh, ...), a launcher class, or hosts (SSH(...) or a dict). A wrong
+    name was a TraitError from inside ipyparallel after the Lab had begun."""
+    if isinstance(engines, str):
+        if engines.lower() in ("local", *_launcher_names()) or _importable(engines):
+            return
+        names = ", ".join(_launcher_names())
+        raise ConfigError(f"Lab(engines={engines!r}): not an ipyparallel engine launcher; "
+                          f"give one of {names}, a "
+                          "launcher class, or hosts: engines={'node1': 4, 'node2': 4}")
+    from nbtools.lab.hosts import wanted
+    if isinstance(engines, type) or wanted(engines):
+        return
+    raise ConfigError(f"Lab(engines={engines!r}): give a launcher's name (engines='local', "
+                      "'mpi', 'slurm', ...), a launcher class, or hosts: engines={'node1': 4}")
+
+
+def _importable(name: str) -> bool:
+    """A launcher class by its import path ("mypkg.launchers.MyEngineSetLauncher"), which
+    ipyparallel takes as well as the short names."""
+    import importlib
+    module, _, attr = name.rpartition(".")
+    try:
+        return bool(module) and isinstance(getattr(importlib.import_module(module), attr), type)
+    except (ImportError, AttributeError, ValueError):
+        return False
+
+
+def _launcher_names() -> list:
+    from ipyparallel.traitlets import entry_points
+    return sorted({e.name.lower() for e in entry_points(group="ipyparallel.engine_launchers")})
+
+
+def check_cluster(cluster) -> None:
+    """Lab(cluster=...): an ipyparallel Client, or a Cluster whose controller runs. Anything
+    else failed inside ipyparallel (an AttributeError on connect_client_sync)."""
+    if cluster is None:
+        return
+    import ipyparallel as ipp
+    if isinstance(cluster, ipp.Client):
+        return
+    if not isinstance(cluster, ipp.Cluster):
+        raise ConfigError(f"Lab(cluster=<{type(cluster).__name__}>): give a started "
+                          "ipyparallel Cluster or a Client (c = ipp.Cluster(n=2); "
+                          "c.start_cluster_sync(); Lab(cluster=c)), or leave cluster out and "
+                          "let the Lab start engines: Lab(n=2)")
+    if cluster.controller is None:
+        raise ConfigError("Lab(cluster=...): this ipyparallel Cluster has not been started; "
+                          "call cluster.start_cluster_sync() first (or leave cluster out: "
+                          "Lab(n=2) starts its own)")

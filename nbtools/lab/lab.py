@@ -57,6 +57,9 @@ class Lab:
                  history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
                  echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0,
                  compile_cache=None, spares: bool = True):
+        arguments.check_cluster(cluster)
+        if cluster is None:
+            arguments.check_engines(engines)
         n, history = arguments.check_n(n, engines == "local" and cluster is None, spares), \
             arguments.check_history(history)
         timeout, pg_timeout, start_timeout = (arguments.check_seconds(k, v) for k, v in (

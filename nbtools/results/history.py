@@ -30,6 +30,9 @@ class History:
         self.runs: list[Run] = []
         self.damaged: list[tuple[str, str]] = []
         """(folder name, why) for each run folder that could not be loaded at all."""
+        self.skipped: list[tuple[str, str]] = []
+        """(folder name, why) for each folder not loaded on purpose (a link to a run
+        folder already loaded: one run is one row, however many names it has)."""
 
     def add(self, run: Run) -> Run:
         """Keep the run here, then save it. A finished run is never lost to a failed save
@@ -66,6 +69,10 @@ class History:
     def load(cls, folder) -> "History":
         """Every run in the folder, in order. A folder that cannot be loaded (no or damaged
         run.json) goes to ``damaged`` with the reason; the others load."""
+        if not isinstance(folder, (str, os.PathLike)):
+            from nbtools.config.step_config import ConfigError
+            raise ConfigError(f"History.load({_short(folder)}): give the folder the runs were "
+                              "saved in, as a str or Path (e.g. History.load('nbtools-runs'))")
         h = cls(folder)
         folder = Path(folder)
         if folder.exists() and not folder.is_dir():
@@ -73,7 +80,16 @@ class History:
                                      "folder the runs were saved in")
         if not folder.is_dir():
             return h
-        for d in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        dirs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+        keep = {}   # real path -> the name it loads under: the folder itself, not a link
+        for d in sorted(dirs, key=lambda d: d.is_symlink()):
+            keep.setdefault(os.path.realpath(d), d.name)
+        for d in dirs:
+            name = keep[os.path.realpath(d)]
+            if name != d.name:
+                h.skipped.append((d.name, f"the same folder as {name} (a link to it): "
+                                          "loaded once, as that"))
+                continue
             odd = _not_plain_files(d)
             if odd:
                 h.damaged.append((d.name, odd))
@@ -128,6 +144,11 @@ class History:
 
     def _repr_html_(self):
         return self.table().to_html(index=False)
+
+
+def _short(v) -> str:
+    s = repr(v)
+    return s if len(s) <= 40 else s[:37] + "..."
 
 
 def _not_plain_files(d: Path) -> str:

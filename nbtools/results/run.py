@@ -13,7 +13,7 @@ import pandas as pd
 
 from nbtools.analysis import tables
 from nbtools.config.step_config import ConfigError, StepConfig
-from nbtools.results import torch_trace
+from nbtools.results import odd_values, torch_trace
 from nbtools.results.views import view
 
 
@@ -88,14 +88,15 @@ class Run:
         """The per-rank timeline: a live widget in Jupyter, ``.layout`` for Bokeh."""
         return view("run.plot")(self, **kw)
 
-    def to_perfetto(self, path) -> Path:
+    def to_perfetto(self, path, force: bool = False) -> Path:
         """One Chrome-trace JSON (``.json``, or ``.json.gz``) of every rank (a process each),
         its steps, compile events and flows between matched collectives. Open it at
         https://ui.perfetto.dev (Open trace file; the file stays in the browser) or
         chrome://tracing; ``nbtools.load_traces`` and HTA read ``trace.export.write_kineto``'s
-        per-rank files."""
+        per-rank files. It never replaces a notebook, a saved run's file or a profiler
+        trace unless ``force=True`` (FileExistsError saying which)."""
         from nbtools.trace.export import write_perfetto
-        return write_perfetto(self, path)
+        return write_perfetto(self, path, force=force)
 
     # -- persistence ---------------------------------------------------------------------
     def save(self, folder) -> Path:
@@ -147,11 +148,16 @@ class Run:
             frames[name], problem = _read_table(folder / f"{name}.parquet", None, required=False)
             if problem:
                 flags.append(f"damaged: {problem}")
+        status = str(meta.get("status", "ok"))
+        # values no run writes: replaced, each said in a flag (results/odd_values.py)
+        frames["summary"] = odd_values.check_summary(frames["summary"], status == "ok", flags)
+        started = odd_values.check_started(meta.get("started"), flags)
+        env = odd_values.check_env(_dict(meta, "env"), flags)
         try:
-            return cls(config=cfg, env=_dict(meta, "env"), status=str(meta.get("status", "ok")),
+            return cls(config=cfg, env=env, status=status,
                        errors={int(k): v for k, v in _dict(meta, "errors").items()},
                        flags=flags, ranks={int(k): v for k, v in _dict(meta, "ranks").items()},
-                       run_id=str(meta["run_id"]), started=float(meta.get("started") or 0.0),
+                       run_id=str(meta["run_id"]), started=started,
                        source=str(meta.get("source", "lab")), folder=folder, **frames)
         except (KeyError, TypeError, ValueError) as e:
             raise RunDamaged(f"{folder / 'run.json'}: {type(e).__name__} {e} (a field has the "

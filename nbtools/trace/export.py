@@ -15,6 +15,7 @@ import pandas as pd
 
 from nbtools.analysis.collective_flows import collective_flows
 from nbtools.analysis.step_metrics import step_times
+from nbtools.common.outputs import MARK, output_refusal
 
 try:
     import orjson
@@ -164,8 +165,10 @@ def to_perfetto(run) -> dict:
         out += _track(compile_events, r, len(tid) + 1, base,
                       lambda row: f"{row.kind}: {row.name}" if row.name else row.kind)
     out += _flows(events, tids, base)
-    return {"traceEvents": out, "displayTimeUnit": "ns",
-            "otherData": {"nbtools_base_time_ns": base}}
+    # otherData first: its mark is in the file's first bytes, where `view DIR` looks to
+    # skip this file as its own output rather than read it as a rank's trace
+    return {"otherData": {MARK: "to_perfetto", "nbtools_base_time_ns": base},
+            "traceEvents": out, "displayTimeUnit": "ns"}
 
 
 def _flows(events, tids: dict, base: int) -> list:
@@ -199,9 +202,14 @@ def _track(table, rank: int, tid: int, base: int, label) -> list:
     return out
 
 
-def write_perfetto(run, path) -> Path:
+def write_perfetto(run, path, force: bool = False) -> Path:
     """to_perfetto written to ``path`` (gzip when it ends with .gz); open in ui.perfetto.dev
-    or chrome://tracing."""
+    or chrome://tracing. Refused before any work (FileExistsError, one line) where it would
+    replace a notebook, a saved run's file or a profiler trace (``force``: replace it), or
+    where nothing can be written (a device, a folder, no permission)."""
+    why = output_refusal(path, "force=True", force=force)
+    if why:
+        raise FileExistsError(why)
     path = Path(path)
     data = _dumps(to_perfetto(run))
     path.write_bytes(gzip.compress(data, 6) if path.name.endswith(".gz") else data)

@@ -20,6 +20,7 @@ from nbtools.analysis import tables
 from nbtools.analysis.breakdown import rank_table
 from nbtools.analysis.step_metrics import step_times
 from nbtools.trace.details import add_detail
+from nbtools.trace.files import trace_files
 from nbtools.trace.kineto import GPU_KINDS, RAW, build
 from nbtools.trace.kineto import classify  # noqa: F401  (re-exported: tests import it from here)
 from nbtools.trace.read_json import MAX_GB, RankUnknown, TraceError, _short, read_trace  # TraceError: users catch it here
@@ -93,13 +94,14 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB, details: bool = False) 
     """Kineto trace files -> the fields of a Run (``nbtools.load_traces`` says how
     files, ranks, times and damage are read)."""
 
-    files = _trace_files(path)
+    files, skipped = trace_files(path)
     if rank is not None and len(files) != 1:
         raise TraceError(f"rank={rank!r} names the rank of one file, but {len(files)} were "
                          "given; load them one by one or name them rank-<N>.json.gz")
     if not (isinstance(max_gb, (int, float)) and not isinstance(max_gb, bool) and max_gb > 0):
         raise TraceError(f"max_gb={max_gb!r}: give a positive number of GB")
-    owner, frames, info, flags, damaged_cat = {}, [], {}, [], {}
+    owner, frames, info, damaged_cat, empty = {}, [], {}, {}, {}
+    flags = [f"{q.name}: {why}" for q, why in skipped]
     for f in files:
         meta, cols = read_trace(f, max_gb)
         r = _rank_of(f, meta, rank, flags)
@@ -117,6 +119,11 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB, details: bool = False) 
         wire = build(r, raw, kinds, names)
         frames.append(tables.from_wire(tables.EVENT_COLUMNS, wire))
         info[r] = _info(f, meta, len(frames[-1]), flags)
+        if not len(frames[-1]):
+            empty[r] = f"{f.name}: no events to show: " + (
+                "its traceEvents is empty" if not cols.entries else
+                f"none of its {cols.entries} entries is a timed span (ph 'X') with a time")
+            flags.append(f"rank {r}: {empty[r]}")
     # one non-empty file: its frame is what concat would build (0.4 ms of a fixed cost)
     events = frames[0] if len(frames) == 1 and len(frames[0]) else \
         tables.concat(frames, tables.EVENT_COLUMNS)
@@ -130,12 +137,18 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB, details: bool = False) 
                      if not cats else f"rank {r}: no GPU events recognised: {cats} event(s) "
                      "have a cat that is not text, so their kind is unknown")
     world = max([i.get("world_size") or 0 for i in info.values()] + [len(info)])
+    missing = sorted(set(range(world)) - set(info)) if world > len(info) else []
+    if missing:   # one rank shown where the job had more: said, never a silent subset
+        flags.append(f"distributedInfo says world_size {world} but {len(info)} rank(s) "
+                     f"were read: rank(s) {_ranks_text(missing)} have no trace here")
     backends = sorted({str(i["backend"]) for i in info.values() if i.get("backend")})
     env = {"source": "traces", "world_size": int(world), "backend": ",".join(backends),
            "devices": sorted({d for i in info.values() for d in i.get("devices", [])}),
            "files": [f.name for f in files]}
     out = dict(config=None, events=events, steps=steps, summary=summary,
                env=env, ranks=info, flags=flags, source="traces")
+    if not len(events):   # nothing to show is a failure with its reason, not a blank row
+        out.update(status="failed", errors=empty)
     if details:
         out["event_details"] = _file_details(owner, flags)
     return out
@@ -199,28 +212,9 @@ def _whole(v, low: int, high: int):
 _MAX_RANK = 2**31 - 1   # ranks are int32 in the events table
 
 
-def _trace_files(path) -> list:
-    items = list(path) if isinstance(path, (list, tuple)) else [path]
-    files = []
-    for item in items:
-        try:
-            p = Path(item).expanduser()
-        except TypeError:
-            raise TraceError(f"{_short(item)} is not a path: give a file, a folder or a list "
-                             "of them") from None
-        if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.is_file()
-                           and q.name.endswith((".json", ".json.gz")))
-            if not found:
-                raise TraceError(f"{p}: no .json or .json.gz trace files in this folder")
-            files += found
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise TraceError(f"{p}: no such file or folder")
-    if not files:
-        raise TraceError("no trace files given")
-    return files
+def _ranks_text(ranks: list) -> str:
+    return ", ".join(map(str, ranks)) if len(ranks) <= 8 else \
+        f"{', '.join(map(str, ranks[:6]))}, ... {ranks[-1]} ({len(ranks)} in all)"
 
 
 def _rank_of(f: Path, meta: dict, rank, flags: list) -> int:

@@ -109,6 +109,9 @@ def read_trace(path, max_gb: float = MAX_GB) -> tuple[dict, _Columns]:
         if str(e).startswith(str(path)):
             raise
         raise TraceError(f"{path}: {e}") from None
+    except PermissionError:
+        raise TraceError(f"{path}: cannot be read: permission denied. Ask for read access "
+                         "(chmod +r), or copy it to a place you can read") from None
     except (OSError, EOFError, *_ZLIB_ERRORS) as e:
         raise TraceError(f"{path}: cannot be read as a gzip or plain file ({e}). "
                          "If it was copied while the job wrote it, copy it again.") from None

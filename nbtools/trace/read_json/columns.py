@@ -76,7 +76,8 @@ def parse(view):
             pass
         else:
             xs = list(compress(events, map(is_, map(type, events), repeat(_Span))))
-            return tuple(list(map(g, xs)) for g in _SPAN_GETS)
+            # the batch's size last: a trace with no spans can then say what it held
+            return (*(list(map(g, xs)) for g in _SPAN_GETS), len(events))
     return _loads_view(view)
 
 
@@ -159,15 +160,18 @@ class _Columns:
     def __init__(self):
         self.kinds, self.names = _Table("cat"), _Table("name")
         self.parts = []
+        self.entries = 0   # traceEvents entries seen, spans or not (a file of none is said)
         self.problems: dict = {}   # what is damaged -> [events, an example, what was done]
 
     def add(self, events) -> None:
         """A batch from parse(): its span events' seven lists (a tuple), or event dicts."""
         if type(events) is tuple:
-            cat, name, pid, tid, ts, dur, corr = events
+            cat, name, pid, tid, ts, dur, corr, n = events
+            self.entries += n
             if not ts:
                 return
         else:
+            self.entries += len(events) if isinstance(events, list) else 0
             parts = self._from_dicts(events)
             if parts is None:
                 return
@@ -190,14 +194,21 @@ class _Columns:
         # C-level maps (itemgetter/compress) instead of per-event python. Anything unusual
         # falls back to the forgiving path.
         try:
-            xs = list(compress(events, map(eq, repeat("X"), map(_PH, events))))
+            phs = list(map(_PH, events))
+            odd = set(phs) - _PHASES
+            xs = list(compress(events, map(eq, repeat("X"), phs)))
+            if xs:
+                # one C-level pass per field (faster than row tuples transposed by zip), and
+                # dict.get unbound (faster than a methodcaller's bound method per event)
+                cat, name, pid, tid, ts, dur = [list(map(g, xs)) for g in _X_GETS]
+                corr = list(map(_get, map(_get, xs, repeat("args"), repeat(_EMPTY)),
+                                repeat("correlation"), repeat(-1)))
+            if odd:   # a phase the format does not have: not placed, and counted (here,
+                # after the getters: a batch they refuse is counted by _forgiving instead)
+                _count(self.problems, "ph is not a Trace Event Format phase",
+                       sum(map(phs.count, odd)), next(iter(odd)), "skipped")
             if not xs:
                 return None
-            # one C-level pass per field (faster than row tuples transposed by zip), and
-            # dict.get unbound (faster than a methodcaller's bound method per event)
-            cat, name, pid, tid, ts, dur = [list(map(g, xs)) for g in _X_GETS]
-            corr = list(map(_get, map(_get, xs, repeat("args"), repeat(_EMPTY)),
-                            repeat("correlation"), repeat(-1)))
         except (KeyError, TypeError, AttributeError):
             xs, rows, corr = self._forgiving(events)
             if not rows:
@@ -218,9 +229,14 @@ class _Columns:
         if phless:   # without its phase an event cannot be placed ('X' is a span)
             _count(p, "ph (the event's phase) is missing", len(phless),
                    phless[0].get("name"), "skipped")
+        odd = [e["ph"] for e in objs if "ph" in e and not (_hashable(e["ph"])
+                                                           and e["ph"] in _PHASES)]
+        if odd:
+            _count(p, "ph is not a Trace Event Format phase", len(odd), odd[0], "skipped")
         xs = [e for e in objs if e.get("ph") == "X"]
         for key, fate in (("ts", "dropped"), ("dur", "taken as 0"), ("name", "shown as <no name>"),
-                          ("cat", "classified as other")):
+                          ("cat", "classified as other"), ("pid", "taken as 0"),
+                          ("tid", "taken as 0")):
             lacking = [e for e in xs if key not in e]
             _count(p, f"{key} is missing", len(lacking), lacking[0].get("name") if lacking
                    else None, fate)
@@ -260,6 +276,11 @@ def _array(values, types, times: bool = False):
 
 
 _INT, _NUM = {int}, {int, float}
+# the text ids Kineto itself writes on its one "PyTorch Profiler" span (every trace has it):
+# -1, unflagged; other text without digits is damage
+_KINETO_IDS = frozenset(("Spans", "PyTorch Profiler"))
+# the Trace Event Format's phases (and Kineto's); any other is damage, counted
+_PHASES = frozenset("XBEiICbneSTpFstfPNODMVvRc()")
 
 
 def _ints(values, problems: dict, what: str) -> np.ndarray:
@@ -269,11 +290,12 @@ def _ints(values, problems: dict, what: str) -> np.ndarray:
     if a is not None and a.dtype.kind == "i":
         return a.astype(np.int64)
     out = np.empty(len(values), np.int64)
-    bad, example = 0, None
+    bad, example, read, read_ex = 0, None, 0, None
     for i, v in enumerate(values):
         if isinstance(v, str):
             m = _DIGITS.search(v)
-            n = int(m.group()) if m and len(m.group()) < 20 else -1
+            n = int(m.group()) if m and len(m.group()) < 20 else -1 if v in _KINETO_IDS \
+                else None
         elif isinstance(v, (int, float)) and not isinstance(v, bool) and v == v \
                 and abs(v) < 2**63:
             n = int(v)
@@ -281,8 +303,13 @@ def _ints(values, problems: dict, what: str) -> np.ndarray:
             n = None
         if n is None or not _INT64.min <= n <= _INT64.max:
             bad, example, n = bad + 1, (example if bad else v), -1
+        elif type(v) is not int and what != "correlation" and v not in _KINETO_IDS:
+            # "stream 7" or 7.5: read by its digits, which may merge lanes; said
+            read, read_ex = read + 1, (read_ex if read else v)
         out[i] = n
     _count(problems, f"{what} is not an integer within int64", bad, example, "taken as -1")
+    _count(problems, f"{what} is text or a fraction, not an integer", read, read_ex,
+           "read by its whole number (lanes may merge)")
     return out
 
 
