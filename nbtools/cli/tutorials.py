@@ -125,7 +125,12 @@ def lab_main(argv: list[str]) -> int:
         except MissingExtra as e:
             print(f"\nnote: {e}")
         return 0
-    argv, dest = _pop_option(argv, "--notebooks-dir")
+    try:
+        argv, dest = _pop_option(argv, "--notebooks-dir")
+    except ValueError as e:
+        print(f"nbtools lab: {e}, e.g. --notebooks-dir ~/nbtools-notebooks "
+              "(`nbtools lab --help`)", file=sys.stderr)
+        return 2
     require("jupyterlab", "ipywidgets", "jupyter_bokeh", why="`nbtools lab`")
     root = pd_.source_checkout()
     first = pd_.notebooks()[0].name          # 00-quickstart: the teaching order's start
@@ -152,10 +157,12 @@ def _pop_option(argv, name):
     for a in it:
         if a == name:
             value = next(it, None)
-            if value is None:
-                raise ValueError(f"{name} needs a folder")
+            if value is None or value.startswith("-"):
+                raise ValueError(f"{name} needs a folder after it")
         elif a.startswith(name + "="):
             value = a.split("=", 1)[1]
+            if not value:
+                raise ValueError(f"{name} needs a folder after it")
         else:
             out.append(a)
     return out, value

@@ -76,5 +76,6 @@ def require(*modules: str, why: str) -> None:
         extras = sorted({EXTRA_OF[m] for m in gone if m in EXTRA_OF})
         cmds = ([f"pip install 'torch-nbtools[{','.join(extras)}]'"] if extras else []) + \
             [hint(m) for m in gone if m not in EXTRA_OF]
-        raise MissingExtra(f"{why} needs {', '.join(gone)}, which is not installed for "
+        raise MissingExtra(f"{why} needs {', '.join(gone)}, which "
+                           f"{'is' if len(gone) == 1 else 'are'} not installed for "
                            f"{sys.executable}: {'; and '.join(cmds)}")
