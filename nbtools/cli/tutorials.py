@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from nbtools.common import package_data as pd_
-from nbtools.common.extras import MissingExtra, require
+from nbtools.common.extras import MissingExtra, install_command, require
 from nbtools.cli.kernelspec import ensure_kernel
 
 DEFAULT_DIR = "nbtools-notebooks"
@@ -114,12 +114,12 @@ docs/ work. From an installed package it first copies the tutorials into DIR (de
 
 Every other option goes to `jupyter lab` as written, e.g. --no-browser, --port 8899,
 --ServerApp.token=... (see `jupyter lab --help`). As root (GPU containers often are) it
-passes --allow-root, and says so. Needs the [lab] extra: pip install 'torch-nbtools[lab]'."""
+passes --allow-root, and says so. Needs the [lab] extra: {{install}}"""
 
 
 def lab_main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print(LAB_HELP)
+        print(LAB_HELP.format(install=install_command("lab")))
         try:
             require("jupyterlab", why="`nbtools lab`")
         except MissingExtra as e:
