@@ -193,8 +193,10 @@ def test_missing_extra_advice_names_the_index_when_it_came_from_one(installed, t
     site = Path(sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
                 .stdout.strip())
     (site / "_test_dependencies.pth").write_text((installed["site"] / "_test_dependencies.pth").read_text())
+    # --ignore-installed: the outer environment's editable install would count as installed
     sh(sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-index",
-       "--find-links", installed["wheel"].parent, "torch-nbtools", env=clean_env())
+       "--ignore-installed", "--find-links", installed["wheel"].parent, "torch-nbtools",
+       env=clean_env())
     out = sh(py, "-c", ADVICE, cwd=installed["cwd"], env=installed["env"]).stdout
     assert out.strip() == f"{py} -m pip install 'torch-nbtools[export,lab]'"
 
