@@ -17,6 +17,7 @@ from nbtools.lab import gather, hosts, placement
 from nbtools.lab.assemble import assemble, first_error
 from nbtools.lab import arguments, reaper
 from nbtools.lab import recovery
+from nbtools.analysis import machine
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.results.history import History
 from nbtools.lab.pool import Pool
@@ -77,6 +78,9 @@ class Lab:
         self.cluster = self.client = None
         self.placements: list = []
         self._pg_broken = False
+        self.engine_warnings: dict = {}     # rank -> the last run's library warnings, in full
+        self.notes: list = []               # what the lab said once (analysis.machine)
+        self._said: set = set()             # ids of the once-per-lab flags already said
         try:
             self._start()
         except BaseException:
@@ -180,6 +184,14 @@ class Lab:
         self.setup_times = self._on(ids, process_group.setup, args_for=lambda e: args[e],
                                     timeout=self.start_timeout)
         self.world_size = world
+        if self.device_type == "cpu" and "host-busy" not in self._said:
+            shared = {}
+            for p in self.placements:
+                shared[p.host] = (p.local_world, args[p.engine_id][4], cpus[p.rank] or 1)
+            for note in machine.oversubscribed(shared):
+                print(note, file=sys.stderr)
+                self.notes.append(note)
+                self._said.add("host-busy")
 
     def _on(self, ids, fn, args_for=None, timeout=120.0) -> list:
         """Call fn on every engine at once (collectives need all ranks inside together)."""
@@ -308,6 +320,7 @@ class Lab:
             raise KeyboardInterrupt(f"run {run_id} interrupted (Ctrl-C); kept in lab.history "
                                     "as 'interrupted'; the next lab.run starts clean") from None
         run = assemble(self, cfg, run_id, t0, reports, unfinished)
+        run.flags = machine.once_per_lab(run.flags, self._said)
         run.env["workload"] = getattr(fn, "name", None) or getattr(fn, "__name__", None)
         self.history.add(run)
         if unfinished:
