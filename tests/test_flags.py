@@ -263,7 +263,7 @@ def test_five_identical_runs_give_one_straggler_verdict_or_none_resolved(lab):
     for _ in range(5):
         run = lab.run(_balanced, StepConfig(capture="full", warmup=1, steps=2, profiled=8))
         assert run.ok, run.errors
-        texts.append(verdict_text(attribute(run.events)))
+        texts.append(verdict_text(attribute(run.events, run.steps)))
         named = flagged(run, "straggler")
         assert not named or named[0].startswith(f"straggler: {texts[-1]}"), (named, texts)
     ranks = {re.match(r"rank (\d+)", t).group(1) for t in texts if t.startswith("rank ")}
@@ -325,9 +325,9 @@ def _steps(scatter_ms, n=12, base_ms=20.0):
 
 def test_a_straggler_is_named_only_beyond_the_timed_steps_noise():
     """issue 34: on a busy 2-core CPU box every run named a straggler: 3 profiled steps gave
-    a noise of 2.1 ms where the 13 timed steps spread 3.8 ms, and rank 0 was 4 ms late. The
-    noise now takes every timed step, and a lateness (one rank's arrival against another's,
-    each jittering) must pass sqrt(2) times it."""
+    a noise of 2.1 ms where the late rank's 13 timed steps spread 3.8 ms, and it was 4 ms
+    late. The noise now takes the late rank's every timed step, and a lateness (one rank's
+    arrival against another's, each jittering) must pass sqrt(2) times it."""
     ev = _events(1, host_ms=3, compute_ms=0)
     assert attribute(ev, _steps(0.5))["straggler"]["rank"] == 1      # 3 ms > 1.41 x 0.74 ms
     quiet = attribute(ev, _steps(2.5))                                 # 3 ms < 1.41 x 3.7 ms

@@ -72,7 +72,7 @@ REGISTRY = (
          "20 % of a step, or being the main cause in every profiled step (3 times the "
          "others' worst step) with another rank waiting at least 10 % of a step; and in "
          "most profiled steps it was late by more than sqrt(2) times the steps' own noise "
-         "(1.4826 x the median absolute deviation of a rank's step times, over every timed "
+         "(1.4826 x the median absolute deviation of a rank's step times; the late rank's over every timed "
          "step; sqrt(2): two ranks' arrivals each jitter by it), else no straggler is resolved "
          "(identical runs on busy cores put a different rank last each time). The others "
          "wait in the collective for it, so their step times include its lateness. "

@@ -98,13 +98,14 @@ def attribute(events: pd.DataFrame, steps_table: pd.DataFrame | None = None) -> 
     # steps would count against itself). On two busy CPU cores identical runs put rank 0
     # last in one run and rank 1 in the next by less than that noise: luck, not a straggler.
     # Lateness is one rank's arrival against another's, and each jitters by the noise on its
-    # own: their difference by sqrt(2) times it. The noise: the larger of the profiled steps'
-    # (above) and every timed step's (steps: 10+ per rank against 3 profiled; on two busy CPU
-    # cores 3 profiled steps gave 2.1 ms where the 13 timed steps spread 3.8 ms, and a rank
-    # 4 ms "late" was named in one run of identical ones).
+    # own: their difference by sqrt(2) times it. The noise: the larger of the other ranks'
+    # over the profiled steps (above) and the candidate's over every timed step (10+ against
+    # 3 profiled; it waits for nobody, so its step times are its own: on two busy CPU cores
+    # 3 profiled steps gave 2.1 ms where its 13 timed steps spread 3.8 ms, and a rank 4 ms
+    # "late" was named in one run of identical ones).
     waits_by_step = pd.DataFrame(wait, columns=ranks).groupby(steps).sum()
     noise = max(_step_noise_ns(events, waits_by_step.drop(columns=ranks[cand])),
-                _timed_noise_ns(steps_table))
+                _timed_noise_ns(steps_table, ranks[cand]))
     late_steps = float(np.mean(mine > np.maximum(rest, JITTER_OF_DIFFERENCE * noise)))
     out["evidence"] = dict(rank=ranks[cand], late_steps=late_steps, steps=len(mine),
                            noise_ms=JITTER_OF_DIFFERENCE * noise / 1e6,
@@ -275,18 +276,17 @@ def _step_noise_ns(events: pd.DataFrame, waits: pd.DataFrame) -> float:
     return out
 
 
-def _timed_noise_ns(steps_table: pd.DataFrame | None) -> float:
-    """Every timed step's noise (a run's steps table: measured and profiled steps): per rank
-    1.4826 x the median absolute deviation of its step times; the largest. 0 without it."""
+def _timed_noise_ns(steps_table: pd.DataFrame | None, rank) -> float:
+    """One rank's noise over every timed step (a run's steps table: measured and profiled
+    steps): 1.4826 x the median absolute deviation of its step times. 0 without them."""
     if steps_table is None or not len(steps_table) or "phase" not in steps_table:
         return 0.0
-    timed = steps_table[steps_table["phase"].isin(["measured", "profiled"])]
-    out = 0.0
-    for _, g in timed.groupby("rank"):
-        d = g["dur_ns"].to_numpy(np.float64)
-        if len(d) >= 3:
-            out = max(out, 1.4826 * float(np.median(np.abs(d - np.median(d)))))
-    return out
+    timed = steps_table[steps_table["phase"].isin(["measured", "profiled"])
+                        & (steps_table["rank"] == rank)]
+    d = timed["dur_ns"].to_numpy(np.float64)
+    if len(d) < 3:
+        return 0.0
+    return 1.4826 * float(np.median(np.abs(d - np.median(d))))
 
 
 def _median_step_ms(events: pd.DataFrame) -> float:
