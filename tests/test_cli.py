@@ -152,6 +152,9 @@ def argparse_suppress():
     (["run", "--timeout", "soon"], "--timeout: invalid float value: 'soon'"),
     (["export", "--cell-timeout", "x", "nb.ipynb"], "--cell-timeout: invalid int value"),
     (["kernel", "uninstall"], "invalid choice: 'uninstall'"),
+    (["demo", "--n", "two"], "--n: invalid int value: 'two'"),
+    (["view", "--rank", "first"], "--rank: invalid int value: 'first'"),
+    (["notebooks", "a", "b"], "unrecognized arguments: b"),
 ], ids=lambda x: " ".join(x) if isinstance(x, list) else None)
 def test_a_bad_value_names_the_option_in_the_command_lines_words(tmp_path, args, says):
     r = nbtools_cli(*args, cwd=tmp_path)
