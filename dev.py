@@ -2,14 +2,18 @@
 """Set up the project's environment and run the demo or the tests: needs only Python.
 
     python3 dev.py demo     # .venv + the package, then `python -m nbtools demo --html ...`
-    python3 dev.py test     # .venv + test extras (+ Debian chromium, sshd for browser and two-host tests), the import
-                            # contracts (lint-imports), then pytest; arguments go to pytest:
-    python3 dev.py test -m "not slow"   # the fast tier (about 3 minutes on 2 cores)
+    python3 dev.py test -m "not slow"   # the fast tier: .venv + test extras, the import contracts
+                                        # (lint-imports), then pytest; installs nothing system-wide
+    python3 dev.py test     # the full suite (CI's): also installs Debian's chromium, sshd, OpenMPI,
+                            # Slurm and munge system-wide (as root, saying so first) for the
+                            # browser and simulated-host tests; arguments go to pytest
 
-A torch that already satisfies pyproject.toml's requirement (the tested range) is reused, not
+A torch that already satisfies pyproject.toml's requirement (the accepted range) is reused, not
 replaced: if the interpreter running this script has one, the venv sees it through
---system-site-packages. Otherwise torch==$NBTOOLS_TORCH (default 2.13.0, the version we test
-on CPU) is installed. `test` installs the [test] extra, which brings [lab,export,trace].
+--system-site-packages. Otherwise torch==$NBTOOLS_TORCH (default 2.13.0, the version CI tests
+on CPU) is installed: on a host without an NVIDIA GPU the CPU build, from PyTorch's CPU index
+when it answers (else it says what pip's own index gives instead). `test` installs the [test]
+extra, which brings [lab,export,trace,models].
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("NBTOOLS_VENV", ROOT / ".venv"))
 TORCH = os.environ.get("NBTOOLS_TORCH", "2.13.0")
+CPU_INDEX = os.environ.get("NBTOOLS_TORCH_INDEX", "https://download.pytorch.org/whl/cpu")
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -73,13 +78,64 @@ def ensure_venv(extras: str) -> Path:
         return py
     have = torch_version(py)
     if have is None or not MIN_TORCH <= have < TORCH_BELOW:
-        sh(py, "-m", "pip", "install", "-q", f"torch=={TORCH}")
+        install_torch(py)
     target = f"{ROOT}[{extras}]" if extras else str(ROOT)
     sh(py, "-m", "pip", "install", "-q", "-e", target)
     sh(py, "-m", "nbtools", "kernel", "install", "--sys-prefix")
     link_jupyter_extension()
     stamp.write_text(want)
     return py
+
+
+def nvidia_gpu() -> bool:
+    """An NVIDIA driver here (its /proc entry, or nvidia-smi on PATH)."""
+    return Path("/proc/driver/nvidia").exists() or shutil.which("nvidia-smi") is not None
+
+
+def reachable(url: str, timeout: float = 5.0) -> bool:
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/torch/", timeout=timeout):
+            return True
+    except Exception:   # noqa: BLE001 - any failure means: not from here
+        return False
+
+
+def what_pip_gives(py, requirement: str) -> str:
+    """What `pip install REQUIREMENT` would take from pip's own index, read with --dry-run
+    (its version, e.g. 2.13.0+cpu, and where from), without installing it."""
+    import json
+    r = subprocess.run([str(py), "-m", "pip", "install", "--dry-run", "--no-deps", "-q",
+                        "--ignore-installed", "--report", "-", requirement],
+                       capture_output=True, text=True)
+    try:
+        item = json.loads(r.stdout)["install"][0]
+    except (ValueError, KeyError, IndexError):
+        return "whatever pip's index holds for it"
+    version = item["metadata"]["version"]
+    build = ("a CPU build" if version.endswith("+cpu") else
+             "a CUDA build: several GB of nvidia packages come with it" if "+cu" in version or
+             any("nvidia" in d or "cuda" in d for d in item["metadata"].get("requires_dist", []))
+             else "its build")
+    return f"torch {version} ({build}) from {item['download_info']['url']}"
+
+
+def install_torch(py) -> None:
+    """torch==TORCH into the venv. Without an NVIDIA GPU, the CPU build: PyTorch's CPU index
+    has it; PyPI's Linux wheel is the CUDA build with several GB of nvidia packages."""
+    want = f"torch=={TORCH}"
+    if nvidia_gpu():
+        print(f"an NVIDIA driver is here: installing {want} from pip's index (its CUDA build)")
+        sh(py, "-m", "pip", "install", "-q", want)
+    elif reachable(CPU_INDEX):
+        print(f"no NVIDIA GPU here: installing {want}, the CPU build, from {CPU_INDEX}")
+        sh(py, "-m", "pip", "install", "-q", want, "--index-url", CPU_INDEX)
+    else:
+        print(f"no NVIDIA GPU here, and PyTorch's CPU index ({CPU_INDEX}) does not answer: "
+              f"installing {want} through pip's own index instead, which gives "
+              f"{what_pip_gives(py, want)}. NBTOOLS_TORCH_INDEX=URL names another index "
+              "with CPU builds.", flush=True)
+        sh(py, "-m", "pip", "install", "-q", want)
 
 
 def link_jupyter_extension() -> None:
@@ -105,11 +161,25 @@ SYSTEM_PACKAGES = {CHROMIUM: "chromium", "/usr/sbin/sshd": "openssh-server", "/u
                    "/usr/sbin/munged": "munge"}
 
 
+def fast_tier(pytest_args) -> bool:
+    """`-m "not slow"` (or -m=..., -m"..."): the tier that needs nothing outside the venv."""
+    exprs = []
+    for i, a in enumerate(pytest_args):
+        if a == "-m" and i + 1 < len(pytest_args):
+            exprs.append(pytest_args[i + 1])
+        elif a.startswith("-m") and a != "-m":
+            exprs.append(a[2:].lstrip("="))
+    return any(re.search(r"\bnot\s+slow\b", e) for e in exprs)
+
+
 def ensure_system_packages() -> None:
     missing = [pkg for path, pkg in SYSTEM_PACKAGES.items() if not Path(path).exists()]
     if not missing:
         return
     if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
+        print(f"the full suite drives Debian's {', '.join(missing)} (browser and simulated-host "
+              "tests): installing them system-wide with apt-get now (the fast tier, "
+              "-m \"not slow\", needs none of them)", flush=True)
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         sh("apt-get", "update", "-qq", env=env)
         sh("apt-get", "install", "-y", "-qq", *missing, env=env)
@@ -117,6 +187,20 @@ def ensure_system_packages() -> None:
         print(f"warning: {', '.join(missing)} missing; the browser tests fail and the simulated-host "
               f"tests skip. Install Debian's packages: apt-get install {' '.join(missing)}",
               file=sys.stderr)
+
+
+def next_steps() -> str:
+    """What to type next: the package is in the venv, not in the `python3` that ran dev.py."""
+    def here(p):
+        r = os.path.relpath(p, Path.cwd())
+        return r if not r.startswith("..") else str(p)
+    rel, runs = here(VENV), here(ROOT / "nbtools-runs")
+    return (f"\nnbtools is installed in {rel}, not in this python3: run it as "
+            f"{rel}/bin/python -m nbtools ... (or `. {rel}/bin/activate` first, then every "
+            f"`python -m nbtools ...` of the README works), e.g.\n"
+            f"  {rel}/bin/python -m nbtools view {runs}     # the runs just saved\n"
+            f"  {rel}/bin/python -m nbtools lab                   # the tutorials "
+            f"(after `{rel}/bin/python -m pip install -e '.[lab]'`)")
 
 
 def main(argv) -> int:
@@ -128,8 +212,11 @@ def main(argv) -> int:
         py = ensure_venv("")
         out = ROOT / "artifacts"
         out.mkdir(exist_ok=True)
-        return subprocess.call([str(py), "-m", "nbtools", "demo", "--history",
-                                str(out / "demo-runs"), "--html", str(out / "demo.html"), *rest])
+        # the runs go where `nbtools view` (and the tutorials, ../nbtools-runs) keep them
+        rc = subprocess.call([str(py), "-m", "nbtools", "demo", "--history", "nbtools-runs",
+                              "--html", str(out / "demo.html"), *rest], cwd=ROOT)
+        print(next_steps())
+        return rc
     py = ensure_venv("test")
     if cmd == "setup":
         return 0
@@ -138,7 +225,10 @@ def main(argv) -> int:
                          cwd=ROOT)
     if rc:
         return rc
-    ensure_system_packages()
+    if fast_tier(rest):
+        print("fast tier: nothing outside the venv is installed or needed", flush=True)
+    else:
+        ensure_system_packages()
     return subprocess.call([str(py), "-m", "pytest", *rest], cwd=ROOT)
 
 

@@ -17,11 +17,20 @@ if os.environ.get("CI"):
 # tests on them run real steps): a test using one is in the slow tier without saying so,
 # so a new test on a lab cannot slip into the inner loop's three minutes.
 LAB_FIXTURES = {"lab", "pair"}
+# A test that drives Chromium (tests/browser.py) needs Debian's chromium, installed
+# system-wide: the fast tier installs nothing system-wide (issue 34), so such a test is in
+# the slow tier (the full run, CI's, installs chromium and runs it; it never skips).
+BROWSER_CALLS = {"launch", "_launch", "open_page"}
+
+
+def _drives_a_browser(item) -> bool:
+    code = getattr(getattr(item, "function", None), "__code__", None)
+    return code is not None and bool(BROWSER_CALLS & set(code.co_names))
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if LAB_FIXTURES & set(getattr(item, "fixturenames", ())) or _drives_a_browser(item):
             item.add_marker(pytest.mark.slow)
     # GPU tests need a CUDA device: without one they are deselected (not skipped: a skip would
     # read as a result), also when ``-m "not slow"`` replaces the default marker expression.

@@ -13,7 +13,8 @@ import pytest
 
 import nbtools
 from nbtools.config import step_config as config
-from nbtools.cli.main import TABLE_LEGEND, format_table, main, sweep
+from nbtools.cli.main import TABLE_LEGEND, build_parser, format_table, main, sweep
+from nbtools.config.field_docs import OPTIONAL
 from nbtools.cli.tutorials import copy_tutorials
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +56,9 @@ def test_each_field_flag_shows_its_doc_and_values(capsys):
         flag = f"--{name.replace('_', '-')}"
         assert flag in out
         section = out[out.index(flag + " V[,V...]"):]
+        if name in OPTIONAL:     # None is spelled `default` on the command line (issue 34)
+            assert "None" in doc and "None" not in section.split(" --")[0], name
+            doc = re.sub(r"\bNone\b", "default", doc)
         assert section.split(" --")[0].count(words(doc)[:60]) == 1, name
     # allowed values, from the tuples config.py checks against
     for flag, values in (("--compile", config.COMPILE_MODES), ("--parallel", config.PARALLEL),
@@ -111,10 +115,84 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path, args, says):
     assert says in r.stderr
 
 
+def _subparsers():
+    import argparse
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices
+
+
+@pytest.mark.parametrize("cmd", ["run", "demo", "view", "notebooks", "kernel", "export"])
+def test_every_option_of_each_command_says_what_it_does_and_its_default(cmd):
+    """issue 34: `export --help` had no text for NOTEBOOK, -o, --no-execute; `run --help`
+    hid the defaults of --history and --timeout."""
+    parser = _subparsers()[cmd]
+    text = words(parser.format_help())
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        assert action.help and len(action.help) > 10, (cmd, action.option_strings or action.dest)
+        default = action.default
+        if default not in (None, False, [], argparse_suppress()) and not isinstance(default, bool):
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
+            assert "default" in action.help and shown in action.help, (cmd, action.dest, action.help)
+    if cmd == "export":
+        for says in ("NOTEBOOK the .ipynb", "-o FILE.html", "--no-execute convert"):
+            assert says in text, text
+
+
+def argparse_suppress():
+    import argparse
+    return argparse.SUPPRESS
+
+
+@pytest.mark.parametrize("args,says", [
+    # the CLI word for the scenario's own value is `default` (issue 34: it said None)
+    (["run", "--batch", "0"], "or default (the scenario's own)"),
+    (["run", "--seq-len", "-3"], "or default (the scenario's own)"),
+    (["run", "--timeout", "soon"], "--timeout: invalid float value: 'soon'"),
+    (["export", "--cell-timeout", "x", "nb.ipynb"], "--cell-timeout: invalid int value"),
+    (["kernel", "uninstall"], "invalid choice: 'uninstall'"),
+    (["demo", "--n", "two"], "--n: invalid int value: 'two'"),
+    (["view", "--rank", "first"], "--rank: invalid int value: 'first'"),
+    (["notebooks", "a", "b"], "unrecognized arguments: b"),
+], ids=lambda x: " ".join(x) if isinstance(x, list) else None)
+def test_a_bad_value_names_the_option_in_the_command_lines_words(tmp_path, args, says):
+    r = nbtools_cli(*args, cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert says in r.stderr and "None" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args", [["lab", "--notebooks-dir"], ["lab", "--notebooks-dir", "--no-browser"],
+                                  ["lab", "--notebooks-dir="]])
+def test_lab_without_a_notebooks_folder_is_one_line(tmp_path, args):
+    """issue 34: a ValueError traceback before."""
+    r = nbtools_cli(*args, cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip() == ("nbtools lab: --notebooks-dir needs a folder after it, e.g. "
+                                "--notebooks-dir ~/nbtools-notebooks (`nbtools lab --help`)")
+
+
+def test_lab_help_says_its_options(tmp_path):
+    r = nbtools_cli("lab", "--help", cwd=tmp_path)
+    assert r.returncode == 0 and "--notebooks-dir DIR" in r.stdout
+    assert "(default ./nbtools-notebooks;" in words(r.stdout), r.stdout
+
+
+def test_missing_extras_agree_in_number():
+    from nbtools.common.extras import MissingExtra, require
+    with pytest.raises(MissingExtra, match="needs no_such_a, no_such_b, which are not installed"):
+        require("no_such_a", "no_such_b", why="this")
+    with pytest.raises(MissingExtra, match="needs no_such_a, which is not installed"):
+        require("no_such_a", why="this")
+
+
 def test_missing_extra_names_it(tmp_path):
     r = nbtools_cli("lab", "--no-browser", cwd=tmp_path, pre="sys.modules['jupyterlab'] = None; ")
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "jupyterlab" in r.stderr and "pip install 'torch-nbtools[lab]'" in r.stderr
+    # from a clone: its own folder, editable, for this interpreter (issue 34: the index name,
+    # which nothing is published under yet, was the advice everywhere)
+    assert "jupyterlab" in r.stderr and f"{sys.executable} -m pip install -e '{ROOT}[lab]'" in r.stderr
+    assert "torch-nbtools[" not in r.stderr
 
 
 def test_a_scenario_without_its_package_stops_before_the_lab_naming_the_build(tmp_path):

@@ -120,3 +120,45 @@ def test_the_client_never_imports_torch_to_start_a_lab_and_run(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(),
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "no torch here" in r.stdout, r.stderr[-3000:]
+
+
+def _dev():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("dev", ROOT / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    return dev
+
+
+def test_dev_py_tells_the_fast_tier_from_the_full_run():
+    """issue 34: the fast tier apt-installed sshd, Slurm, munge and OpenMPI though no fast
+    test uses them; only a run that includes the slow tests installs Debian's packages."""
+    dev = _dev()
+    for args in (["-m", "not slow"], ["-q", "-m", "not slow and not gpu"], ["-mnot slow"],
+                 ["-m=not slow", "tests/test_cli.py"]):
+        assert dev.fast_tier(args), args
+    for args in ([], ["-q"], ["-m", "slow"], ["tests/test_cli.py", "-k", "not slow"]):
+        assert not dev.fast_tier(args), args
+
+
+def test_dev_py_reads_the_accepted_torch_range_from_pyproject():
+    """One place for the range (issue 34: the newest releases were refused)."""
+    dev = _dev()
+    assert dev.MIN_TORCH == (2, 11) and dev.TORCH_BELOW == (2, 16)
+    assert all(dev.MIN_TORCH <= (2, minor) < dev.TORCH_BELOW for minor in range(11, 16))
+    text = (ROOT / "README.md").read_text()
+    assert "**torch>=2.11,<2.16**" in text
+    # the README's torch commands pin a tested version
+    for cmd in re.findall(r"pip install torch[^`]*", text):
+        assert re.match(r"pip install torch==2\.1[13]\.0 --index-url https://download\.pytorch"
+                        r"\.org/whl/(cpu|cu130)", " ".join(cmd.split())), cmd
+
+
+def test_the_demo_ends_saying_how_to_run_what_dev_py_made():
+    """issue 34: after `python3 dev.py demo`, `python3 -m nbtools` failed (nbtools is in
+    .venv); the demo's last lines say so and where its runs are."""
+    dev = _dev()
+    text = dev.next_steps()
+    venv = os.path.relpath(dev.VENV) if not os.path.relpath(dev.VENV).startswith("..") else str(dev.VENV)
+    assert f"{venv}/bin/python -m nbtools" in text and f". {venv}/bin/activate" in text
+    assert "-m nbtools view " in text and "nbtools-runs" in text

@@ -172,6 +172,33 @@ def test_installed_kernel_install_writes_the_shipped_spec(installed):
         {k: v for k, v in SPEC.items() if k != "argv"}
 
 
+ADVICE = "from nbtools.common.extras import install_command as c; print(c('lab', 'export'))"
+
+
+def test_missing_extra_advice_names_the_wheel_it_was_installed_from(installed):
+    """issue 34: the advice once named the index, where nothing is published; from a wheel
+    it is that wheel's path with the extras, for this venv's python."""
+    out = sh(installed["py"], "-c", ADVICE, cwd=installed["cwd"], env=installed["env"]).stdout
+    assert out.strip() == f"{installed['py']} -m pip install '{installed['wheel']}[export,lab]'"
+
+
+def test_missing_extra_advice_names_the_index_when_it_came_from_one(installed, tmp_path):
+    """Installed by name from an index (here a local one: --find-links), pip records no
+    direct URL, and the advice is the package's name."""
+    venv = tmp_path / "venv"
+    sh(sys.executable, "-m", "venv", "--without-pip", venv)
+    py = venv / "bin" / "python"
+    site = Path(sh(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+                .stdout.strip())
+    (site / "_test_dependencies.pth").write_text((installed["site"] / "_test_dependencies.pth").read_text())
+    # --ignore-installed: the outer environment's editable install would count as installed
+    sh(sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-index",
+       "--ignore-installed", "--find-links", installed["wheel"].parent, "torch-nbtools",
+       env=clean_env())
+    out = sh(py, "-c", ADVICE, cwd=installed["cwd"], env=installed["env"]).stdout
+    assert out.strip() == f"{py} -m pip install 'torch-nbtools[export,lab]'"
+
+
 def test_installed_lab_help(installed):
     out = run_nbtools(installed, "lab", "--help").stdout
     assert out.startswith("usage: python -m nbtools lab") and "--no-browser" in out

@@ -207,4 +207,7 @@ def test_parts_fit_on_fresh_cpu_runs_and_the_run_carries_the_machine(lab, fields
         m = run.ranks[r]["machine"]
         assert m["nvml"] == "" and len(m["samples"]["ts_ns"]) >= 2
     busy = [f for f in run.flags if F.identify(f) == "host-busy"]
-    assert bool(busy) == bool((s["host_load"] > HOST_BUSY).any())
+    loaded = bool((s["host_load"] > HOST_BUSY).any())
+    assert not busy or loaded                       # the flag only when the host was busy
+    if loaded:   # said by this run, or once before in this lab (issue 34: not every run)
+        assert busy or "host-busy" in lab.said_once, run.flags

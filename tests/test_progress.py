@@ -28,7 +28,9 @@ def test_warnings_are_set_apart_and_errors_stay():
     texts = from_report([DDP_WARNING, DDP_WARNING])
     html = warnings_html({0: texts, 1: texts})
     # the same warning on both ranks is shown once, folded
-    assert html.startswith("<details") and html.count("Grad strides") == 1
+    # (one line for the kind, with its count; the full text under it)
+    assert html.startswith("<details") and html.count("Grad strides") == 2
+    assert "4 x UserWarning: Grad strides" in html    # twice on each of 2 ranks
     assert "rank 0, 1" in html and "1 library warning" in html
 
 

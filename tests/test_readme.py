@@ -105,3 +105,70 @@ def test_the_own_model_snippet_runs_with_a_net_of_ones_own(tmp_path):
                     + "\nassert run.ok, run.errors\nprint('status', run.status)\nlab.close()\n",
                     tmp_path)
     assert "status ok" in r.stdout
+
+
+# Commands of the README's shell blocks that are not run here, and why: each would start a
+# long-lived server or run a GPU-sized notebook (their own tests cover them).
+NOT_RUN = {
+    "python -m nbtools lab": "JupyterLab, a server that runs until stopped: tests/test_install.py",
+    "python -m nbtools export": "a whole tutorial at its GPU sizes: tests/test_notebooks.py",
+}
+
+
+def readme_commands() -> list[str]:
+    """Every `python -m nbtools ...` line of the README's shell blocks, comments cut."""
+    out, fence = [], None
+    for line in README.splitlines():
+        if line.startswith("```"):
+            fence = None if fence is not None else (line[3:].strip() or "shell")
+            continue
+        if fence in ("shell", "bash", "sh"):
+            cmd = re.sub(r"\s+#.*", "", line).strip()
+            cmd = re.sub(r"\s*\[[^\]]*\]", "", cmd)     # [OPTIONAL ARGS] of the synopsis
+            if cmd.startswith("python -m nbtools"):
+                out.append(cmd)
+    return out
+
+
+def test_the_readme_shows_the_commands_this_test_runs():
+    cmds = readme_commands()
+    assert len(cmds) >= 12, cmds
+    assert "python -m nbtools view" in cmds           # the quickstart's, right after the demo
+    assert "python -m nbtools --version" in cmds      # "Still stuck?"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_every_nbtools_command_of_the_readme_runs_as_written(tmp_path):
+    """issue 34: after the quickstart (the venv active, so `python` is this interpreter),
+    each command the README shows, in the README's order, in one folder: `view` finds the
+    runs the demo and `run` saved; the trace commands read a job's traces (the committed
+    2 x H200 ones) in traces/, before/ and after/."""
+    import shutil
+    from nbtools.common.package_data import h200_traces_dir
+    src = h200_traces_dir()
+    for folder, mode in (("traces", "off"), ("before", "off"), ("after", "reduce-overhead")):
+        (tmp_path / folder).mkdir()
+        for f in src.glob(f"tp_{mode}_rank*.json.gz"):
+            shutil.copy(f, tmp_path / folder)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    ran = []
+    cmds = readme_commands()
+    # the quickstart's bare `view` follows its demo: here, after the README's run and demo
+    cmds = [c for c in cmds if c != "python -m nbtools view"] + ["python -m nbtools view"]
+    for cmd in cmds:
+        if any(cmd.startswith(k) for k in NOT_RUN):
+            continue
+        argv = [sys.executable] + cmd.split()[1:]
+        argv = [a.strip("'\"") for a in argv]
+        r = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=1200)
+        assert r.returncode == 0, f"{cmd} -> {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+        assert "Traceback" not in r.stderr, f"{cmd}\n{r.stderr[-3000:]}"
+        ran.append(cmd)
+        if cmd.split()[3:4] == ["view"] and cmd.split()[4:5] in ([], ["nbtools-runs"]):
+            assert "no such history folder" not in r.stderr and r.stdout.strip(), cmd
+    assert len(ran) >= 10, ran
+    assert (tmp_path / "report.html").stat().st_size > 0       # demo --html report.html
+    assert (tmp_path / "all.json").stat().st_size > 0          # view traces/ --perfetto all.json

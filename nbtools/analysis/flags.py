@@ -71,8 +71,9 @@ REGISTRY = (
          "share luck gives less than 1 % of the time) with another rank waiting at least "
          "20 % of a step, or being the main cause in every profiled step (3 times the "
          "others' worst step) with another rank waiting at least 10 % of a step; and in "
-         "most profiled steps it was late by more than the steps' own noise (1.4826 x the "
-         "median absolute deviation of a rank's step times), else no straggler is resolved "
+         "most profiled steps it was late by more than sqrt(2) times the steps' own noise "
+         "(1.4826 x the median absolute deviation of a rank's step times; the late rank's over every timed "
+         "step; sqrt(2): two ranks' arrivals each jitter by it), else no straggler is resolved "
          "(identical runs on busy cores put a different rank last each time). The others "
          "wait in the collective for it, so their step times include its lateness. "
          "host-side: before the collectives it was late to, it computed no longer than "
@@ -111,7 +112,9 @@ REGISTRY = (
          "timed steps",
          "Over the timed steps the host had more runnable tasks than cores (sampled from "
          "/proc/stat; the lab's own engines count): a step's threads waited for a core, so "
-         "host-bound steps read slower and noisier than on a quiet machine.",
+         "host-bound steps read slower and noisier than on a quiet machine. Said once per "
+         "lab (the first run that shows it; host_load is in every run's summary), or when the "
+         "lab starts where its ranks have more threads than the cores they share.",
          "Rerun on a quieter host, fewer ranks per host, or fewer threads per rank; treat "
          "differences smaller than the steps' spread as noise."),
     Flag("not-finite", "rank(s) {ranks}: the step returned {value} at its last measured "

@@ -106,3 +106,36 @@ def flags(summary: pd.DataFrame) -> list[str]:
                               ranks=", ".join(str(int(x)) for x in g["rank"]),
                               host=host or "this host"))
     return out
+
+
+# flags that describe the machine a lab runs on rather than one run: said once per lab
+ONCE_PER_LAB = ("host-busy",)
+
+
+def once_per_lab(flags: list, said: set) -> list:
+    """A run's flags without those of ONCE_PER_LAB this lab has said already (``said``:
+    the ids said, updated here). On a shared 2-core box every run read "host busy"; the
+    load stays in each run's summary (host_load)."""
+    out = []
+    for text in flags:
+        fid = F.identify(text)
+        if fid in ONCE_PER_LAB:
+            if fid in said:
+                continue
+            said.add(fid)
+        out.append(text)
+    return out
+
+
+def oversubscribed(hosts: dict) -> list:
+    """host -> (ranks there, compute threads per rank, cores there): a sentence per host
+    where the ranks have more threads than the cores they share (said once, when the lab
+    starts: every step there waits for a core now and then)."""
+    out = []
+    for host, (ranks, threads, cores) in sorted(hosts.items()):
+        if ranks * threads > cores:
+            out.append(f"host busy: {ranks} ranks x {threads} thread(s) share {cores} core(s) "
+                       f"on {host}: steps wait for a core, so their times scatter more than on "
+                       "a quiet machine; treat differences within the steps' spread as noise "
+                       "(said once for this lab)")
+    return out

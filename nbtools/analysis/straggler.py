@@ -29,6 +29,7 @@ MIN_SHARE, MAX_CHANCE, MIN_LATE_MS, MIN_LATE_OF_STEP = 0.75, 0.01, 0.1, 0.2
 # A lateness that repeats in every step, 3 times the others' worst, is no luck: named from
 # this share of a step (2 x H200 batch 256: rank 0 waited 0.95 ms of a 7.5-ms step for rank 1)
 MIN_LATE_OF_STEP_CONSISTENT = 0.1
+JITTER_OF_DIFFERENCE = 2 ** 0.5
 _KINDS = (("allreduce", "all-reduces"), ("all_reduce", "all-reduces"),
           ("allgather", "all-gathers"), ("all_gather", "all-gathers"),
           ("reducescatter", "reduce-scatters"), ("reduce_scatter", "reduce-scatters"),
@@ -38,14 +39,16 @@ _KINDS = (("allreduce", "all-reduces"), ("all_reduce", "all-reduces"),
 RANK_COLUMNS = ["rank", "wait_ms", "last_pct"]
 
 
-def attribute(events: pd.DataFrame) -> dict | None:
+def attribute(events: pd.DataFrame, steps_table: pd.DataFrame | None = None) -> dict | None:
     """-> {"per_rank": DataFrame(RANK_COLUMNS), "straggler": verdict or None,
     "collectives": matched count}, or None when the events hold no collective matched on
     every rank. The verdict: rank, late_ms (median over steps of how much later, summed over
     the step's collectives, it arrived than the next-latest rank), share (how often it was last),
     chance (how likely that share is by luck),
     cause (``host`` | ``compute`` | ``unknown``), extra_compute_ms (median), kind ("all-reduces"),
-    waits {rank: median ms per step spent waiting}."""
+    waits {rank: median ms per step spent waiting}. ``steps_table`` (the run's steps: every
+    measured step of every rank) gives the steps' noise more samples than the few profiled
+    steps hold."""
     got = arrivals_by_rank(events)
     if got is None:
         return None
@@ -94,11 +97,19 @@ def attribute(events: pd.DataFrame) -> dict | None:
     # work: scheduling jitter, not the candidate's lateness, which a noise taken over whole
     # steps would count against itself). On two busy CPU cores identical runs put rank 0
     # last in one run and rank 1 in the next by less than that noise: luck, not a straggler.
+    # Lateness is one rank's arrival against another's, and each jitters by the noise on its
+    # own: their difference by sqrt(2) times it. The noise: the larger of the other ranks'
+    # over the profiled steps (above) and the candidate's over every timed step (10+ against
+    # 3 profiled; it waits for nobody, so its step times are its own: on two busy CPU cores
+    # 3 profiled steps gave 2.1 ms where its 13 timed steps spread 3.8 ms, and a rank 4 ms
+    # "late" was named in one run of identical ones).
     waits_by_step = pd.DataFrame(wait, columns=ranks).groupby(steps).sum()
-    noise = _step_noise_ns(events, waits_by_step.drop(columns=ranks[cand]))
-    late_steps = float(np.mean(mine > np.maximum(rest, noise)))
+    noise = max(_step_noise_ns(events, waits_by_step.drop(columns=ranks[cand])),
+                _timed_noise_ns(steps_table, ranks[cand]))
+    late_steps = float(np.mean(mine > np.maximum(rest, JITTER_OF_DIFFERENCE * noise)))
     out["evidence"] = dict(rank=ranks[cand], late_steps=late_steps, steps=len(mine),
-                           noise_ms=noise / 1e6, late_ms=float(np.median(mine)) / 1e6)
+                           noise_ms=JITTER_OF_DIFFERENCE * noise / 1e6,
+                           late_ms=float(np.median(mine)) / 1e6)
     if late_steps <= 0.5:
         return out
     # One profiled step cannot tell a lateness that repeats from a one-off (notebook 06 on
@@ -263,6 +274,19 @@ def _step_noise_ns(events: pd.DataFrame, waits: pd.DataFrame) -> float:
         if len(own):
             out = max(out, 1.4826 * float(np.median(np.abs(own - np.median(own)))))
     return out
+
+
+def _timed_noise_ns(steps_table: pd.DataFrame | None, rank) -> float:
+    """One rank's noise over every timed step (a run's steps table: measured and profiled
+    steps): 1.4826 x the median absolute deviation of its step times. 0 without them."""
+    if steps_table is None or not len(steps_table) or "phase" not in steps_table:
+        return 0.0
+    timed = steps_table[steps_table["phase"].isin(["measured", "profiled"])
+                        & (steps_table["rank"] == rank)]
+    d = timed["dur_ns"].to_numpy(np.float64)
+    if len(d) < 3:
+        return 0.0
+    return 1.4826 * float(np.median(np.abs(d - np.median(d))))
 
 
 def _median_step_ms(events: pd.DataFrame) -> float:

@@ -122,8 +122,8 @@ def refresh_analysis(run):
 
 
 def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None,
-          events: pd.DataFrame | None = None, compile_events: pd.DataFrame | None = None
-          ) -> list[str]:
+          events: pd.DataFrame | None = None, compile_events: pd.DataFrame | None = None,
+          steps: pd.DataFrame | None = None) -> list[str]:
     """What a reader must not miss, each built from the registry (flags.py) and read from
     what the engines reported this run (compile_outcome) and the captured events; never
     re-derived from the config."""
@@ -133,7 +133,7 @@ def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None,
     out += _compile_flags(reports, cfg, compile_events)
     unused = sorted({u for rep in reports.values() for u in rep.get("unused", [])})
     out += [F.make("unused", what=u) for u in unused]
-    out += _timing_flags(summary, events)
+    out += _timing_flags(summary, events, steps)
     out += machine.flags(summary)
     bad = {r: rep.get("last_value") for r, rep in sorted(reports.items()) if rep.get("nonfinite")}
     if bad:
@@ -183,10 +183,10 @@ def _first_row(compile_events, kind) -> dict:
     return rows.iloc[0].to_dict() if len(rows) else {}
 
 
-def _timing_flags(summary, events) -> list[str]:
+def _timing_flags(summary, events, steps=None) -> list[str]:
     """The straggler where the captured collectives name one; else, when step times
     differ, the spread and why no rank can be named."""
-    att = attribute(events) if events is not None and len(events) else None
+    att = attribute(events, steps) if events is not None and len(events) else None
     if att is not None:
         return [F.make("straggler", sentence=sentence(att["straggler"]))] \
             if att["straggler"] else []

@@ -46,10 +46,19 @@ def sweep(values: dict) -> list[StepConfig]:
     cfgs = [cfg for _, cfg in grid(StepConfig(), parsed)]
     bad = next((c for c in cfgs if isinstance(c, ConfigError)), None)
     if bad is not None:
-        raise bad
+        raise ConfigError(cli_words(str(bad))) from None
     for c in cfgs:     # the CLI runs scenarios: the default one's rules too, before any engine
         c.check_scenario()
     return cfgs
+
+
+def cli_words(message: str) -> str:
+    """A StepConfig message in the words of the command line: a field whose None means the
+    scenario's own value is given as `default` there (`--batch default`), not None."""
+    for name in OPTIONAL:
+        if f"{name}=" in message:
+            message = message.replace(" or None", f" or {DEFAULT_WORD} (the scenario's own)")
+    return message
 
 
 def check_extras(cfgs) -> None:
@@ -130,6 +139,12 @@ def _main(argv) -> int:
         # every option after `lab` belongs to jupyter lab (argparse would claim --no-browser)
         from nbtools.cli.tutorials import lab_main
         return lab_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    return _dispatch(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand's options (`lab` is a stub: its options go to jupyter lab)."""
     ap = argparse.ArgumentParser(prog="nbtools", description=__doc__)
     ap.add_argument("--version", action="version",
                     version=f"torch-nbtools {__version__} (python {sys.executable})")
@@ -139,10 +154,15 @@ def _main(argv) -> int:
                            help="sweep configs on a lab" if name == "run" else
                            "the embedded default sweep on whatever hardware is here")
         p.add_argument("--n", type=int, default=None, help="ranks (default: one per GPU, else 2 CPU ranks)")
-        p.add_argument("--engines", default="local", help="ipyparallel launcher: local, mpi, slurm, ssh, ...")
-        p.add_argument("--history", default="nbtools-runs", help="folder the runs are saved to")
-        p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before the lab gives up")
-        p.add_argument("--html", default=None, help="write an offline HTML report of the sweep")
+        p.add_argument("--engines", default="local", metavar="NAME",
+                       help="ipyparallel launcher: local, mpi, slurm, ssh, ... (default local)")
+        p.add_argument("--history", default="nbtools-runs", metavar="DIR",
+                       help="folder the runs are saved to (default ./nbtools-runs, where "
+                            "`nbtools view` looks)")
+        p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                       help="seconds per run before the lab gives up (default 600)")
+        p.add_argument("--html", default=None, metavar="FILE.html",
+                       help="write an offline HTML report of the sweep")
         p.add_argument("--quiet", action="store_true", help="do not echo engine output")
         p.add_argument("--force", action="store_true",
                        help="let --html replace a notebook, a saved run's file or a profiler "
@@ -151,9 +171,9 @@ def _main(argv) -> int:
                        help="keep the ranks' inductor caches in DIR across labs (default: a cold "
                             "cache per lab)")
         if name == "run":
-            p.add_argument("--repeats", "--rounds", type=int, default=1, metavar="N",
-                           help="run the sweep in N rounds, each forward then in reverse "
-                                "(A B B A: every config twice a round), and print how far "
+            p.add_argument("--rounds", "--repeats", dest="repeats", type=int, default=1, metavar="N",
+                           help="run the sweep in N rounds (default 1), each forward then in "
+                                "reverse (A B B A: every config twice a round), and print how far "
                                 "identical runs are apart; with two configs (an A/B such as --compile off,default) "
                                 "also the verdict: B over A with its 95 %% interval")
             _add_field_args(p)
@@ -194,24 +214,32 @@ def _main(argv) -> int:
                    help="open JupyterLab on the tutorials (`nbtools lab --help`; other options "
                         "go to jupyter lab)")
     k = sub.add_parser("kernel", help="install the torch-nbtools Jupyter kernel for this interpreter")
-    k.add_argument("action", choices=["install"])
+    k.add_argument("action", choices=["install"], help="install: write the kernel spec that "
+                   "runs this interpreter")
     k.add_argument("--user", action="store_true", help="into the user's Jupyter folder")
     k.add_argument("--sys-prefix", action="store_true", help="into this environment (default)")
     ex = sub.add_parser("export", help="execute a notebook and convert it to offline HTML")
-    ex.add_argument("notebook")
-    ex.add_argument("--output", "-o", default=None)
-    ex.add_argument("--no-execute", action="store_true")
+    ex.add_argument("notebook", metavar="NOTEBOOK",
+                    help="the .ipynb to run and convert, e.g. notebooks/00-quickstart.ipynb")
+    ex.add_argument("--output", "-o", default=None, metavar="FILE.html",
+                    help="where to write the HTML (default: the notebook's name with .html, "
+                         "beside it)")
+    ex.add_argument("--no-execute", action="store_true",
+                    help="convert the notebook as saved, outputs included, without running it")
     ex.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                     help="override a name of the notebook's parameters cell (a Python literal: "
                          "-p SMALL=True -p 'BATCHES=[1, 8]')")
     ex.add_argument("--save-ipynb", default=None, metavar="PATH",
                     help="also write the executed notebook (outputs included) here")
-    ex.add_argument("--cell-timeout", type=int, default=3600, help="seconds one cell may run")
-    ex.add_argument("--deadline", type=float, default=None,
+    ex.add_argument("--cell-timeout", type=int, default=3600, metavar="S",
+                    help="seconds one cell may run (default 3600)")
+    ex.add_argument("--deadline", type=float, default=None, metavar="S",
                     help="seconds the whole notebook may run; past it the running cell is "
-                         "interrupted and the HTML holds what ran")
-    args = ap.parse_args(argv)
+                         "interrupted and the HTML holds what ran (default: none)")
+    return ap
 
+
+def _dispatch(args) -> int:
     if args.cmd in ("run", "demo"):
         return _cmd_run(args)
     if args.cmd == "view":

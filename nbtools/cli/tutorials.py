@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from nbtools.common import package_data as pd_
-from nbtools.common.extras import MissingExtra, require
+from nbtools.common.extras import MissingExtra, install_command, require
 from nbtools.cli.kernelspec import ensure_kernel
 
 DEFAULT_DIR = "nbtools-notebooks"
@@ -113,18 +113,23 @@ docs/ work. From an installed package it first copies the tutorials into DIR (de
 
 Every other option goes to `jupyter lab` as written, e.g. --no-browser, --port 8899,
 --ServerApp.token=... (see `jupyter lab --help`). As root (GPU containers often are) it
-passes --allow-root, and says so. Needs the [lab] extra: pip install 'torch-nbtools[lab]'."""
+passes --allow-root, and says so. Needs the [lab] extra: {{install}}"""
 
 
 def lab_main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print(LAB_HELP)
+        print(LAB_HELP.format(install=install_command("lab")))
         try:
             require("jupyterlab", why="`nbtools lab`")
         except MissingExtra as e:
             print(f"\nnote: {e}")
         return 0
-    argv, dest = _pop_option(argv, "--notebooks-dir")
+    try:
+        argv, dest = _pop_option(argv, "--notebooks-dir")
+    except ValueError as e:
+        print(f"nbtools lab: {e}, e.g. --notebooks-dir ~/nbtools-notebooks "
+              "(`nbtools lab --help`)", file=sys.stderr)
+        return 2
     require("jupyterlab", "ipywidgets", "jupyter_bokeh", why="`nbtools lab`")
     root = pd_.source_checkout()
     first = pd_.notebooks()[0].name          # 00-quickstart: the teaching order's start
@@ -151,10 +156,12 @@ def _pop_option(argv, name):
     for a in it:
         if a == name:
             value = next(it, None)
-            if value is None:
-                raise ValueError(f"{name} needs a folder")
+            if value is None or value.startswith("-"):
+                raise ValueError(f"{name} needs a folder after it")
         elif a.startswith(name + "="):
             value = a.split("=", 1)[1]
+            if not value:
+                raise ValueError(f"{name} needs a folder after it")
         else:
             out.append(a)
     return out, value

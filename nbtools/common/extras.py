@@ -2,10 +2,14 @@
 message when it is missing, naming what installs on the person's own torch build."""
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import json
 import re
+import shlex
 import sys
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 # module -> the extra that installs it (pyproject.toml [project.optional-dependencies])
 EXTRA_OF = {
@@ -21,8 +25,55 @@ EXTRA_OF = {
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 
 
+DIST = "torch-nbtools"
+
+
 class MissingExtra(ImportError):
     pass
+
+
+def installed_from() -> tuple[str, str | None]:
+    """Where the running nbtools came from: ("clone", repository root) for a source tree
+    (run from a clone, or an editable install of one), ("wheel", the wheel's path) or
+    ("folder", its path) from pip's direct_url.json, ("index", None) for a package pip took
+    from an index (none of those records), ("unknown", None) without any package metadata."""
+    from nbtools.common.package_data import source_checkout
+    root = source_checkout()
+    if root is not None:          # the code running now, whatever else is installed
+        return "clone", str(root)
+    try:
+        dist = importlib.metadata.distribution(DIST)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown", None
+    try:
+        direct = json.loads(dist.read_text("direct_url.json") or "null")
+    except ValueError:
+        direct = None
+    if not direct or not str(direct.get("url", "")).startswith("file:"):
+        return "index", None
+    path = unquote(urlparse(direct["url"]).path)
+    if direct.get("dir_info", {}).get("editable"):
+        return "clone", path
+    return ("wheel" if path.endswith(".whl") else "folder"), path
+
+
+def install_command(*extras: str) -> str:
+    """The one pip command, for this interpreter, that adds ``extras`` to the nbtools that
+    runs here, from where it was installed: a clone's own folder (editable, as dev.py and the
+    README install it), the wheel's path, or the package index once that is where it came
+    from. Every missing-extra message uses it."""
+    how, path = installed_from()
+    names = ",".join(sorted(set(extras)))
+    pip = f"{shlex.quote(sys.executable)} -m pip install"
+    if how == "clone":
+        return f"{pip} -e {shlex.quote(f'{path}[{names}]')}"
+    if how in ("wheel", "folder"):
+        gone = "" if Path(path).exists() else f"  (the {how} you installed from, no longer there)"
+        return f"{pip} {shlex.quote(f'{path}[{names}]')}{gone}"
+    if how == "index":
+        return f"{pip} {shlex.quote(f'{DIST}[{names}]')}"
+    return (f"{pip} -e '.[{names}]' from a clone of torch-nbtools, or "
+            f"{pip} 'torch_nbtools-VERSION-py3-none-any.whl[{names}]' from its wheel")
 
 
 def missing(*modules: str) -> list[str]:
@@ -66,7 +117,7 @@ def hint(module: str) -> str:
                 "PyPI's plain `pip install torchvision` matches only PyPI's CUDA torch of the "
                 "same release and, beside any other, breaks `import transformers` too)")
     extra = EXTRA_OF.get(module)
-    return f"pip install 'torch-nbtools[{extra}]'" if extra else f"pip install {module}"
+    return install_command(extra) if extra else f"pip install {module}"
 
 
 def require(*modules: str, why: str) -> None:
@@ -74,7 +125,8 @@ def require(*modules: str, why: str) -> None:
     gone = missing(*modules)
     if gone:
         extras = sorted({EXTRA_OF[m] for m in gone if m in EXTRA_OF})
-        cmds = ([f"pip install 'torch-nbtools[{','.join(extras)}]'"] if extras else []) + \
+        cmds = ([install_command(*extras)] if extras else []) + \
             [hint(m) for m in gone if m not in EXTRA_OF]
-        raise MissingExtra(f"{why} needs {', '.join(gone)}, which is not installed for "
+        raise MissingExtra(f"{why} needs {', '.join(gone)}, which "
+                           f"{'is' if len(gone) == 1 else 'are'} not installed for "
                            f"{sys.executable}: {'; and '.join(cmds)}")

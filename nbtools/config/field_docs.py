@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import re
 
 from nbtools.config import step_config as config
 from nbtools.config.scenarios import SCENARIOS
@@ -67,5 +68,10 @@ def values_text(name: str) -> str:
 
 
 def help_text(name: str) -> str:
-    """What `--NAME`'s help says: the field's doc, then its values and default."""
-    return f"{field_docs().get(name, '')} {values_text(name)}".strip()
+    """What `--NAME`'s help says: the field's doc, then its values and default. A field whose
+    None means the scenario's own value is written `default` on the command line, so its
+    doc says `default` there too (`none` stays: parallel's unsharded strategy)."""
+    doc = field_docs().get(name, "")
+    if name in OPTIONAL:
+        doc = re.sub(r"\bNone\b", DEFAULT_WORD, doc)
+    return f"{doc} {values_text(name)}".strip()

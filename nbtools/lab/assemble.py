@@ -58,7 +58,7 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
                                       DETAIL_COLUMNS)
     if sm is not None:
         run.summary = sm
-        run.flags = summ.flags(sm, ok, cfg, div, events, comp)
+        run.flags = summ.flags(sm, ok, cfg, div, events, comp, steps)
     if cfg.torch_trace:
         run.flags += missing_logs_flags(ok, run.torch_trace_logs)
     return run

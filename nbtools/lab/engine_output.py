@@ -3,8 +3,9 @@
 DDP's "Grad strides do not match bucket view strides" (every compiled ddp-train run, every
 rank) and its kind are not errors; shown as red stderr blocks per rank they bury what is.
 Python warnings raised during a run come back as data (engine.run records them); c10's
-own warning lines are picked out of stderr here. Both are shown folded under the run (a
-``<details>`` block, which also survives an HTML export); everything else on stderr —
+own warning lines are picked out of stderr here. Both are shown folded under the run, one
+line per kind with its count (a ``<details>`` block in a notebook, which also survives an
+HTML export; the full texts are in ``lab.engine_warnings``); everything else on stderr —
 tracebacks, errors, a user's prints — stays in view. Pure text in, text out, except ``show``.
 """
 from __future__ import annotations
@@ -48,36 +49,72 @@ def from_report(rows) -> list:
             for w in rows or ()]
 
 
-def _groups(by_rank: dict) -> dict:
-    """Identical warnings on several ranks once, with the ranks that gave them."""
-    groups: dict = {}
+def kind(text: str) -> str:
+    """A warning's kind: its first line with numbers, addresses and quoted names folded
+    (DDP's "Grad strides" warning differs per parameter in its shapes; the profiler's
+    "record function ... will be ignored" in the function's name)."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    first = re.sub(r"\s+\([^()]*:\d+\)$", "", first)           # " (file.py:829)" of from_report
+    first = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", "…", first)
+    first = re.sub(r"0x[0-9a-fA-F]+|-?\d+(\.\d+)?", "N", first)
+    return first
+
+
+def _kinds(by_rank: dict) -> dict:
+    """kind -> (ranks that gave it, how many times in all, the distinct full texts)."""
+    out: dict = {}
     for r, texts in sorted(by_rank.items()):
-        for t in dict.fromkeys(texts or ()):
-            groups.setdefault(t, []).append(r)
-    return groups
+        for t in texts or ():
+            ranks, n, full = out.setdefault(kind(t), ([], [0], {}))
+            if r not in ranks:
+                ranks.append(r)
+            n[0] += 1
+            full[t] = None
+    return {k: (ranks, n[0], list(full)) for k, (ranks, n, full) in out.items()}
+
+
+def _short(text: str, width: int = 110) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    more = len(first) > width or len(text.strip().splitlines()) > 1
+    return (first[:width].rstrip() + " …") if more else first
 
 
 def warnings_html(by_rank: dict) -> str:
-    """rank -> warning texts, as one folded block."""
-    groups = _groups(by_rank)
-    if not groups:
+    """rank -> warning texts, as one folded block: a line per kind with its count, the full
+    texts under each."""
+    kinds = _kinds(by_rank)
+    if not kinds:
         return ""
-    body = "".join(f"<div><b>rank {', '.join(map(str, ranks))}</b><pre style='white-space:"
-                   f"pre-wrap;font-size:11px;margin:2px 0'>{html.escape(text)}</pre></div>"
-                   for text, ranks in groups.items())
+    body = "".join(
+        f"<details><summary style='font-size:11px'><b>rank {', '.join(map(str, ranks))}</b> "
+        f"{n} x {html.escape(_short(full[0]))}</summary>"
+        + "".join(f"<pre style='white-space:pre-wrap;font-size:11px;margin:2px 0'>"
+                  f"{html.escape(t)}</pre>" for t in full)
+        + "</details>"
+        for ranks, n, full in kinds.values())
     return (f"<details class='nbtools-engine-warnings'><summary style='color:#666'>engine "
-            f"output: {len(groups)} library warning(s), not errors (click to show)</summary>"
+            f"output: {len(kinds)} library warning(s), not errors (click to show)</summary>"
             f"{body}</details>")
 
 
 def warnings_text(by_rank: dict) -> str:
-    """The same for a terminal: each distinct warning once."""
-    return "".join(f"[rank {', '.join(map(str, ranks))}] {text}\n"
-                   for text, ranks in _groups(by_rank).items())
+    """The same for a terminal: one line per kind with its count; the full texts are kept
+    for ``lab.engine_warnings`` (or NBTOOLS_WARNINGS=full prints them)."""
+    import os
+    kinds = _kinds(by_rank)
+    if not kinds:
+        return ""
+    if os.environ.get("NBTOOLS_WARNINGS") == "full":
+        return "".join(f"[rank {', '.join(map(str, ranks))}] {n} x {t}\n"
+                       for ranks, n, full in kinds.values() for t in full)
+    lines = [f"[rank {', '.join(map(str, ranks))}] {n} x {_short(full[0])}"
+             for ranks, n, full in kinds.values()]
+    return ("\n".join(lines) + "\n   (library warnings, not errors; full text: "
+            "lab.engine_warnings, or NBTOOLS_WARNINGS=full)\n")
 
 
 def show(by_rank: dict) -> None:
-    """After a run: folded HTML in a notebook, plain lines on a terminal's stderr."""
+    """After a run: folded HTML in a notebook, a line per kind on a terminal's stderr."""
     if not any(by_rank.values()):
         return
     try:

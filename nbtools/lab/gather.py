@@ -73,9 +73,11 @@ def wait(lab, ars: dict, timeout: float, run_id: str = ""):
                 f"{grace:.0f} s after it; its engine is replaced"))
         lab._replace |= set(waiting)
         waiting = []
+    # every rank's warnings of this run, in full: what the folded lines stand for
+    lab.engine_warnings = {r: warned[r] + engine_output.from_report(
+        reports.get(r, {}).get("warnings")) for r in ars}
     if lab.echo:
-        engine_output.show({r: warned[r] + engine_output.from_report(
-            reports.get(r, {}).get("warnings")) for r in ars})
+        engine_output.show(lab.engine_warnings)
     return reports, waiting
 
 def _progress_view(lab, ars, run_id):

@@ -17,6 +17,7 @@ from nbtools.lab import gather, hosts, placement
 from nbtools.lab.assemble import assemble, first_error
 from nbtools.lab import arguments, reaper
 from nbtools.lab import recovery
+from nbtools.analysis import machine
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.results.history import History
 from nbtools.lab.pool import Pool
@@ -49,6 +50,11 @@ class Lab:
     ``progress``: while a run runs, show each rank's phase (start, warm-up/compile,
     measured, profiled, parse) and step — a widget in Jupyter, lines on stderr elsewhere;
     False for none, or a callable that gets the text (the panel's status line).
+    ``engine_warnings``: the last run's library warnings per rank, in full (under the run
+    they are folded to one line per kind with a count). "host busy" is said once per lab:
+    when it starts, where its ranks have more threads than the cores they share (``notes``),
+    else by the first run that finds the host busy (``said_once``; every run keeps its
+    host_load).
     """
     progress = True
     closed = False
@@ -80,6 +86,9 @@ class Lab:
         self.cluster = self.client = None
         self.placements: list = []
         self._pg_broken = False
+        self.engine_warnings: dict = {}     # rank -> the last run's library warnings, in full
+        self.notes: list = []               # what the lab said once (analysis.machine)
+        self.said_once: set = set()         # ids of the once-per-lab flags said (host-busy)
         try:
             self._start()
         except BaseException:
@@ -183,6 +192,14 @@ class Lab:
         self.setup_times = self._on(ids, process_group.setup, args_for=lambda e: args[e],
                                     timeout=self.start_timeout)
         self.world_size = world
+        if self.device_type == "cpu" and "host-busy" not in self.said_once:
+            shared = {}
+            for p in self.placements:
+                shared[p.host] = (p.local_world, args[p.engine_id][4], cpus[p.rank] or 1)
+            for note in machine.oversubscribed(shared):
+                print(note, file=sys.stderr)
+                self.notes.append(note)
+                self.said_once.add("host-busy")
 
     def _on(self, ids, fn, args_for=None, timeout=120.0) -> list:
         """Call fn on every engine at once (collectives need all ranks inside together)."""
@@ -314,6 +331,7 @@ class Lab:
             raise KeyboardInterrupt(f"run {run_id} interrupted (Ctrl-C); kept in lab.history "
                                     "as 'interrupted'; the next lab.run starts clean") from None
         run = assemble(self, cfg, run_id, t0, reports, unfinished)
+        run.flags = machine.once_per_lab(run.flags, self.said_once)
         run.env["workload"] = getattr(fn, "name", None) or getattr(fn, "__name__", None)
         self.history.add(run)
         if unfinished:

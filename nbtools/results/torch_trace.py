@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from nbtools.analysis.flags import make
-from nbtools.common.extras import require
+from nbtools.common.extras import install_command, require
 
 FOLDER = "torch_trace"
 REPORT = "tlparse"
@@ -113,7 +113,7 @@ def link_html(run, base=None, jupyter: bool = False) -> str:
     if index is None:
         where = html.escape(str(files[0].parent.parent))
         return (f"<p class='torch-trace'>TORCH_TRACE: {len(files)} log(s) from {ranks} rank(s) in "
-                f"<code>{where}</code>; pip install 'torch-nbtools[trace]' for tlparse's report</p>")
+                f"<code>{where}</code>; {html.escape(install_command('trace'))} for tlparse's report</p>")
     href = (served_href(index) if jupyter else None) or _href(index, base)
     return (f"<p class='torch-trace'>TORCH_TRACE: <a href='{html.escape(href)}' target='_blank' "
             f"title='{html.escape(str(index))}'>tlparse report</a> ({len(files)} log(s) from "
