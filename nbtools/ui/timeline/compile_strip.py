@@ -120,13 +120,6 @@ class CompileStrip:
         self._ticks = CustomJSTickFormatter(args=dict(real=[0.0, 1.0], axis=[0.0, 1.0]),
                                             code=TICKS_JS)
         fig.xaxis.formatter = self._ticks
-        # a cut: the stretch drawn narrow, shaded, and the time it stands for above it
-        fig.quad(left="left", right="right", bottom=-1e3, top=1e3, fill_color="#000000",
-                 fill_alpha=0.07, hatch_pattern="\\", hatch_color="#888888", hatch_alpha=0.5,
-                 hatch_scale=8, line_color=None, source=self.cut_source, name="compile-strip-cuts")
-        fig.text(x="left", y="y", text="text", text_font_size="8pt", text_color="#444",
-                 text_baseline="top", x_offset=2, source=self.cut_source,
-                 name="compile-strip-cut-labels")
         r_st = fig.quad(left="left", right="right", bottom="bottom", top="top", fill_color="color",
                         line_color="#ffffff", line_width=0.5, source=self.steps_source,
                         name="compile-strip-steps")
@@ -136,6 +129,14 @@ class CompileStrip:
         r_mk = fig.scatter(x="x", y="y", marker="marker", size=11, fill_color="color",
                            line_color="#333333", line_width=0.5, source=self.mark_source,
                            name="compile-strip-marks")
+        # a cut: the stretch drawn narrow, shaded, and the time it stands for above it
+        fig.quad(left="left", right="right", bottom=-1e3, top=1e3, fill_color="#000000",
+                 fill_alpha=0.07, hatch_pattern="\\", hatch_color="#888888", hatch_alpha=0.5,
+                 hatch_scale=8, line_color=None, source=self.cut_source, name="compile-strip-cuts")
+        fig.text(x="left", y="y", text="text", text_font_size="8pt", text_color="#222",
+                 background_fill_color="#ffffff", background_fill_alpha=0.8,
+                 text_baseline="top", x_offset=2, source=self.cut_source,
+                 name="compile-strip-cut-labels")
         tips = [("", "@kind @name"), ("frame", "@frame"), ("reason", "@reason"),
                 ("rank", "@rank"), ("step", "@step"), ("at", "@at"), ("duration", "@dur"),
                 ("cache", "@cache")]
