@@ -82,7 +82,8 @@ def test_a_failed_or_empty_run_says_why_in_one_line():
     tl = Timeline(failed, window="all")
     assert tl.notice.visible
     assert "Run failed (rank" in tl.notice.text and "nothing was recorded to draw" in tl.notice.text
-    assert "Traceback" not in tl.notice.text
+    assert "Traceback" not in tl.notice.text and "s.)" not in tl.notice.text
+    assert not tl.strip.figure.visible and not tl.figure.visible   # no empty strips
     empty = Timeline(Run(config=None), window="all")
     assert empty.notice.visible and "Nothing to draw" in empty.notice.text
     ok = Timeline(synthetic_run(events_per_rank=100))

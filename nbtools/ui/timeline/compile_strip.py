@@ -161,6 +161,7 @@ class CompileStrip:
         self.cut_source.data = dict(ax["cuts"], y=np.full(len(ax["cuts"]["left"]), -0.5))
         self.untimed.text = html
         fig = self.figure
+        fig.visible = bool(len(steps["left"]) or len(marks["x"]))   # nothing: the notice says
         n = max(len(ranks), 1)
         fig.height = 90 + 26 * n
         fig.y_range.start, fig.y_range.end = n - 0.5, -0.5

@@ -60,7 +60,7 @@ def notice(run) -> str:
     nothing = not (len(run.events) or len(run.steps) or len(run.compile_events))
     style = "<span style='font-size:12px;color:#a50f15'>"
     if not run.ok:
-        why = first_error(run).strip() or "no rank said why"
+        why = first_error(run).strip().rstrip(".") or "no rank said why"
         return (f"{style}Run failed ({why}): " + ("nothing was recorded to draw."
                 if nothing else "below is what the ranks recorded before it stopped.")
                 + "</span>")
