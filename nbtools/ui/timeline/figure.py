@@ -21,7 +21,7 @@ from bokeh.transform import linear_cmap
 
 from nbtools.analysis import tables
 from nbtools.analysis.collective_flows import collective_flows
-from nbtools.analysis.tables import CATEGORIES, string_codes
+from nbtools.analysis.tables import CATEGORIES, lane_label, string_codes
 from nbtools.ui.timeline.compile_strip import CompileStrip
 from nbtools.ui.timeline.data import (decode, events_data, fmt_ns, initial_window,
                                       lane_sort_key, lod, moving_data, origin_ns, spans,
@@ -41,15 +41,6 @@ LOD_PX = 1200      # pixel columns the level of detail assumes when the width fo
 FLOW_FIELDS = ("x0", "y0", "x1", "y1", "text", "wait")
 MOVING_BOXES = 1500   # drawn while the wheel turns: under BokehJS's lod_threshold (2000)
 MAX_FLOWS = 400    # per drawn window, the longest waits: more arrows hide the boxes (and weigh MBs)
-
-
-def lane_label(rank: int, lane: str) -> str:
-    """A lane's row label, as Perfetto names tracks: the rank, then the thread or stream."""
-    kind, _, rest = lane.partition(":")
-    if kind == "cuda":
-        dev, _, stream = rest.partition(":")
-        return f"r{rank} GPU {dev} stream {stream}" if stream else f"r{rank} GPU {dev}"
-    return f"r{rank} CPU thread {rest}" if rest else f"r{rank} CPU (all threads)"
 
 
 def notice(run) -> str:
