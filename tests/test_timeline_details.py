@@ -38,7 +38,7 @@ def test_broken_axis_cuts_a_long_compile_and_keeps_real_seconds():
     assert 0.008 / span * AXIS_PX >= STEP_PX                # a step is a few pixels wide
     c = cuts(real, axis)
     assert len(c["left"]) == 1 and c["real_s"][0] == pytest.approx(115.999)
-    assert c["text"] == ["≈ 116.0 s"]
+    assert c["text"] == ["116.0 s cut"]
     # outside the cut, time runs at its own pace; the map is increasing
     x = to_axis(steps, real, axis)
     assert np.allclose(np.diff(x), 0.01) and (np.diff(axis) > 0).all()
@@ -56,7 +56,7 @@ def test_window_all_puts_the_whole_run_first_on_a_cut_axis_and_keeps_the_events_
     assert -1 < lo < 0 and 8 < hi < 10, tl.window_ms       # 3 steps of 3 ms, not -120,000
     assert tl.layout.children[1] is tl.strip.figure         # the whole run first
     strip = tl.strip
-    assert list(strip.cut_source.data["text"])[0] == "≈ 116.0 s"
+    assert list(strip.cut_source.data["text"])[0] == "116.0 s cut"
     s = strip.steps_source.data
     width = strip.figure.x_range.end - strip.figure.x_range.start
     measured = np.asarray(s["phase"]) == "measured"
@@ -149,3 +149,21 @@ def test_compile_tooltips_have_no_empty_field():
     assert m["cache"][kinds.index("graph_break")] == "does not apply"
     assert m["frame"][kinds.index("graph_break")] == "not recorded"
     assert m["dur"][kinds.index("graph_break")] == "an instant"
+
+
+def test_the_static_picture_reads_real_seconds_and_the_failed_line():
+    """A saved notebook's PNG (ui/picture.py) of the same plots: the cut axis's ticks in
+    real seconds (none inside the cut), and a failed run's line above the footer."""
+    from nbtools.results.run import Run
+    from nbtools.ui.picture import _notices, _tick_label, picture
+    from nbtools.ui.timeline import Timeline
+    tl = Timeline(long_compile_run(), width=1100, window="all", live=False)
+    label = _tick_label(tl.strip.figure.xaxis[0].formatter)
+    c = tl.strip.cut_source.data
+    assert float(label(c["right"][0])) == pytest.approx(116.0, abs=0.01)   # the compile's end
+    assert label((c["left"][0] + c["right"][0]) / 2) == ""          # inside the cut
+    assert label(0.0) == "0"
+    failed = Timeline(Run(config=None, status="failed", errors={0: "RuntimeError: boom"}))
+    assert _notices(failed.layout) == ["Run failed (rank 0: RuntimeError: boom): nothing was "
+                                       "recorded to draw."]
+    assert picture(failed.layout).height > 30

@@ -48,7 +48,7 @@ def cuts(real: np.ndarray, axis: np.ndarray) -> dict:
     r, a = np.diff(real), np.diff(axis)
     cut = np.flatnonzero(r - a > 1e-12)
     return dict(left=axis[:-1][cut], right=axis[1:][cut], real_s=r[cut],
-                text=[f"≈ {v:,.1f} s" if v >= 10 else f"≈ {v:.3g} s" for v in r[cut].tolist()])
+                text=[f"{v:,.1f} s cut" if v >= 10 else f"{v:.3g} s cut" for v in r[cut].tolist()])
 
 
 # tick -> real seconds through the knots (linear inside each piece), written plainly
