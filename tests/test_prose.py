@@ -40,3 +40,10 @@ def test_shown_table_has_no_nan_cell():
     cells = [c.strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", html, flags=re.S)]
     assert len(cells) == 3 * 9 and "not measured" in cells and "7" in cells
     assert not {"nan", "NaN", "None", "<NA>"} & set(cells), cells
+
+
+def test_numbers_and_sizes_in_sentences_say_not_measured():
+    assert X.num(float("nan"), "{:.1f} %") == "not measured" and X.num(None) == "not measured"
+    assert X.num(12.345, "{:.1f} %") == "12.3 %"
+    assert X.mb(float("nan")) == "not measured on CPU"
+    assert X.mb(0.035) == "35.8 KB" and X.mb(1536) == "1.5 GB"

@@ -5,7 +5,18 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nbtools.analysis.units import NOT_MEASURED, missing
+from nbtools.analysis.units import NOT_MEASURED, fmt_bytes, missing
+
+
+def num(v, fmt: str = "{:.3g}", none: str = NOT_MEASURED) -> str:
+    """``fmt`` of a number, or ``none`` where it is missing ("MFU nan %" on CPU ranks)."""
+    return none if missing(v) else fmt.format(float(v))
+
+
+def mb(v, none: str = "not measured on CPU") -> str:
+    """A size given in MB (the summary's *_mb columns) in the unit that fits: "36 KB",
+    "1.5 GB"; ``none`` where it is missing (peak_mem_mb has no value on CPU ranks)."""
+    return none if missing(v) else fmt_bytes(float(v) * 2**20)
 
 
 def pct_vs(values: pd.Series, base) -> pd.Series:
