@@ -30,6 +30,9 @@ def knots(instants, step_durations) -> tuple[np.ndarray, np.ndarray]:
     if not len(d) or np.median(d) * AXIS_PX / STEP_PX >= total:
         return np.array([t[0], t[-1]]), np.array([t[0], t[-1]])
     cap = CUT_STEPS * float(np.median(d))
+    long = np.diff(t) > cap
+    # long stretches side by side (a compile's end between two steps far apart) are one cut
+    t = t[np.r_[True, ~(long[:-1] & long[1:]), True]]
     gaps = np.diff(t)
     axis = t[0] + np.r_[0.0, np.cumsum(np.minimum(gaps, cap))]
     return t, axis
