@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from browser import ARTIFACTS, launch, open_page
+from nbtools.ui.timeline.region import region_table
 from test_timeline import synthetic_run
 
 FRAME = """(name) => {
@@ -117,9 +118,10 @@ def test_timeline_interactions_in_chromium(tmp_path):
             page.mouse.move(x1, y, steps=5)
             page.mouse.up()
             page.wait_for_timeout(800)
-            summary = page.locator("div").filter(has_text="touch it").last.inner_text()
-            assert "rank(s)" in summary, summary
-            lo, hi = (float(v) for v in re.search(r"Region ([\d.]+) to ([\d.]+) ms", summary).groups())
+            summary = page.locator("div").filter(has_text="overlap it").last.inner_text()
+            assert "rank(s)" in summary and "shaded" in summary, summary
+            lo, hi = (float(v.replace(",", "")) for v in
+                      re.search(r"Region ([\d.,]+) to ([\d.,]+) ms", summary).groups())
             third = (tl.window_ms[1] - tl.window_ms[0]) / 3
             assert abs(lo - (tl.window_ms[0] + third)) < 0.1 * third, summary
             assert abs(hi - (tl.window_ms[0] + 2 * third)) < 0.1 * third, summary
@@ -128,25 +130,34 @@ def test_timeline_interactions_in_chromium(tmp_path):
             rows = table.all_inner_texts()
             assert any("aten::" in r or "nccl" in r or "cuda" in r for r in rows), rows[:5]
             page.screenshot(path=str(ARTIFACTS / "timeline-region.png"), full_page=True)
-            # the table's totals: each selected event's duration, a merged box's summed time
-            got = page.evaluate("""() => { const v = [...Bokeh.index.all_views()].find(v =>
-                v.model.name === 'timeline' && v.frame);
-                const ev = v.model.renderers.find(r => r.name === 'events').data_source;
-                const t = [...Bokeh.index.all_views()].find(v => v.model.name === 'region-table');
-                return {idx: [...ev.selected.indices],
-                        total: t.model.source.data.total_ns.reduce((a, b) => a + b, 0)}; }""")
-            d = tl.events_source.data
-            want = sum(float(d["busy_ns"][i]) if d["count"][i] > 1
-                       else round((d["right"][i] - d["left"][i]) * 1e6) for i in got["idx"])
-            assert got["idx"] and abs(got["total"] - want) <= len(got["idx"]), (got["total"], want)
-            single = [i for i in got["idx"] if d["count"][i] == 1]
-            durs = {}          # (rank, start) -> the durations of events starting there
-            for r, x, n in zip(run.events["rank"], (run.events["ts_ns"] - tl.origin) / 1e6,
-                               run.events["dur_ns"]):
-                durs.setdefault((int(r), round(float(x), 6)), []).append(int(n))
-            assert all(any(abs(round((d["right"][i] - d["left"][i]) * 1e6) - n) <= 1
-                           for n in durs[(int(d["rank"][i]), round(float(d["left"][i]), 6))])
-                       for i in single)
+            # the table: every event overlapping the dragged range, counted once, its time
+            # inside the range beside its whole duration (Python's region_table agrees)
+            got = page.evaluate("""() => { const t = [...Bokeh.index.all_views()].find(v =>
+                v.model.name === 'region-table');
+                const d = t.model.source.data;
+                return {what: [...d.what], rank: [...d.rank], count: [...d.count],
+                        in_ns: [...d.in_ns], whole_ns: [...d.whole_ns]}; }""")
+            rng = page.evaluate("""() => { const s = Bokeh.documents[0].get_model_by_name(
+                'region-shade'); return [s.left, s.right, s.visible]; }""")
+            assert rng[2] and abs(rng[0] - lo) < 1e-3 and abs(rng[1] - hi) < 1e-3, rng
+            want = region_table(run.events, tl.origin, rng[0], rng[1])
+            assert got["count"] == want["count"].tolist()
+            assert got["what"] == want["what"].tolist()
+            assert np.allclose(got["in_ns"], want["in_ns"], rtol=1e-6, atol=2)
+            assert np.allclose(got["whole_ns"], want["whole_ns"], rtol=1e-6, atol=2)
+            assert sum(got["in_ns"]) < sum(got["whole_ns"])      # events reach beyond it
+            # the range is shaded: its columns are tinted orange, the rest is not
+            img, clip = _shot(page, "timeline", "region-shade")
+            a = np.asarray(img.convert("RGB"), np.int16)
+            tint = ((a[..., 0] - a[..., 2]) > 12) & ((a[..., 0] - a[..., 2]) < 60) & \
+                (a.min(axis=2) > 150)
+            scale = img.width / clip["width"]
+            x_of = lambda ms: int(page.evaluate("""(ms) => { const v = [...Bokeh.index
+                .all_views()].find(v => v.model.name === 'timeline' && v.frame);
+                return v.frame.x_scale.compute(ms) - v.frame.bbox.left; }""", ms) * scale)
+            inside = tint[:, x_of(rng[0]) + 3:x_of(rng[1]) - 3].mean()
+            outside = tint[:, :max(x_of(rng[0]) - 3, 1)].mean()
+            assert inside > 0.2 and inside > 5 * outside, (inside, outside)
 
             # compile strip: every marker on its own axis; a hover gives the reason
             img, clip = _shot(page, "compile-strip", "compile-strip")

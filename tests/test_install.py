@@ -305,3 +305,31 @@ def landing(base, token) -> str:
     """Where the server's front page sends a browser (the default URL)."""
     with urllib.request.urlopen(f"{base}/?token={token}", timeout=30) as r:
         return r.geturl().split("?")[0]
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_lab_stops_on_a_signal_and_leaves_no_child(tmp_path, sig):
+    """`nbtools lab` becomes jupyter lab (exec), so SIGTERM, and Ctrl-C's SIGINT, reach
+    JupyterLab itself: it stops, and no process it started (a notebook kernel) is left."""
+    import psutil
+    import signal
+    env = clean_env(PYTHONPATH=str(ROOT), JUPYTER_RUNTIME_DIR=str(tmp_path / "jrun"))
+    with serving(sys.executable, tmp_path, env) as (base, token, log, pid):
+        server = psutil.Process(pid)
+        assert "jupyterlab" in " ".join(server.cmdline()), server.cmdline()   # no wrapper
+        req = urllib.request.Request(base + "/api/kernels", method="POST",
+                                     data=json.dumps({"name": "python3"}).encode(),
+                                     headers={"Authorization": f"token {token}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            assert json.loads(r.read())["id"]
+        deadline = time.monotonic() + 60
+        while not server.children(recursive=True):
+            assert time.monotonic() < deadline, "the kernel never started"
+            time.sleep(0.5)
+        kids = server.children(recursive=True)
+        os.kill(pid, getattr(signal, sig))
+        _, alive = psutil.wait_procs([server], timeout=60)
+        assert not alive, f"jupyter lab still running 60 s after {sig}:\n{log()[-2000:]}"
+        _, alive = psutil.wait_procs(kids, timeout=30)
+        assert not alive, f"left running after {sig}: {[k.cmdline()[:3] for k in alive]}"

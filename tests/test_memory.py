@@ -2,6 +2,8 @@
 CPU), carried into run.memory, saved and loaded, drawn as the memory lane."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -57,6 +59,17 @@ def test_lab_run_records_memory_per_rank_and_keeps_it(lab, tmp_path):
     # tooltips: input shapes of the profiled ops (record_shapes), joined to their boxes
     assert run.event_details["detail"].astype(str).str.startswith("inputs: f32[").any()
     assert any(str(d).startswith("inputs: ") for d in tl.decode()["detail"])
+    # sizes for people on CPU: KB, and words where the CPU has no value (never NaN or 0.0 MB)
+    labels = tl.memory.figure.yaxis.major_label_overrides
+    assert all(" KB)" in v or " MB)" in v for v in labels.values()), labels
+    assert not any("0.0 MB" in v for v in labels.values()), labels
+    d = tl.memory.source.data
+    assert set(d["res"]) == {"not measured on CPU"} and "nan" not in " ".join(d["alloc"]).lower()
+    # gloo's collectives: the bytes their inputs hold, and what the trace does not record
+    box = tl.decode()
+    gloo = [t for n, t in zip(box["name"], box["detail"]) if str(n).startswith("gloo:")]
+    assert gloo and all("group, ranks: not recorded in the trace" in t for t in gloo), gloo[:3]
+    assert any(re.search(r"\d (K|M)?B in", t) for t in gloo), gloo[:3]
     back = Run.load(run.save(tmp_path / "r"))
     assert len(back.memory) == len(run.memory) and not back.damage
     assert len(back.event_details) == len(run.event_details)

@@ -123,11 +123,35 @@ def test_memory_lane_is_named_and_scaled_per_rank():
     d = tl.memory.source.data
     assert max(d["alloc_mb"]) == pytest.approx(500.0)       # the one-sample peak survives
     assert set(d["rank"]) == {0, 1} and len(d["left"]) < 2 * n
-    assert "peak 500.0 MB" in fig.yaxis.major_label_overrides[0]
+    assert "peak 500 MB" in fig.yaxis.major_label_overrides[0]
     run.memory = None
     tl.update(run)
     # hidden, off the timeline's range: BokehJS laid the hidden figure out on every tick
     assert not tl.memory.figure.visible and tl.memory.figure.x_range is not tl.figure.x_range
+
+
+def test_memory_lane_on_cpu_says_kb_and_not_measured_never_nan():
+    """The CPU allocator: a few KB allocated, no reserve (NaN), no graph pools. The row label
+    and every tooltip field are words and scaled sizes: no "0.0 MB", no NaN."""
+    from nbtools.analysis.units import fmt_bytes
+    from nbtools.ui.timeline import Timeline
+    run = synthetic_run(events_per_rank=200)
+    t = int(run.events["ts_ns"].min())
+    alloc = np.array([4096, 8192, 8224, 36_864, 8208], float)
+    run.memory = pd.DataFrame({"rank": 0, "ts_ns": t + np.arange(5) * 1000, "allocated": alloc,
+                               "reserved": np.nan, "graph_pool": 0.0})
+    tl = Timeline(run)
+    label = tl.memory.figure.yaxis.major_label_overrides[0]
+    assert label == "r0 memory (peak 36 KB)", label
+    d = tl.memory.source.data
+    assert list(d["alloc"]) == ["4 KB", "8 KB", "8.03 KB", "36 KB", "8.02 KB"]
+    assert set(d["res"]) == {"not measured on CPU"} and set(d["pool"]) == {"none on CPU"}
+    tips = dict(next(t for t in tl.memory.figure.tools if hasattr(t, "tooltips")).tooltips)
+    assert tips["allocated"] == "@alloc" and tips["reserved"] == "@res"
+    for col in ("alloc", "res", "pool"):
+        assert not any(w in str(v).lower() for v in d[col] for w in ("nan", "none mb", "0.0 mb"))
+    assert fmt_bytes(2**30 * 2.5) == "2.5 GB" and fmt_bytes(512) == "512 B"
+    assert fmt_bytes(float("nan"), "not measured on CPU") == "not measured on CPU"
 
 
 def test_to_perfetto_has_flows_and_reads_back(tmp_path):
@@ -161,14 +185,14 @@ def test_to_perfetto_has_flows_and_reads_back(tmp_path):
 def test_tooltip_details_say_shapes_bytes_and_the_collective():
     from nbtools.trace.details import describe
     assert describe([[64, 32], [16, 32], []], ["float", "float", ""], "") == \
-        "inputs: f32[64, 32], f32[16, 32] · 10,240 bytes in"
+        "inputs: f32[64, 32], f32[16, 32] · 10 KB in"
     meta = ('"Collective name": "allreduce", "In msg nelems": 4096, "Out msg nelems": 4096, '
             '"dtype": "BFloat16", "Group size": 2, "Process Group Name": "0", '
             '"Process Group Description": "default_pg", "Seq": 7')
     text = describe([[4096]], ["c10::BFloat16"], meta)
-    assert text == ("inputs: bf16[4096] · 8,192 bytes in · collective: allreduce · group: 0 · "
+    assert text == ("inputs: bf16[4096] · 8 KB in · collective: allreduce · group: 0 · "
                     "group size: 2 · seq: 7 · in elements: 4096 · out elements: 4096 · "
-                    "dtype: BFloat16 · 8,192 bytes moved in")
+                    "dtype: BFloat16 · 8 KB moved in")
     assert describe([], [], "") == "" and describe([], [], "not json") == ""
 
 
@@ -183,8 +207,16 @@ def test_timeline_tooltips_carry_details_of_single_events_only():
         detail=[f"inputs: f32[{i}]" for i in range(5)]), DETAIL_COLUMNS)
     tl = Timeline(run, width=4000)
     d = tl.events_source.data
-    got = sorted(x for x in tl.decode()["detail"] if x)
+    box = tl.decode()
+    got = sorted(x for x, c in zip(box["detail"], box["category"])
+                 if x and c != "communication")
     assert got == [f"inputs: f32[{i}]" for i in range(5)]
+    # a collective whose trace has no group, ranks or bytes says so (gloo's never have them)
+    comm = [(x, n) for x, c, n in zip(box["detail"], box["category"], d["count"])
+            if c == "communication"]
+    assert comm and all(x == "group, ranks: not recorded in the trace · bytes: not recorded "
+                        "in the trace" for x, n in comm if n == 1)
+    assert all(x == "" for x, n in comm if n > 1)      # a merged box is not one collective
     tips = [t for h in tl.figure.tools if getattr(h, "tooltips", None) for t in h.tooltips]
     assert ("", "@detail_i{custom}") in tips
 

@@ -110,7 +110,7 @@ def test_h200_nccl_traces_give_collective_tooltips():
     assert {r for r, _ in nccl} == {0, 1} and all(nccl_t for _, nccl_t in nccl), nccl[:3]
     assert nccl[0][1] == ("collective: allreduce · group: 0 · group size: 2 · in elements: "
                           "4096 · out elements: 4096 · dtype: Float · ranks: [0, 1] · "
-                          "16,384 bytes moved in"), nccl[0][1]
+                          "16 KB moved in"), nccl[0][1]
     # these traces carry no "Seq" (torch 2.11's NCCL args): the tooltip does not invent one
     assert not any("seq:" in t for _, t in nccl)
 

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from nbtools.analysis import tables
+from nbtools.analysis.tables import lane_label
 from nbtools.trace import export as trace_export
 from nbtools.results.load import load_traces
 
@@ -90,8 +91,8 @@ def test_perfetto_has_a_process_per_rank_and_a_compile_track(tmp_path):
     threads = {(e["pid"], e["args"]["name"]): e["tid"]
                for e in ev if e.get("name") == "thread_name"}
     lanes = run.events.groupby("rank", observed=True)["lane"].unique()
-    for r, names in lanes.items():
-        assert {(r, str(n)) for n in names} | {(r, "compile"), (r, "steps")} == \
+    for r, names in lanes.items():      # named as the notebook's rows: "r0 CPU thread 30692"
+        assert {(r, lane_label(r, n)) for n in names} | {(r, "compile"), (r, "steps")} == \
             {k for k in threads if k[0] == r}
     slices = [e for e in ev if e.get("ph") == "X"]
     compile_ = [e for e in ev if e.get("ph") in "Xi" and e.get("name", "").startswith(
@@ -104,3 +105,40 @@ def test_perfetto_has_a_process_per_rank_and_a_compile_track(tmp_path):
     base = doc["otherData"]["nbtools_base_time_ns"]
     first = min(e["ts"] for e in slices if e["pid"] == 0)
     assert round(first * 1000) + base == int(run.events.loc[run.events["rank"] == 0, "ts_ns"].min())
+
+
+def test_perfetto_names_threads_as_the_notebook_and_carries_the_tooltips_details(tmp_path):
+    """The slices' args hold what the notebook's tooltip shows (shapes, bytes, stack; a
+    collective's group, or that its trace did not record one) and each thread is named as
+    the timeline's row."""
+    from nbtools.trace.details import DETAIL_COLUMNS
+    from nbtools.ui.timeline import Timeline
+    from test_timeline import synthetic_run
+    run = synthetic_run(events_per_rank=200, seed=3)
+    ev = run.events
+    op = ev[(ev["rank"] == 0) & (ev["category"] == "cpu_op")].iloc[0]
+    comm = ev[(ev["rank"] == 1) & (ev["category"] == "communication")].iloc[0]
+    run.event_details = tables.from_columns(dict(
+        rank=[0, 1], ts_ns=[op["ts_ns"], comm["ts_ns"]], name=[str(op["name"]), str(comm["name"])],
+        detail=["inputs: f32[64, 32] · 8 KB in · stack: model.py:12 forward ← train.py:40 step",
+                "inputs: f32[4, 256] · 4 KB in"]), DETAIL_COLUMNS)
+    doc = json.loads(trace_export.write_perfetto(run, tmp_path / "run.json").read_text())
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+               if e.get("name") == "thread_name"}
+    rows = set(Timeline(run, width=800, live=False).rows_source.data["row"])
+    named = {n for n in threads.values() if n not in ("steps", "compile")}
+    assert named == {r for r in rows if not r.startswith("·")}, (named, rows)
+    assert "r0 CPU thread 1001" in named and not any(n.startswith("cpu:") for n in named)
+    base = doc["otherData"]["nbtools_base_time_ns"]
+
+    def slice_at(rank, ts, name):
+        return next(e for e in doc["traceEvents"] if e.get("ph") == "X" and e["pid"] == rank
+                    and e["name"] == name and round(e["ts"] * 1000) + base == int(ts))
+    a = slice_at(0, op["ts_ns"], str(op["name"]))["args"]
+    assert a["inputs"] == "f32[64, 32]" and a["bytes in"] == "8 KB"
+    assert a["stack"] == "model.py:12 forward ← train.py:40 step"
+    c = slice_at(1, comm["ts_ns"], str(comm["name"]))["args"]
+    assert c["bytes in"] == "4 KB" and c["group, ranks"] == "not recorded in the trace"
+    other = ev[(ev["rank"] == 1) & (ev["category"] == "communication")].iloc[1]
+    c2 = slice_at(1, other["ts_ns"], str(other["name"]))["args"]
+    assert c2["bytes"] == "not recorded in the trace"

@@ -126,3 +126,13 @@ def string_codes(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
     else:
         codes, cats = pd.factorize(column, sort=False)
     return np.asarray(codes, np.int64), pd.Index(cats, dtype=object).astype(str)
+
+
+def lane_label(rank: int, lane: str) -> str:
+    """A lane's name for people, the same on every surface (the timeline's row, Perfetto's
+    thread): the rank, then the thread or stream ("r0 CPU thread 30692", "r1 GPU 0 stream 7")."""
+    kind, _, rest = str(lane).partition(":")
+    if kind == "cuda":
+        dev, _, stream = rest.partition(":")
+        return f"r{rank} GPU {dev} stream {stream}" if stream else f"r{rank} GPU {dev}"
+    return f"r{rank} CPU thread {rest}" if rest else f"r{rank} CPU (all threads)"

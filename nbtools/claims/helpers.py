@@ -26,6 +26,7 @@ from nbtools.claims.studies import (accumulation_study, backends_available, ddp_
 from nbtools.analysis.counts import (collective_events, collectives, compile_signatures, compiled_regions,
                          graph_capture, lockstep, ranges, signatures_equal,
                          sync_counts, sync_totals, tokens_per_s)
+from nbtools.claims.prose import mb, num, pct_vs, policy_lines, shown
 from nbtools.claims.recorded import recorded_h200
 from nbtools.lab.sweeps import (COLUMNS, compile_counts, rounds, speedup, spread, sweep, table,
                      varying_fields)
@@ -46,4 +47,6 @@ __all__ = [
     # claim_studies
     "run_reporting", "engine_log", "ddp_buckets", "accumulation_study", "dtype_study",
     "warmup_table", "backends_available",
+    # prose (no "nan" in a sentence or a shown cell)
+    "pct_vs", "shown", "policy_lines", "num", "mb",
 ]

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis import tables
+from nbtools.analysis.units import fmt_bytes
 
 DETAIL_COLUMNS = {"rank": np.int32, "ts_ns": np.int64, "name": "str", "detail": "str"}
 _SHORT = {"float": "f32", "c10::BFloat16": "bf16", "c10::Half": "f16", "double": "f64",
@@ -54,7 +55,7 @@ def describe(shapes, dtypes, meta: str) -> str:
     if ins:
         parts.append("inputs: " + ", ".join(ins))
     if nbytes:
-        parts.append(f"{nbytes:,} bytes in")
+        parts.append(f"{fmt_bytes(nbytes)} in")
     if meta:
         m = {}
         for text in (meta, "{" + meta + "}"):     # Kineto gives a fragment ('"k": v, ...')
@@ -72,7 +73,23 @@ def describe(shapes, dtypes, meta: str) -> str:
         size = _COMM_BYTES.get(str(m.get("dtype")))
         n = m.get("In msg nelems")
         if size and isinstance(n, int) and not isinstance(n, bool) and n > 0:
-            parts.append(f"{n * size:,} bytes moved in")
+            parts.append(f"{fmt_bytes(n * size)} moved in")
+    return " · ".join(parts)
+
+
+NOT_RECORDED = "not recorded in the trace"
+_SIZE = re.compile(r"\d (?:[KMGT]?B|bytes) (?:moved )?in\b")     # bytes: runs saved before
+
+
+def collective_detail(text: str) -> str:
+    """A collective's detail, saying what its trace left out: gloo's ops (and a trace
+    without record_param_comms args) carry no process group, ranks or bytes moved, and an
+    empty field would read as zero."""
+    parts = [text] if text else []
+    if "group: " not in text and "ranks: " not in text:
+        parts.append(f"group, ranks: {NOT_RECORDED}")
+    if not _SIZE.search(text):
+        parts.append(f"bytes: {NOT_RECORDED}")
     return " · ".join(parts)
 
 

@@ -15,7 +15,9 @@ import pandas as pd
 
 from nbtools.analysis.collective_flows import collective_flows
 from nbtools.analysis.step_metrics import step_times
+from nbtools.analysis.tables import lane_label
 from nbtools.common.outputs import MARK, output_refusal
+from nbtools.trace.details import attach, collective_detail
 
 try:
     import orjson
@@ -38,6 +40,30 @@ def _parts(run):
     if isinstance(run, pd.DataFrame):
         return run, None, None, int(run["rank"].nunique())
     return run.events, run.compile_events, run.steps, run.world_size
+
+
+def detail_args(ev: pd.DataFrame, details) -> list:
+    """Each event's tooltip detail (shapes, bytes, stack, a collective's group) as slice
+    args, keyed as the notebook writes them ("inputs", "bytes in", "stack", "group", ...);
+    a collective's says what its trace did not record, as the tooltip does."""
+    text = attach(ev.assign(count=1), details)
+    comm = (ev["category"].astype(str) == "communication").to_numpy()
+    out, said = [], {}
+    for t, c in zip(text.tolist(), comm.tolist()):
+        t = collective_detail(t) if c else t
+        if (t, c) not in said:
+            args = {}
+            for part in t.split(" · ") if t else []:
+                key, sep, value = part.partition(": ")
+                if sep:
+                    args[key] = value
+                elif part.endswith(" moved in"):
+                    args["bytes moved in"] = part[:-len(" moved in")]
+                elif part.endswith(" in"):
+                    args["bytes in"] = part[:-len(" in")]
+            said[(t, c)] = args
+        out.append(said[(t, c)])
+    return out
 
 
 def _base_ns(*frames) -> int:
@@ -126,12 +152,15 @@ def write_kineto(run, folder, compress: bool = True) -> list:
 
 
 def to_perfetto(run) -> dict:
-    """One Chrome/Perfetto trace: a process per rank, a thread per lane (CPU lanes first),
+    """One Chrome/Perfetto trace: a process per rank, a thread per lane (CPU lanes first,
+    named as the notebook's rows: "r0 CPU thread 30692"; each slice's args carry the
+    tooltip's shapes, bytes, stack and collective group, ``detail_args``),
     per rank a "steps" and a "compile" track for the steps and compile events (those with
     no time of their own are left out: they would sit at a made-up place), and a flow
     ("s"/"f" pair) from each rank's collective to the same collective on the rank that
     arrived last, so Perfetto draws who waited for whom."""
     events, compile_events, steps, _ = _parts(run)
+    details = getattr(run, "event_details", None)
     if compile_events is not None and len(compile_events):
         compile_events = compile_events[(compile_events["ts_ns"] > 0)
                                         & (compile_events["reason"].astype(str)
@@ -146,15 +175,17 @@ def to_perfetto(run) -> dict:
         tid = tids[r] = {ln: i + 1 for i, ln in enumerate(lanes)}
         out.append({"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}})
-        for ln, t in list(tid.items()) + [("steps", 0), ("compile", len(tid) + 1)]:
+        for ln, t in [(lane_label(r, ln), t) for ln, t in tid.items()] \
+                + [("steps", 0), ("compile", len(tid) + 1)]:   # named as the notebook's rows
             out.append({"ph": "M", "name": "thread_name", "pid": r, "tid": t, "args": {"name": ln}})
             out.append({"ph": "M", "name": "thread_sort_index", "pid": r, "tid": t,
                         "args": {"sort_index": t}})
-        for ln, c, n, ts, dur, st, k, g in zip(
+        for ln, c, n, ts, dur, st, k, g, more in zip(
                 ev["lane"].astype(str), ev["category"].astype(str), ev["name"].astype(str),
                 _us(ev["ts_ns"].to_numpy() - base), _us(ev["dur_ns"].to_numpy()),
-                ev["step"].tolist(), ev["correlation"].tolist(), ev["graph"].tolist()):
-            args = {"step": st}
+                ev["step"].tolist(), ev["correlation"].tolist(), ev["graph"].tolist(),
+                detail_args(ev, details)):
+            args = {"step": st, **more}
             if k >= 0:
                 args["correlation"] = k
             if g:

@@ -259,10 +259,11 @@ def _draw_figure(fig, width, font, skipped) -> Image.Image:
         _draw_glyph(cdraw, r.glyph, dict(r.data_source.data), X, Y, font, skipped)
     img.alpha_composite(clip.crop((x0, y0, x1, y1)), (x0, y0))   # glyphs clipped to the frame
     if X.factors is None:
+        label = _tick_label(getattr(fig.xaxis[0], "formatter", None) if fig.xaxis else None)
         for t in _ticks(X.lo, X.hi):
             px = X(t)
             draw.line([px, y1, px, y1 + 4], fill="#888")
-            draw.text((px, y1 + 6), f"{t:g}", fill="#444", font=font, anchor="mt")
+            draw.text((px, y1 + 6), label(t), fill="#444", font=font, anchor="mt")
     else:
         for f, v in X.factors.items():
             draw.text((X(v), y1 + 6), str(f)[:14], fill="#444", font=font, anchor="mt")
@@ -275,11 +276,42 @@ def _draw_figure(fig, width, font, skipped) -> Image.Image:
     return img
 
 
+def _tick_label(formatter):
+    """A tick's text. An axis cut where nothing happens (the compile strip's, its formatter
+    holding the knots real -> axis) reads real seconds, and nothing inside a cut."""
+    args = getattr(formatter, "args", None) or {}
+    if "real" not in args or "axis" not in args:
+        return lambda t: f"{t:g}"
+    real, axis = np.asarray(args["real"], float), np.asarray(args["axis"], float)
+
+    def label(t):
+        k = int(np.clip(np.searchsorted(axis, t) - 1, 0, len(axis) - 2))
+        a0, a1, r0, r1 = axis[k], axis[k + 1], real[k], real[k + 1]
+        if a0 < t < a1 and r1 - r0 > (a1 - a0) * 1.001:
+            return ""
+        return f"{float(np.interp(t, axis, real)) + min(t - axis[0], 0) + max(t - axis[-1], 0):g}"
+    return label
+
+
+def _notices(model) -> list:
+    """The text of the visible notices in a layout (a failed run's line)."""
+    import re
+    if getattr(model, "visible", True) is False:
+        return []
+    if str(getattr(model, "name", "") or "").endswith("notice") and getattr(model, "text", ""):
+        return [re.sub(r"<[^>]+>", "", model.text)]
+    out = []
+    for c in getattr(model, "children", None) or []:
+        out += _notices(c[0] if isinstance(c, tuple) else c)
+    return out
+
+
 def picture(layout, width: int = DEFAULT_W) -> Image.Image:
     """The layout's figures stacked top to bottom, and a footer saying it is static."""
     font, skipped = _font(), set()
     figs = [_draw_figure(f, width, font, skipped) for f in _figures_in(layout)]
-    lines = [NOTE] + ([f"(not drawn here: {', '.join(sorted(skipped))})"] if skipped else [])
+    lines = _notices(layout) + [NOTE] + ([f"(not drawn here: {', '.join(sorted(skipped))})"]
+                                         if skipped else [])
     w = max([f.width for f in figs] + [width])
     h = sum(f.height for f in figs) + 16 * len(lines) + 8
     out = Image.new("RGB", (w, h), "white")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.tables import CATEGORIES, string_codes
-from nbtools.trace.details import attach
+from nbtools.trace.details import attach, collective_detail
 
 COMPILE_STYLE = {               # kind -> (marker, colour)
     "compile": ("square", "#1f77b4"),
@@ -218,11 +218,16 @@ def first_profiled_ns(run) -> int:
     return int(prof["ts_ns"].min()) if len(prof) else origin_ns(run)
 
 
-def initial_window(run, t0, mode):
-    """The initial x window (ns): the profiled events, or with mode "all" (or no events)
-    the warm-up steps and compiles too."""
-    frames = [run.events] if len(run.events) and mode == "events" else \
-        [df for df in (run.events, run.steps, run.compile_events) if len(df)]
+def initial_window(run, t0, mode="events"):
+    """The timeline's initial x window (ns): the profiled events, where there are any (they
+    are all it draws: with mode "all" the whole run is on the compile strip's axis in
+    seconds, not stretched over this one: 116 s of compile left the events in its last
+    pixels); without events the steps and compiles."""
+    if mode not in ("events", "all"):
+        raise ValueError(f"window={mode!r}: 'events' (the profiled steps) or 'all' (the whole "
+                         "run, on the compile strip first)")
+    frames = [run.events] if len(run.events) else \
+        [df for df in (run.steps, run.compile_events) if len(df)]
     if not frames:
         return t0, t0 + 1_000_000
     lo = min(int(df["ts_ns"].min()) for df in frames)
@@ -273,7 +278,19 @@ def events_data(boxes: pd.DataFrame | None, lane_y: dict, rows: list, t0: int,
                 # so 0 there (a column of zeros packs to nothing on the wire)
                 busy_ns=np.where(merged, busy, 0).astype(np.float32),
                 count=count.astype(np.int32), alpha=alpha, graph=boxes["graph"].to_numpy(bool),
-                **detail_codes(attach(boxes, details)))
+                **detail_codes(box_details(boxes, details, cat == "communication")))
+
+
+def box_details(boxes: pd.DataFrame, details, comm: np.ndarray) -> np.ndarray:
+    """Each box's tooltip detail; a single collective's says what its trace did not record
+    (group, ranks, bytes) rather than leaving the field out."""
+    text = attach(boxes, details)
+    pick = np.flatnonzero(comm & (boxes["count"].to_numpy() == 1))
+    said: dict = {}
+    for i in pick.tolist():
+        t = text[i]
+        text[i] = said.get(t) or said.setdefault(t, collective_detail(t))
+    return text
 
 
 def detail_codes(text: np.ndarray) -> dict:

@@ -14,23 +14,26 @@ import numpy as np
 import pandas as pd
 from bokeh.events import RangesUpdate
 from bokeh.layouts import column, row
-from bokeh.models import (BoxZoomTool, ColumnDataSource, FixedTicker, HoverTool, Legend,
+from bokeh.models import (BoxZoomTool, ColumnDataSource, Div, FixedTicker, HoverTool, Legend,
                           LegendItem, PanTool, Range1d, ResetTool, SaveTool, WheelZoomTool)
 from bokeh.plotting import figure
 from bokeh.transform import linear_cmap
 
 from nbtools.analysis import tables
 from nbtools.analysis.collective_flows import collective_flows
-from nbtools.analysis.tables import CATEGORIES, string_codes
+from nbtools.analysis.tables import CATEGORIES, lane_label, string_codes
 from nbtools.ui.timeline.compile_strip import CompileStrip
-from nbtools.ui.timeline.data import (SUMMARY_STACK, decode, events_data, fmt_ns, initial_window,
+from nbtools.ui.timeline.data import (decode, events_data, fmt_ns, initial_window,
                                       lane_sort_key, lod, moving_data, origin_ns, spans,
                                       stack_depth,
-                                      step_starts, step_table, steps_data, summary_data)
+                                      step_starts, step_table, steps_data)
 from nbtools.ui.timeline.interactions import (CHAR_PX, Controls, duration_hover, fit_labels,
                                               lane_hover, link_labels, merged_hover,
-                                              name_hover, start_hover, swap_while_moving)
+                                              name_hover, only_if_none, start_hover,
+                                              swap_while_moving)
 from nbtools.ui.timeline.memory import MemoryLane
+from nbtools.ui.timeline.region import RegionTable
+from nbtools.ui.timeline.summary_strip import SummaryStrip
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#98df8a", "#9467bd", "#17becf", "#c5b0d5",
            "#c7c7c7")          # in CATEGORIES order
@@ -40,13 +43,22 @@ MOVING_BOXES = 1500   # drawn while the wheel turns: under BokehJS's lod_thresho
 MAX_FLOWS = 400    # per drawn window, the longest waits: more arrows hide the boxes (and weigh MBs)
 
 
-def lane_label(rank: int, lane: str) -> str:
-    """A lane's row label, as Perfetto names tracks: the rank, then the thread or stream."""
-    kind, _, rest = lane.partition(":")
-    if kind == "cuda":
-        dev, _, stream = rest.partition(":")
-        return f"r{rank} GPU {dev} stream {stream}" if stream else f"r{rank} GPU {dev}"
-    return f"r{rank} CPU thread {rest}" if rest else f"r{rank} CPU (all threads)"
+def notice(run) -> str:
+    """One line above a timeline that has something missing to explain: a failed run (its
+    first error, and whether anything was recorded before it), or a run with nothing to
+    draw. '' otherwise."""
+    from nbtools.lab.assemble import first_error
+    nothing = not (len(run.events) or len(run.steps) or len(run.compile_events))
+    style = "<span style='font-size:12px;color:#a50f15'>"
+    if not run.ok:
+        why = first_error(run).strip().rstrip(".") or "no rank said why"
+        return (f"{style}Run failed ({why}): " + ("nothing was recorded to draw."
+                if nothing else "below is what the ranks recorded before it stopped.")
+                + "</span>")
+    if nothing:
+        return (f"{style}Nothing to draw: this run recorded no steps, compile events or "
+                "timeline events.</span>")
+    return ""
 
 
 class Timeline:
@@ -65,8 +77,11 @@ class Timeline:
     draws one CPU lane per rank instead of one per thread; ``backend`` is "canvas" (works
     everywhere, headless Chromium included) or "webgl"; ``live`` refines the level of detail
     on zoom (a Python callback, served by jupyter_bokeh's BokehModel); ``origin`` (epoch ns)
-    is x = 0, by default the first traced (profiled) event; ``window`` is the initial view:
-    "events" (the profiled steps) or "all" (warm-up steps too).
+    is x = 0, by default the first traced (profiled) event; ``window``: "events" (the
+    profiled steps' events first, the compile strip below) or "all" (the whole run first:
+    the compile strip, every step and compile in seconds, its axis cut where a long compile
+    would squeeze the steps; the events, which only the profiled steps have, below). A
+    failed run, or one with nothing to draw, says so in a line above.
     """
 
     def __init__(self, run=None, *, width: int | None = None, lane_height: int = 18,
@@ -77,6 +92,9 @@ class Timeline:
         self.lod_px = width or LOD_PX
         self._size = (dict(width=width) if width else
                       dict(sizing_mode="stretch_width", min_width=500))
+        if window not in ("events", "all"):
+            raise ValueError(f"window={window!r}: 'events' (the profiled steps first) or 'all' "
+                             "(the whole run first, on the compile strip)")
         self.window = window
         self._fixed_origin, self._title = origin, title
         self.stats: dict = {}
@@ -98,21 +116,27 @@ class Timeline:
         self.details_source = ColumnDataSource(dict(detail=[""]))
         self.step_labels_source = ColumnDataSource(dict(x=[], y=[], text=[]))
         self.flows_source = ColumnDataSource({k: [] for k in FLOW_FIELDS})
-        self.summary_source = ColumnDataSource(summary_data(pd.DataFrame(), []))
         self.figure = self._build_figure(backend, x_range)
-        self.controls = Controls(self.figure, self.events_source, self._r_events,
-                                 self._r_flows, self._size, self.names_source)
+        self.controls = Controls(self.figure, self.events_source, self._r_flows,
+                                 self.names_source)
+        self.region = RegionTable(self.figure, self.events_source, self._r_events,
+                                  self.names_source, self._size)
         self.strip = CompileStrip(self._size, backend)
         self.compile_source, self.span_source = self.strip.mark_source, self.strip.span_source
         self.memory = MemoryLane(self._size, backend, self.figure.x_range)
         self.swap_on(self.figure, self.memory.figure)
-        self.summary_figure = self._build_summary(backend)
-        c = self.controls
+        self.summary = SummaryStrip(self._size, backend)
+        self.summary_source, self.summary_figure = self.summary.source, self.summary.figure
+        c, reg = self.controls, self.region
         stretch = {} if width else dict(sizing_mode="stretch_width")
-        self.layout = column(row(c.search, c.search_out, c.flows), self.figure,
-                             row(c.group, c.region_out), c.region_table, self.memory.figure,
-                             self.strip.figure, self.strip.untimed, self.summary_figure,
-                             **stretch)
+        self.notice = Div(text="", name="timeline-notice", visible=False)
+        # window="all": the whole run first, on the strip's axis in seconds (cut where a
+        # long compile would squeeze the steps); the profiled steps' events below
+        strip = [self.strip.figure, self.strip.untimed]
+        events = [row(c.search, c.search_out, c.flows), self.figure, row(reg.group, reg.out),
+                  reg.table, self.memory.figure]
+        parts = strip + events if window == "all" else events + strip
+        self.layout = column(self.notice, *parts, self.summary_figure, **stretch)
         if live:   # works under jupyter_bokeh's BokehModel without a Bokeh server
             self.figure.on_event(RangesUpdate, self._on_ranges)
         if run is not None:
@@ -160,8 +184,12 @@ class Timeline:
         head = fig.scatter(x="x1", y="y1", marker="circle", size=5, fill_color="#e6550d",
                            line_color=None, source=self.flows_source, name="flow-ends")
         self._r_flows = [seg, head]
+        # one tooltip at a time: the flow's tool goes first (BokehJS inspects in tool order),
+        # and the box's stays quiet while the cursor is on a flow
         fig.add_tools(
+            HoverTool(renderers=[seg], line_policy="interp", tooltips=[("", "@text")]),
             HoverTool(renderers=[r_ev], point_policy="follow_mouse",
+                      filters={"@name_i": only_if_none(self.flows_source, seg)},
                       tooltips=[("", "@name_i{custom}"), ("", "@cat_i{custom}"),
                                 ("start", "@left{custom}"), ("duration", "@right{custom}"),
                                 ("", "@busy_ns{custom}"), ("", "@detail_i{custom}")],
@@ -171,8 +199,7 @@ class Timeline:
                                   "@cat_i": lane_hover(self.events_source, self.rows_source),
                                   "@left": start_hover(self.events_source,
                                                        self.step_start_source),
-                                  "@right": duration_hover(self.events_source)}),
-            HoverTool(renderers=[seg], line_policy="interp", tooltips=[("", "@text")]))
+                                  "@right": duration_hover(self.events_source)}))
         # Legend-only renderers hold one NaN row: nothing is drawn, but the legend
         # needs a row to draw its swatch from.
         nan = dict(y=[np.nan], left=[np.nan], right=[np.nan], height=0.8, line_color=None)
@@ -189,25 +216,6 @@ class Timeline:
         link_labels(fig, [self.events_source, self.steps_source], ["y", "label_y"],
                     ["name_i", "label"], [self.labels_source, self.step_labels_source],
                     self.lod_px, [self.names_source, None])
-        return fig
-
-    def _build_summary(self, backend):
-        fig = figure(height=90, output_backend=backend, **self._size,
-                     y_range=Range1d(0.5, -0.5), name="summary",
-                     x_range=Range1d(0, 1), x_axis_label="ms per profiled step (run.summary: profiled_window_ms, its parts)",
-                     toolbar_location=None, tools="")
-        fig.ygrid.grid_line_color = None
-        fig.yaxis.ticker = FixedTicker(ticks=[])
-        fields = [f for f, _, _ in SUMMARY_STACK]
-        fig.hbar_stack(fields, y="y", height=0.7, color=[c for _, _, c in SUMMARY_STACK],
-                       legend_label=[lab for _, lab, _ in SUMMARY_STACK],
-                       source=self.summary_source)
-        fig.text(x="text_x", y="y", text="text", text_font_size="8pt", text_baseline="middle",
-                 x_offset=6, source=self.summary_source)
-        legend = fig.legend[0]
-        legend.orientation, legend.label_text_font_size = "horizontal", "8pt"
-        legend.padding = legend.margin = 2
-        fig.add_layout(legend, "above")
         return fig
 
     def swap_on(self, *figures) -> None:
@@ -268,6 +276,7 @@ class Timeline:
         xr.start, xr.end = xr.reset_start, xr.reset_end = self.window_ms
         self._set_events(lo, hi)
         self.controls.update(run.events)
+        self.region.update(run.events, t0)
         self.strip.update(run, ranks)
         self.memory.update(getattr(run, "memory", None), ranks, t0)
 
@@ -284,18 +293,12 @@ class Timeline:
         # capture=light/off: no events, the compile strip carries the steps
         fig.visible = bool(len(events))
         self.controls.set_visible(bool(len(events)))
+        self.region.set_visible(bool(len(events)))
         head = self._title or getattr(run, "label", "")
         fig.title.text = head
-        self.summary_source.data = data = summary_data(run.summary, ranks)
-        self.summary_figure.visible = any(t for t in data["text"])   # nothing measured: no chart
-        # room on the right for the text beside the longest bar
-        self.summary_figure.x_range.end = 1.8 * max(max(data["text_x"], default=0.0), 1e-3)
-        self.summary_figure.title.text = f"per-rank summary · {head}"
-        self.summary_figure.height = 85 + 24 * max(len(ranks), 1)
-        self.summary_figure.y_range.start = max(len(ranks), 1) - 0.5
-        self.summary_figure.yaxis.ticker.ticks = list(range(len(ranks)))
-        self.summary_figure.yaxis.major_label_overrides = {i: f"rank {r}"
-                                                           for i, r in enumerate(ranks)}
+        self.summary.update(run.summary, ranks, head)
+        self.notice.text = notice(run)
+        self.notice.visible = bool(self.notice.text)
 
     def _flows(self, lo: int, hi: int) -> dict:
         fl, t0 = self._flow_table, self.origin

@@ -1,16 +1,14 @@
 """ui: what a person does with the timeline in the page, as BokehJS callbacks (CustomJS), so
 it works in a live notebook and in an exported offline HTML alike: names drawn inside the
 boxes that fit them, a search field (matches outlined on every rank; count and total time
-from the full events table), a box-selected region's table (per name or category: count,
-total, mean; per rank) and the switch for the flow arrows between ranks' collectives.
+from the full events table; case, underscores and dashes ignored, the names matched listed;
+the region table is in ``region``) and the switch for the flow arrows between ranks' collectives.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from bokeh.models import (BoxSelectTool, Checkbox, ColumnDataSource, CustomJS, CustomJSHover,
-                          DataTable, Div,
-                          RadioButtonGroup, TableColumn, TextInput)
+from bokeh.models import Checkbox, ColumnDataSource, CustomJS, CustomJSHover, Div, TextInput
 
 from nbtools.analysis.tables import CATEGORIES, string_codes
 
@@ -140,56 +138,47 @@ function esc(s) { return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": 
 """
 
 SEARCH_JS = FMT_JS + """
-const q = (input.value_input || input.value || "").trim().toLowerCase();
+// case, underscores, dashes and spaces ignored: "allreduce" finds gloo:all_reduce and
+// c10d::allreduce_ alike, and the line says which names matched
+const norm = s => String(s).toLowerCase().replace(/[_\\s-]/g, "");
+const typed = (input.value_input || input.value || "").trim(), q = norm(typed);
 const d = ev.data, H = {left: [], right: [], y: []};
 if (!q) { hl.data = H; out.text = ""; return; }
-const A = agg.data, per = {};
+const A = agg.data, per = {}, matched = {};
 let n = 0, t = 0;
 for (let i = 0; i < A.name.length; i++) {
-  if (!String(A.name[i]).toLowerCase().includes(q)) continue;
+  if (!norm(A.name[i]).includes(q)) continue;
   const r = A.rank[i], p = per[r] || (per[r] = [0, 0]);
   p[0] += A.count[i]; p[1] += A.total[i]; n += A.count[i]; t += A.total[i];
+  matched[A.name[i]] = (matched[A.name[i]] || 0) + A.count[i];
 }
-const hit = names.data.name.map(n => String(n).toLowerCase().includes(q));
+const hit = names.data.name.map(n => norm(n).includes(q));
 for (let i = 0; i < d.left.length; i++)
   if (hit[d.name_i[i]]) {
     H.left.push(d.left[i]); H.right.push(d.right[i]); H.y.push(d.y[i]); }
 hl.data = H;
 const ranks = Object.keys(per).sort((a, b) => a - b);
-out.text = `<b>${n}</b> events match "${esc(q)}" · total <b>${fmt(t)}</b>` +
+const which = Object.keys(matched).sort((a, b) => matched[b] - matched[a]);
+const low = typed.toLowerCase(), loose = which.filter(m => !m.toLowerCase().includes(low));
+out.text = `<b>${n}</b> events match "${esc(typed)}" · total <b>${fmt(t)}</b>` +
   (ranks.length ? " · " + ranks.map(r => `rank ${r}: ${per[r][0]} / ${fmt(per[r][1])}`).join(" · ")
-                : "") + ` <span style="color:#888">(${H.left.length} boxes outlined)</span>`;
+                : "") + ` <span style="color:#888">(${H.left.length} boxes outlined)</span>` +
+  (which.length > 1 ? `<br>${which.length} names: ` + which.slice(0, 6).map(m =>
+      `${esc(m)} (${matched[m]})`).join(", ") + (which.length > 6 ? ", …" : "") : "") +
+  (loose.length ? ` <span style="color:#888">· ${loose.length} of them spelled otherwise ` +
+      `(case, _, - and spaces are ignored)</span>` : "");
 """
 
 
-REGION_JS = FMT_JS + """
-const idx = ev.selected.indices, d = ev.data, byName = group.active === 0;
-const g = range.data.x0.length ? [range.data.x0[0], range.data.x1[0]] : null;
-const rows = {}, ranks = new Set();
-let lo = Infinity, hi = -Infinity, merged = 0, n = 0;
-for (const i of idx) {
-  const key = byName ? names.data.name[d.name_i[i]] : cats[d.cat_i[i]] ?? "other";
-  const r = d.rank[i], k = key + "\\u0000" + r;
-  const row = rows[k] || (rows[k] = {what: key, rank: r, count: 0, total: 0});
-  const busy = d.count[i] > 1 ? d.busy_ns[i] : Math.round((d.right[i] - d.left[i]) * 1e6);
-  row.count += d.count[i]; row.total += busy; n += d.count[i];
-  if (d.count[i] > 1) merged++;
-  ranks.add(r); lo = Math.min(lo, d.left[i]); hi = Math.max(hi, d.right[i]);
-}
-const keyTotal = {};
-for (const r of Object.values(rows)) keyTotal[r.what] = (keyTotal[r.what] || 0) + r.total;
-const list = Object.values(rows).sort((a, b) => keyTotal[b.what] - keyTotal[a.what]
-  || String(a.what).localeCompare(String(b.what)) || a.rank - b.rank).slice(0, 500);
-table.source.data = {what: list.map(r => r.what), rank: list.map(r => r.rank),
-  count: list.map(r => r.count), total: list.map(r => fmt(r.total)),
-  mean: list.map(r => fmt(r.total / r.count)), total_ns: list.map(r => r.total)};
-table.visible = idx.length > 0;
-out.text = idx.length ? `Region ${(g ? g[0] : lo).toFixed(3)} to ${(g ? g[1] : hi).toFixed(3)} ms` +
-  ` (${fmt(((g ? g[1] - g[0] : hi - lo)) * 1e6)}): <b>${n}</b> events on ${ranks.size} rank(s) ` +
-  "touch it; totals are their whole durations" + (merged ? ` · ${merged} boxes each merge ` +
-  "several sub-pixel events and count under their longest event's name: zoom in for exact names"
-  : "") : "";
-"""
+def only_if_none(*pairs) -> CustomJS:
+    """A HoverTool filter: show this tooltip only while none of ``pairs`` (source,
+    renderer, ...) has a visible glyph under the cursor (its tool must come first), so
+    one tooltip draws at a time (a flow over a box, a compile marker over its step)."""
+    sources, renderers = list(pairs[0::2]), list(pairs[1::2])
+    return CustomJS(args=dict(sources=sources, renderers=renderers), code="""
+for (let k = 0; k < sources.length; k++)
+  if (renderers[k].visible && sources[k].inspected.indices.length) return false;
+return true;""")
 
 
 def merged_hover(source) -> CustomJSHover:
@@ -234,10 +223,9 @@ return `${cats[value] ?? "other"} on ${rows.data.row[src.data.lane_i[i]]}`;""")
 
 
 class Controls:
-    """The search field, the region table and the flow switch of one timeline figure."""
+    """The search field and the flow switch of one timeline figure."""
 
-    def __init__(self, fig, events_source, events_renderer, flow_renderers, size: dict,
-                 names_source):
+    def __init__(self, fig, events_source, flow_renderers, names_source):
         self.agg_source = ColumnDataSource(name_totals(None))
         self.hl_source = ColumnDataSource(dict(left=[], right=[], y=[]))
         self.hits = fig.hbar(y="y", left="left", right="right", height=0.9, fill_color=None,
@@ -253,33 +241,6 @@ class Controls:
         self.search.js_on_change("value", cb)
         events_source.js_on_change("data", cb)      # a refined level of detail: outline again
 
-        fig.add_tools(BoxSelectTool(dimensions="width", renderers=[events_renderer],
-                                    description="Region: select a time range to sum what it holds"))
-        cols = [TableColumn(field="what", title="name / category", width=360),
-                TableColumn(field="rank", title="rank", width=50),
-                TableColumn(field="count", title="count", width=70),
-                TableColumn(field="total", title="total", width=90),
-                TableColumn(field="mean", title="mean", width=90)]
-        self.region_table = DataTable(
-            source=ColumnDataSource(dict(what=[], rank=[], count=[], total=[], mean=[],
-                                         total_ns=[])),
-            columns=cols, height=220, index_position=None, visible=False,
-            name="region-table", **size)
-        self.region_out = Div(text="", name="region-summary")
-        self.group = RadioButtonGroup(labels=["by name", "by category"], active=0,
-                                      name="region-group")
-        self.range_source = ColumnDataSource(dict(x0=[], x1=[]))
-        rcb = CustomJS(args=dict(ev=events_source, table=self.region_table, out=self.region_out,
-                                 group=self.group, range=self.range_source,
-                                 names=names_source, cats=list(CATEGORIES)), code=REGION_JS)
-        events_source.selected.js_on_change("indices", rcb)
-        self.group.js_on_change("active", rcb)
-        self.range_source.js_on_change("data", rcb)
-        # the dragged range itself (the boxes touching it may reach beyond it)
-        fig.js_on_event("selectiongeometry", CustomJS(args=dict(range=self.range_source), code=
-                        "const g = cb_obj.geometry; if (g.x0 !== undefined) "
-                        "range.data = {x0: [Math.min(g.x0, g.x1)], x1: [Math.max(g.x0, g.x1)]};"))
-
         self.flows = Checkbox(label="flows between ranks' collectives", active=True,
                               name="flows-switch")
         for r in flow_renderers:
@@ -291,7 +252,5 @@ class Controls:
 
     def set_visible(self, on: bool) -> None:
         """No events (capture=light/off): nothing to search, select or join."""
-        for w in (self.search, self.search_out, self.flows, self.group, self.region_out):
+        for w in (self.search, self.search_out, self.flows):
             w.visible = on
-        if not on:
-            self.region_table.visible = False

@@ -1,6 +1,7 @@
 """ui: the memory lane: per rank, the allocator's allocated (filled) and reserved (line)
 bytes over time on the timeline's x axis, with memory held by CUDA-graph private pools
-marked; each rank's band is scaled to its own peak (the hover and the row label give MB).
+marked; each rank's band is scaled to its own peak (the hover and the row label give the
+sizes, in the unit that fits: KB on CPU; "not measured on CPU" where the CPU has no value).
 Renderers are named ``memory-...``. Hidden for runs recorded without StepConfig(memory=True).
 """
 from __future__ import annotations
@@ -10,9 +11,12 @@ import pandas as pd
 from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, Range1d
 from bokeh.plotting import figure
 
+from nbtools.analysis.units import fmt_bytes
+
 MAX_POINTS = 3000       # per rank: steps are kept at their maxima (a peak never disappears)
 FIELDS = ("left", "right", "bottom", "top", "pool_top", "res_top", "rank", "alloc_mb",
-          "res_mb", "pool_mb", "when")
+          "res_mb", "pool_mb", "when", "alloc", "res", "pool")
+ON_CPU = "not measured on CPU"    # the CPU allocator keeps no reserve and has no graph pools
 
 
 def memory_data(mem: pd.DataFrame | None, ranks: list, t0: int) -> tuple[dict, dict]:
@@ -39,16 +43,25 @@ def memory_data(mem: pd.DataFrame | None, ranks: list, t0: int) -> tuple[dict, d
         peak = max([float(np.nanmax(v)) for v in (res, a) if np.isfinite(v).any()] + [1.0])
         base = i + 0.45
         h = lambda v: base - 0.9 * v / peak            # noqa: E731
-        parts.append(dict(left=(ts - t0) / 1e6, right=(end - t0) / 1e6,
+        cpu = not np.isfinite(res).any()        # sizes for people: KB on CPU, GB on a GPU
+        parts.append(dict(alloc=_sizes(a), res=_sizes(res, ON_CPU),
+                          pool=np.full(len(ts), "none on CPU", object) if cpu else _sizes(pool),
+                          left=(ts - t0) / 1e6, right=(end - t0) / 1e6,
                           bottom=np.full(len(ts), base), top=h(a), pool_top=h(np.minimum(pool, a)),
                           res_top=h(res), rank=np.full(len(ts), r, np.int32),
                           alloc_mb=a / 2**20, res_mb=res / 2**20, pool_mb=pool / 2**20,
                           when=np.asarray([f"{v:,.3f} ms" for v in ((ts - t0) / 1e6).tolist()],
                                           object)))
-        labels[i] = f"r{r} memory (peak {peak / 2**20:,.1f} MB)"
+        labels[i] = f"r{r} memory (peak {fmt_bytes(peak)})"
     if parts:
         out = {k: np.concatenate([p[k] for p in parts]) for k in FIELDS}
     return out, labels
+
+
+def _sizes(v: np.ndarray, none: str = "not measured") -> np.ndarray:
+    """fmt_bytes of each value, computed once per distinct value (steps repeat them)."""
+    uniq, inv = np.unique(v, return_inverse=True)
+    return np.asarray([fmt_bytes(u, none) for u in uniq.tolist()], object)[inv.ravel()]
 
 
 class MemoryLane:
@@ -77,8 +90,8 @@ class MemoryLane:
         fig.segment(x0="left", x1="right", y0="res_top", y1="res_top", line_color="#3f007d",
                     line_width=1.5, source=self.source, name="memory-reserved")
         fig.add_tools(HoverTool(renderers=[alloc], tooltips=[
-            ("rank", "@rank"), ("at", "@when"), ("allocated", "@alloc_mb{0,0.0} MB"),
-            ("reserved", "@res_mb{0,0.0} MB"), ("in CUDA-graph pools", "@pool_mb{0,0.0} MB")]))
+            ("rank", "@rank"), ("at", "@when"), ("allocated", "@alloc"),
+            ("reserved", "@res"), ("in CUDA-graph pools", "@pool")]))
         fig.visible = False
         self.figure = fig
 
