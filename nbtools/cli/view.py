@@ -50,7 +50,11 @@ def view(args) -> int:
                         "[run_id].to_perfetto('run.json') (from nbtools.results.history "
                         "import History)")
     need_outputs([("--html", args.html)], force=args.force)
-    h = History.load(args.folder)
+    h = History.load(args.folder, nested=True)
+    if h.nested:     # the tutorials' folders under nbtools-runs/: say whose runs these are
+        say("runs from " + ", ".join(f"{name}/ ({n})" for name, n in h.nested)
+            + (f" and {len(h) - sum(n for _, n in h.nested)} in {args.folder} itself"
+               if len(h) > sum(n for _, n in h.nested) else ""), err=True)
     for r in h:      # histories saved by older versions get today's columns
         refresh_analysis(r)
     for name, why in h.damaged:   # listed, never in the way of the other runs

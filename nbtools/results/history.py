@@ -24,12 +24,22 @@ _CLAIMS = ".numbers"   # one empty file per claimed number (created with O_EXCL)
 MAX_RUN_JSON = 256 << 20
 
 
+def _is_history(folder: Path) -> bool:
+    """A folder a History saved runs in: numbered run folders inside."""
+    try:
+        return any(_NUMBERED.match(p.name) and p.is_dir() for p in folder.iterdir())
+    except OSError:
+        return False
+
+
 class History:
     def __init__(self, folder=None):
         self.folder = Path(folder) if folder is not None else None
         self.runs: list[Run] = []
         self.damaged: list[tuple[str, str]] = []
         """(folder name, why) for each run folder that could not be loaded at all."""
+        self.nested: list[tuple[str, int]] = []
+        """(subfolder, runs) for each history folder inside this one (load(nested=True))."""
         self.skipped: list[tuple[str, str]] = []
         """(folder name, why) for each folder not loaded on purpose (a link to a run
         folder already loaded: one run is one row, however many names it has)."""
@@ -66,9 +76,12 @@ class History:
             return self.folder / f"{n:04d}-{run_id}"
 
     @classmethod
-    def load(cls, folder) -> "History":
+    def load(cls, folder, nested: bool = False) -> "History":
         """Every run in the folder, in order. A folder that cannot be loaded (no or damaged
-        run.json) goes to ``damaged`` with the reason; the others load."""
+        run.json) goes to ``damaged`` with the reason; the others load. ``nested``: a
+        subfolder that is itself a history (the tutorials keep one each under
+        nbtools-runs/) adds its runs too, after the folder's own (``view`` reads them so;
+        a Lab never does: its panel lists its own folder's runs only)."""
         if not isinstance(folder, (str, os.PathLike)):
             from nbtools.config.step_config import ConfigError
             raise ConfigError(f"History.load({_short(folder)}): give the folder the runs were "
@@ -95,6 +108,13 @@ class History:
                 h.damaged.append((d.name, odd))
                 continue
             if not (d / "run.json").exists():
+                if nested and not _NUMBERED.match(d.name) and _is_history(d):
+                    sub = cls.load(d)
+                    h.runs += sub.runs
+                    h.damaged += [(f"{d.name}/{n}", why) for n, why in sub.damaged]
+                    h.skipped += [(f"{d.name}/{n}", why) for n, why in sub.skipped]
+                    h.nested.append((d.name, len(sub.runs)))
+                    continue
                 if _NUMBERED.match(d.name) or any(d.glob("*.parquet")):
                     h.damaged.append((d.name, "no run.json: the run was not saved to the end "
                                               "(the process stopped while writing it, or it is "
