@@ -192,14 +192,9 @@ class Lab:
         self.setup_times = self._on(ids, process_group.setup, args_for=lambda e: args[e],
                                     timeout=self.start_timeout)
         self.world_size = world
-        if self.device_type == "cpu" and "host-busy" not in self.said_once:
-            shared = {}
-            for p in self.placements:
-                shared[p.host] = (p.local_world, args[p.engine_id][4], cpus[p.rank] or 1)
-            for note in machine.oversubscribed(shared):
-                print(note, file=sys.stderr)
-                self.notes.append(note)
-                self.said_once.add("host-busy")
+        if self.device_type == "cpu":
+            placement.say_oversubscribed(self, {p.engine_id: args[p.engine_id][4]
+                                                for p in self.placements}, cpus)
 
     def _on(self, ids, fn, args_for=None, timeout=120.0) -> list:
         """Call fn on every engine at once (collectives need all ranks inside together)."""

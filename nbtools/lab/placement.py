@@ -119,3 +119,19 @@ def visible_gpus() -> list:
     except Exception:
         return []
     return [line.strip() for line in out.splitlines() if line.strip().isdigit()]
+
+
+def say_oversubscribed(lab, threads: dict, cpus: dict) -> None:
+    """Once per lab, on CPU: where the ranks on a host have more threads than the cores they
+    share (engine id -> threads per rank; rank -> cores), say it on stderr and in
+    ``lab.notes``; runs then leave their own host-busy flag out (lab.said_once)."""
+    import sys
+    from nbtools.analysis import machine
+    if "host-busy" in lab.said_once:
+        return
+    shared = {p.host: (p.local_world, threads[p.engine_id], cpus[p.rank] or 1)
+              for p in lab.placements}
+    for note in machine.oversubscribed(shared):
+        print(note, file=sys.stderr)
+        lab.notes.append(note)
+        lab.said_once.add("host-busy")
