@@ -114,7 +114,9 @@ def _view_traces(path, args) -> int:
     say(TRACE_LEGEND if args.explain else EXPLAIN)
     if args.html:
         write_html(args.html, [run])
-    if args.perfetto and len(run.events):
+    if args.perfetto and not len(run.events):
+        say(f"perfetto: {args.perfetto} not written: the traces hold no events", err=True)
+    elif args.perfetto:
         try:
             out = run.to_perfetto(args.perfetto, force=True)   # checked above, --force too
         except OSError as e:

@@ -19,15 +19,19 @@ _MAX_TIME_S = 1e6   # 11.6 days: no step, compile or window of a lab run comes n
 _SECONDS = {"ms": 1e-3, "s": 1.0, "µs": 1e-6}
 _LATEST = 253402300799.0   # 9999-12-31: datetime's last second (fromtimestamp's bound)
 _MAX_WORLD = 2**31 - 1     # ranks are int32 in the tables
+# not checked: the rank is the key; check_max_rel is inf or NaN when compiled and eager
+# disagree that far (the check-differs flag says so already)
+_FREE = {"rank", "check_max_rel"}
 
 
 def _range(column: str):
     """(low, high) a summary value of ``column`` must be within, or None (not a number)."""
     m = METRICS.get(column)
-    if m is None or column == "rank":
+    if m is None or column in _FREE:
         return None
-    if m.unit in _SECONDS:
-        return 0.0, _MAX_TIME_S / _SECONDS[m.unit]
+    if m.unit in _SECONDS:   # a launch-to-start delay (µs) may be negative across clocks
+        return -_MAX_TIME_S / _SECONDS[m.unit] if m.unit == "µs" else 0.0, \
+            _MAX_TIME_S / _SECONDS[m.unit]
     if m.unit == "%":   # profiler overhead may be negative (noise); 100x is absurd
         return -1e4, 1e4
     if m.unit == "/core":
