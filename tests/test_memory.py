@@ -103,4 +103,4 @@ def test_a_cpu_rank_without_reserved_bytes_still_draws_its_allocations():
                             reserved=[np.nan] * 3, graph_pool=[0.0] * 3))
     data, labels = memory_data(mem, [0], 0)
     assert np.isfinite(data["top"]).all() and data["top"].min() < data["bottom"].min()
-    assert labels == {0: "r0 memory (peak 1.9 MB)"}
+    assert labels == {0: "r0 memory (peak 1.91 MB)"}     # 2e6 bytes: units.fmt_bytes

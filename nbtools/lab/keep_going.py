@@ -15,7 +15,7 @@ def run_or_keep(lab, checked, on_failure: Optional[Callable] = None, timeout=Non
     ``timeout`` bounds this run (default: the lab's).
     A ConfigError still raises: nothing ran."""
     try:
-        return lab.run(checked, timeout=timeout)
+        return lab.run(checked, timeout=timeout) if timeout is not None else lab.run(checked)
     except RunFailed as e:
         if on_failure is not None:
             on_failure(e)
