@@ -1,0 +1,59 @@
+"""Issue 34.8: where does the first run after Lab() spend its time on a fresh GPU host, for a
+person's transformers Workload (seen: 23 s in "start" on 1 x H200)? Times Lab(), then each
+of the first runs by phase (the lab's own progress clock: start, warm-up, measured,
+profiled, parse, as the slowest rank saw them), and cProfile's top of the engine's first run.
+
+    python3 benchmarks/gpu/first_run_phases.py OUT_DIR [--runs 2] [--top 25]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from first_run_profile import _install, _take  # noqa: E402
+import first_run_profile  # noqa: E402
+
+from nbtools import Lab, StepConfig  # noqa: E402
+from nbtools.models import llama  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--top", type=int, default=25)
+    a = ap.parse_args()
+    first_run_profile.TOP = a.top
+    log = open(f"{a.out}/first_run_phases.txt", "w")
+
+    def say(text):
+        print(text, flush=True)
+        log.write(text + "\n")
+
+    wl = llama(batch=2, seq=128)
+    cfg = StepConfig(scenario="custom", warmup=2, steps=5, profiled=1)
+    t0 = time.perf_counter()
+    with Lab(echo=False, history=None) as lab:
+        say(f"Lab() {time.perf_counter() - t0:.1f} s: {lab!r}")
+        eids = list(lab.rank_to_engine.values())
+        lab.client[eids].push(dict(TOP=a.top), block=True)
+        lab.client[eids].apply_sync(_install)
+        texts: list = []
+        lab.progress = texts.append      # the lab's own progress lines; the last says where
+        for i in range(a.runs):
+            t = time.perf_counter()
+            run = lab.run(wl, cfg)
+            say(f"run {i + 1}: {run.status} in {time.perf_counter() - t:.1f} s; "
+                f"{texts[-1] if texts else 'no progress line'}")
+        for eid, profs in zip(eids, lab.client[eids].apply_sync(_take)):
+            for i, p in enumerate(profs[:1]):
+                say(f"\n===== engine {eid}, run {i + 1} (cProfile, cumulative) =====\n{p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
