@@ -41,11 +41,17 @@ class Lab:
     two where the host has the cores and memory, for faults back to back) that replaces a
     dead, hung or interrupted rank's engine in about a second; without it
     a replacement is started when needed (as slow as a start). Local engines only.
-    ``compile_cache`` is a folder for the ranks' inductor caches (``DIR/rank0``, ...) that
-    outlives the lab: a later lab given the same folder starts warm (FX graphs, Triton
-    kernels, autotuning results), which is what a max-autotune experiment needs between
-    sessions. Default: a new folder per lab, so a cold compile is measured cold. The
-    compile events' ``cache`` column says which compiles hit it.
+    ``compile_cache`` is a folder for the ranks' inductor caches that outlives the lab: a
+    later lab given the same folder starts warm (FX graphs, Triton kernels, autotuning
+    results), which is what a max-autotune experiment needs between sessions. Default: a
+    new folder per lab, so the lab's first compile is cold. The compile events' ``cache``
+    column says which compiles hit it.
+    ``compile_cache_per``: "host" (default) gives the ranks on one host one cache folder
+    (``DIR/host-NAME``): inductor builds each kernel under a file lock keyed by its source,
+    so what one rank is compiling the others wait for and load instead of compiling it
+    again (on 2 CPU cores, two ranks compiling the same C++ at once took twice as long).
+    "rank" gives every rank its own (``DIR/rank0``, ...): each rank compiles cold, as an
+    experiment about cold compiles per rank needs.
     ``progress``: while a run runs, show each rank's phase (start, warm-up/compile,
     measured, profiled, parse) and step — a widget in Jupyter, lines on stderr elsewhere;
     False for none, or a callable that gets the text (the panel's status line).
@@ -56,7 +62,7 @@ class Lab:
     def __init__(self, n: Optional[int] = None, engines: str = "local", cluster=None,
                  history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
                  echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0,
-                 compile_cache=None, spares: bool = True):
+                 compile_cache=None, spares: bool = True, compile_cache_per: str = "host"):
         n, history = arguments.check_n(n, engines == "local" and cluster is None, spares), \
             arguments.check_history(history)
         timeout, pg_timeout, start_timeout = (arguments.check_seconds(k, v) for k, v in (
@@ -67,6 +73,7 @@ class Lab:
         self._external = cluster
         self.history = History.load(history) if history else History(None)
         self.compile_cache = arguments.cache_folder(compile_cache)
+        self.compile_cache_per = arguments.check_cache_per(compile_cache_per)
         self.workdir = Path(tempfile.mkdtemp(prefix="nbtools-lab-"))
         self._guard = reaper.Guard()        # nothing the lab starts outlives this process
         self._guard.folder(self.workdir)
@@ -174,8 +181,9 @@ class Lab:
         args = {p.engine_id: (p.rank, world, addr, port,
                               placement.threads_per_rank(cpus[p.rank], p.local_world)
                               if self.device_type == "cpu" else 0,
-                              str((self.compile_cache or self.workdir / "inductor-cache")
-                                  / f"rank{p.rank}"),
+                              str(arguments.rank_cache(self.compile_cache or self.workdir
+                                                       / "inductor-cache", p,
+                                                       self.compile_cache_per)),
                               self.pg_timeout) for p in self.placements}
         self.setup_times = self._on(ids, process_group.setup, args_for=lambda e: args[e],
                                     timeout=self.start_timeout)
@@ -371,7 +379,8 @@ class Lab:
     def __repr__(self):
         return (f"<Lab {getattr(self, 'world_size', '?')} ranks on {getattr(self, 'device_type', '?')}"
                 f", {len(self.history)} runs"
-                + (f", compile cache {self.compile_cache}" if self.compile_cache else "") + ">")
+                + (f", compile cache {self.compile_cache}" if self.compile_cache else "")
+                + (", a compile cache per rank" if self.compile_cache_per == "rank" else "") + ">")
 
 
 @dataclass(frozen=True)
