@@ -1,5 +1,7 @@
 """Compile events through the lab on 2 CPU ranks (real engines, gloo): reasons and counts
 as PyTorch reports them, on every rank, on the run's clock."""
+import os
+
 import pytest
 
 from nbtools import ConfigError, Lab, StepConfig, export_html
@@ -202,19 +204,30 @@ def test_a_rebuilt_model_frees_the_previous_one_before_the_run(lab):
 @pytest.mark.slow
 def test_a_compile_cache_folder_outlives_the_lab(tmp_path):
     """Lab(compile_cache=DIR): a second lab's first compile of the same model hits the FX-graph
-    cache the first lab wrote (one folder per rank); without it every lab starts cold."""
+    cache the first lab wrote (one folder for the host's ranks: both ranks' inductor reads
+    and writes it); without it every lab starts cold."""
     cfg = StepConfig(scenario="tp-mlp-infer", size="small", compile="default", backend="inductor",
                      **FAST)
     caches = []
     for _ in range(2):
         with Lab(n=2, history=None, timeout=300, echo=False, compile_cache=tmp_path / "cc") as lab:
-            assert "compile cache" in repr(lab)
+            assert "compile cache" in repr(lab) and "per rank" not in repr(lab)
             ce = lab.run(cfg).compile_events
             caches.append(ce[ce["kind"] == "compile"].groupby("rank")["cache"].apply(set))
+            # each rank's engine (not the spares) reads its own environment
+            dirs = [lab.client[e].apply_sync(os.getenv, "TORCHINDUCTOR_CACHE_DIR")
+                    for e in lab.rank_to_engine.values()]
         assert not lab.workdir.exists()    # the lab's own scratch folder goes with it
-    assert sorted(p.name for p in (tmp_path / "cc").iterdir()) == ["rank0", "rank1"]
+    folders = sorted(p.name for p in (tmp_path / "cc").iterdir())
+    assert len(folders) == 1 and folders[0].startswith("host-"), folders
+    assert set(dirs) == {str(tmp_path / "cc" / folders[0])}, dirs
     assert all("miss" in c for c in caches[0]), caches[0]
     assert all(c == {"hit"} for c in caches[1]), caches[1]
+
+
+def test_a_compile_cache_per_that_is_neither_host_nor_rank_is_refused():
+    with pytest.raises(ConfigError, match="compile_cache_per='gpu'.*host, rank"):
+        Lab(n=2, history=None, compile_cache_per="gpu")
 
 
 def test_a_compile_cache_that_is_a_file_is_refused(tmp_path):
@@ -229,7 +242,7 @@ def test_run_cli_keeps_the_compile_cache_and_repeats_in_rounds(tmp_path, capsys)
     argv = ["run", "--scenario", "tp-mlp-infer", "--size", "small", "--compile", "default",
             "--backend", "aot_eager", "--warmup", "1", "--steps", "2", "--profiled", "0",
             "--batch", "1,2", "--repeats", "2", "--history", str(tmp_path / "h"),
-            "--compile-cache", str(tmp_path / "cc"), "--quiet"]
+            "--compile-cache", str(tmp_path / "cc"), "--compile-cache-per", "rank", "--quiet"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     started = [line.split("batch=")[1].split()[0] for line in out.splitlines()
@@ -244,4 +257,4 @@ def test_run_cli_keeps_the_compile_cache_and_repeats_in_rounds(tmp_path, capsys)
     assert line.startswith("no difference resolved: B/A = ") and line.endswith(
         "2 rounds: too few for a trustworthy interval, run 5)"), verdict
     assert sorted(p.name for p in (tmp_path / "cc").iterdir()) == ["rank0", "rank1"]
-    assert main(argv[:-5] + ["--repeats", "0"]) == 2
+    assert main(argv[:-7] + ["--repeats", "0"]) == 2

@@ -20,7 +20,8 @@ PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 
 # Small enough for a 2-core CPU: few steps, aot_eager/eager instead of inductor's C++ compile
 # where the notebook lets us (claim 12 of notebook 05 is inductor's cache by definition).
-SMALL = dict(SMALL=True, WARMUP=1, STEPS=2, PROFILED=1, BATCHES=[1, 4], MICRO=2, REPEATS=1,
+SMALL = dict(SMALL=True, WARMUP=1, STEPS=2, PROFILED=1, BATCHES=[1, 4], CPU_BATCHES=[1, 4],
+             MICRO=2, REPEATS=1,
              BACKEND="aot_eager", BACKENDS=["aot_eager", "eager"])
 
 

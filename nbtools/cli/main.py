@@ -170,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--compile-cache", default=None, metavar="DIR",
                        help="keep the ranks' inductor caches in DIR across labs (default: a cold "
                             "cache per lab)")
+        p.add_argument("--compile-cache-per", default="host", choices=["host", "rank"],
+                       help="host (default): the ranks on a host share one inductor cache, so a "
+                            "kernel is built once; rank: each rank its own (cold compiles per rank)")
         if name == "run":
             p.add_argument("--rounds", "--repeats", dest="repeats", type=int, default=1, metavar="N",
                            help="run the sweep in N rounds (default 1), each forward then in "
@@ -342,7 +345,8 @@ def _cmd_run(args) -> int:
         check_extras(cfgs)
     t = time.perf_counter()
     with Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,
-             echo=not args.quiet, compile_cache=args.compile_cache) as lab:
+             echo=not args.quiet, compile_cache=args.compile_cache,
+             compile_cache_per=args.compile_cache_per) as lab:
         print(f"lab: {lab.world_size} ranks on {lab.device_type} "
               f"({lab.infos[0]['device_name']}), up in {time.perf_counter() - t:.1f} s", flush=True)
         if args.cmd == "demo":

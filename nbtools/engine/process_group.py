@@ -60,7 +60,9 @@ def setup(rank: int, world: int, master_addr: str, port: int, threads: int,
         _S.cache.clear()
     if threads > 0:
         torch.set_num_threads(threads)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir   # own cache per rank: cold means cold
+    # the lab's cache folder for this rank: shared by the ranks on a host (each kernel built
+    # once) or the rank's own (Lab(compile_cache_per="rank"): every rank compiles cold)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR=master_addr,
                       MASTER_PORT=str(port))
     _loopback_transport(master_addr)

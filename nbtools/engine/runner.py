@@ -101,6 +101,12 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
         # No lab checked it for this device. Unchecked, CPU ranks would run fp16 autocast
         # or the cudagraphs backend (as eager) without a word: a different run than asked.
         check_run(user_fn, cfg, _S.device.type)
+    if _S.device.type == "cpu" and cfg.backend == "inductor" and (
+            cfg.compiled or (user_fn is not None and not isinstance(user_fn, Workload))):
+        # inductor's machine check (its C++ ISA probes) once, outside the lab's cold cache
+        # and outside this run's compile events: cpu_isa.py says why
+        from nbtools.engine import cpu_isa
+        cpu_isa.check_once()
     rec = recorder()
     rec.install()
     rec.start_run()

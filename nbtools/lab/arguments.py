@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -21,6 +22,8 @@ ENGINE_GB = 0.5
 # the scheduler and a step's time is mostly waiting; runs hit their timeout. Counted for
 # local engines only: other launchers place engines on other hosts.
 RANKS_PER_CORE = 8
+# Lab(compile_cache_per=...): the ranks on a host share one inductor cache, or each has its own.
+CACHE_PER = ("host", "rank")
 
 
 def available_gb() -> float:
@@ -112,8 +115,25 @@ def check_history(folder):
     return folder
 
 
+def check_cache_per(per: str) -> str:
+    if per not in CACHE_PER:
+        raise ConfigError(f"compile_cache_per={per!r}: give one of {', '.join(CACHE_PER)} "
+                          "(host: the ranks on a host share one inductor cache; rank: each "
+                          "rank its own, so every rank compiles cold)")
+    return per
+
+
+def rank_cache(root: Path, p, per: str) -> Path:
+    """A rank's inductor cache folder: one per host (the ranks there build each kernel
+    once: inductor compiles under a file lock keyed by the kernel's source, and the other
+    ranks load what the first built) or one per rank."""
+    if per == "rank":
+        return root / f"rank{p.rank}"
+    return root / ("host-" + re.sub(r"[^A-Za-z0-9._-]", "_", str(p.host)))
+
+
 def cache_folder(path) -> Path | None:
-    """Lab(compile_cache=...): a folder made now (one subfolder per rank later), or a clear
+    """Lab(compile_cache=...): a folder made now (one subfolder per host or rank later), or a clear
     error for a file or a place that cannot be written."""
     if path is None:
         return None

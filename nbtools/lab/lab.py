@@ -42,11 +42,11 @@ class Lab:
     two where the host has the cores and memory, for faults back to back) that replaces a
     dead, hung or interrupted rank's engine in about a second; without it
     a replacement is started when needed (as slow as a start). Local engines only.
-    ``compile_cache`` is a folder for the ranks' inductor caches (``DIR/rank0``, ...) that
-    outlives the lab: a later lab given the same folder starts warm (FX graphs, Triton
-    kernels, autotuning results), which is what a max-autotune experiment needs between
-    sessions. Default: a new folder per lab, so a cold compile is measured cold. The
-    compile events' ``cache`` column says which compiles hit it.
+    ``compile_cache``: a folder for the ranks' inductor caches that outlives the lab (a
+    later lab given it starts warm, as a max-autotune experiment needs); default a new one
+    per lab. ``compile_cache_per``: "host" (default) gives a host's ranks one folder
+    (inductor builds each kernel under a file lock keyed by its source, so the others load
+    what one builds); "rank" one each (``DIR/rank0``, ...), for cold compiles per rank.
     ``progress``: while a run runs, show each rank's phase (start, warm-up/compile,
     measured, profiled, parse) and step — a widget in Jupyter, lines on stderr elsewhere;
     False for none, or a callable that gets the text (the panel's status line).
@@ -62,7 +62,7 @@ class Lab:
     def __init__(self, n: Optional[int] = None, engines: str = "local", cluster=None,
                  history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
                  echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0,
-                 compile_cache=None, spares: bool = True):
+                 compile_cache=None, spares: bool = True, compile_cache_per: str = "host"):
         arguments.check_cluster(cluster)
         if cluster is None:
             arguments.check_engines(engines)
@@ -76,6 +76,7 @@ class Lab:
         self._external = cluster
         self.history = History.load(history) if history else History(None)
         self.compile_cache = arguments.cache_folder(compile_cache)
+        self.compile_cache_per = arguments.check_cache_per(compile_cache_per)
         self.workdir = Path(tempfile.mkdtemp(prefix="nbtools-lab-"))
         self._guard = reaper.Guard()        # nothing the lab starts outlives this process
         self._guard.folder(self.workdir)
@@ -186,8 +187,9 @@ class Lab:
         args = {p.engine_id: (p.rank, world, addr, port,
                               placement.threads_per_rank(cpus[p.rank], p.local_world)
                               if self.device_type == "cpu" else 0,
-                              str((self.compile_cache or self.workdir / "inductor-cache")
-                                  / f"rank{p.rank}"),
+                              str(arguments.rank_cache(self.compile_cache or self.workdir
+                                                       / "inductor-cache", p,
+                                                       self.compile_cache_per)),
                               self.pg_timeout) for p in self.placements}
         self.setup_times = self._on(ids, process_group.setup, args_for=lambda e: args[e],
                                     timeout=self.start_timeout)
