@@ -130,7 +130,9 @@ class Panel:
                                                layout=W.Layout(width="130px"))
         self.comparison = None     # the last Comparison (its rounds go into the export)
         self.comparer = Comparer(self)
-        self.compare_html, self.compare_box, self.compare_view = _html(), W.VBox([]), None
+        self.compare_rounds.add_class("nbtools-rounds")
+        self.compare_html = _html("", "nbtools-comparison")
+        self.compare_box, self.compare_view = W.VBox([]), None
         self.export_path = W.Text(value=str(export_path), description="export to",
                                   layout=W.Layout(width="520px"))
         self.export_notes = W.Textarea(placeholder="notes for the report (Markdown)",

@@ -132,9 +132,7 @@ class Guard:
         if getattr(p, "compared", None) not in (None, (p.compare_a.value, p.compare_b.value)):
             p.compare_html.value = ("<i>A or B changed: press Compare A / B to compare "
                                     "them</i>")
-            old, p.compare_box.children, p.compare_view = p.compare_box.children, (), None
-            for w in old:
-                w.close()
+            p.comparer.show_view(None)
             p.compared = None
             p.comparison = None     # its verdict no longer describes the pair on screen
 

@@ -38,6 +38,7 @@ class Comparer:
         self.thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self.result = None         # the last Comparison made (None after a failed one)
+        self._retired: list = []   # views taken off the page, closed at the next change
 
     # -- the button and the Python call ------------------------------------------------
     def compare(self, wait: bool = True):
@@ -139,12 +140,21 @@ class Comparer:
         p.mine += [r.run_id for r in shown if r.run_id not in p.mine]
         p.compared = (a, b)       # before the re-listing: the pair on screen is this one
         p._refresh_history()
-        old, p.compare_view = p.compare_box.children, view
         p.compare_html.value = text
-        p.compare_box.children = (view,)   # a new pair is a new figure: rebuilt, not patched
-        for w in old:
-            w.close()
+        self.show_view(view)      # a new pair is a new figure: rebuilt, not patched
         return cmp
+
+    def show_view(self, view) -> None:
+        """Put ``view`` (None: nothing) where the comparison's timelines go. The view it
+        replaces is closed at the next replacement, not now: as the page takes it down,
+        BokehJS sends it a burst of document changes, and a comm already closed here
+        answers each with "No such comm" on the kernel's stderr (the Log Console)."""
+        p = self.panel
+        old, p.compare_view = p.compare_box.children, view
+        p.compare_box.children = (view,) if view is not None else ()
+        for w in self._retired:
+            w.close()
+        self._retired = list(old)
 
     def _set_busy(self, busy: bool) -> None:
         p = self.panel
