@@ -140,3 +140,37 @@ def test_panel_compare_in_rounds_shows_progress_and_verdict_twice(tmp_path):
                              timeout=120_000)
     _serve(tmp_path, test)
 
+
+@pytest.mark.timeout(900)
+def test_a_panel_whose_kernel_stopped_says_so_and_disables_its_buttons(tmp_path):
+    """Issue 32, line 5: in the page that showed it, a panel whose kernel was shut down
+    (from another tab, the REST API, or a restart) says so and its buttons are disabled;
+    before, Run silently did nothing (page error "Cannot send")."""
+    from test_jupyterlab import _api
+
+    def test(browser, server):
+        _write(server.root / "stopped.ipynb", CELLS[:2])
+        page = _Page(browser, server, "stopped.ipynb")
+        pg = page.page
+        page.run_cell(0)
+        page.run_cell(1)
+        run_button = pg.locator("button.nbtools-run").first
+        run_button.wait_for(timeout=150_000)
+        run_button.click()
+        _wait_status(pg, r"#([0-9a-f]{8}) done", 150)
+        assert pg.locator(".nbtools-kernel-stopped").count() == 0
+        assert not run_button.is_disabled()
+        for k in _api(server.base, server.token, "/api/kernels"):
+            _api(server.base, server.token, f"/api/kernels/{k['id']}", method="DELETE")
+        note = pg.locator(".nbtools-kernel-stopped").first
+        note.wait_for(timeout=60_000)
+        assert "kernel of this panel has stopped" in note.inner_text()
+        for name in ("run", "compare"):
+            assert pg.locator(f"button.nbtools-{name}").first.is_disabled(), name
+        assert pg.locator(".nbtools-seed input").first.is_disabled()
+        note.scroll_into_view_if_needed()
+        _shot(page, "kernel-stopped")
+        run_button.click(force=True)         # a disabled button: nothing sent, no error
+        pg.wait_for_timeout(1000)
+        page.assert_no_errors()
+    _serve(tmp_path, test)
