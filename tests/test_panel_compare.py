@@ -54,6 +54,7 @@ def test_compare_twice_on_the_same_pair_shows_the_verdict_and_prints_nothing(lab
         n = len(lab.history)
         panel.compare_button.click()             # returns at once: the rounds run in a thread
         assert panel.compare_button.disabled and panel.run_button.disabled
+        assert panel.compare_a.disabled and panel.compare_b.disabled
         assert panel.comparer.stop_button.layout.display != "none"
         assert panel.run() is None               # no second run while the rounds run
         panel.comparer.wait()
@@ -65,6 +66,7 @@ def test_compare_twice_on_the_same_pair_shows_the_verdict_and_prints_nothing(lab
         assert (panel.compare_a.value, panel.compare_b.value) == (a.run_id, b.run_id)
         assert panel.compared == (a.run_id, b.run_id) and len(panel.compare_box.children) == 1
         assert not panel.compare_button.disabled and not panel.run_button.disabled
+        assert not panel.compare_a.disabled and not panel.compare_rounds.disabled
         assert panel.comparer.stop_button.layout.display == "none"
         assert "2 of 2 rounds compared (8 runs)" in panel.comparer.progress.value
     # progress said where the rounds were: round k of n, which side, the run's phase

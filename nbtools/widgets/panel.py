@@ -3,7 +3,9 @@ A/B comparison and export. The only module that imports ipywidgets.
 
 A run is a blocking call in the kernel: the click handler runs it and returns. Widget
 updates made meanwhile (the elapsed-time ticker runs in a thread) still reach the page,
-since ipykernel sends iopub messages from any thread while the shell is busy.
+since ipykernel sends iopub messages from any thread while the shell is busy. Compare's
+rounds run in a thread instead, so the kernel still takes the Stop click
+(panel_compare.py; what that thread writes goes into the panel: thread_output.py).
 """
 from __future__ import annotations
 

@@ -159,7 +159,9 @@ class Comparer:
     def _set_busy(self, busy: bool) -> None:
         p = self.panel
         p._busy = busy
-        p.compare_button.disabled = busy
+        # the pair and its rounds stay as they are while the rounds run
+        for w in (p.compare_button, p.compare_a, p.compare_b, p.compare_rounds):
+            w.disabled = busy
         p.run_button.disabled = busy or bool(p.guard.reason)
         self.stop_button.disabled = False
         self.stop_button.description = "Stop"
