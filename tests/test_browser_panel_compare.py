@@ -118,6 +118,19 @@ def test_panel_compare_in_rounds_shows_progress_and_verdict_twice(tmp_path):
         pg.locator(".nbtools-compare").first.scroll_into_view_if_needed()
         _shot(page, "compare-twice")
         page.assert_no_errors()
+        # Stop: the rounds end after the run in progress; the finished ones are compared
+        pg.locator("button.nbtools-compare").first.click()
+        pg.wait_for_function("() => /round 2 of 3/.test(document.querySelector("
+                             "'.nbtools-compare-status').textContent)", timeout=300_000)
+        pg.locator("button.nbtools-stop").first.click()
+        pg.wait_for_function("() => /^stopped: \\d of 3 rounds compared/.test(document."
+                             "querySelector('.nbtools-compare-status').textContent)",
+                             timeout=300_000)
+        verdict = pg.locator(".nbtools-comparison").first.inner_text()
+        assert "stopped after 1 of 3 rounds" in verdict, verdict
+        assert not pg.locator("button.nbtools-run").first.is_disabled()
+        pg.locator(".nbtools-compare").first.scroll_into_view_if_needed()
+        _shot(page, "compare-stopped")
         assert _log_console(pg) == [], _log_console(pg)
         # at info it shows every output, the cells' own too; none of the panel's, and no
         # "No such comm" from views closed while the page still sent to them
