@@ -3,7 +3,9 @@ A/B comparison and export. The only module that imports ipywidgets.
 
 A run is a blocking call in the kernel: the click handler runs it and returns. Widget
 updates made meanwhile (the elapsed-time ticker runs in a thread) still reach the page,
-since ipykernel sends iopub messages from any thread while the shell is busy.
+since ipykernel sends iopub messages from any thread while the shell is busy. Compare's
+rounds run in a thread instead, so the kernel still takes the Stop click
+(panel_compare.py; what that thread writes goes into the panel: thread_output.py).
 """
 from __future__ import annotations
 
@@ -19,16 +21,16 @@ import ipywidgets as W  # noqa: E402
 from nbtools.ui.bokehjs import LiveBokehModel, ensure_loaded
 from nbtools.ui.display import document_bundle
 from nbtools.analysis.metrics import combine
-from nbtools.lab.ab import compare_in_rounds
 from nbtools.lab.errors import RunFailed
 from nbtools.config.step_config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,
                      CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, PARALLEL,
                      SEQ_SCHEDULES, SIZES, ConfigError, StepConfig)
-from nbtools.ui.html import comparison_html, describe_error, flags_html, summary_html
+from nbtools.ui.html import describe_error, flags_html, summary_html
 from nbtools.config.scenarios import SCENARIOS
-from nbtools.ui.timeline import Timeline, compare_figure
+from nbtools.ui.timeline import Timeline
 from nbtools.report.html import export_html
 from nbtools.widgets import panel_checks
+from nbtools.widgets.panel_compare import Comparer
 from nbtools.widgets.panel_parts import _Ticker, _button, _control, _html
 from nbtools.widgets.panel_checks import (DEFAULT, _NONE_AS, _NUMBER_OR_DEFAULT,  # noqa: F401
                                           config_from_values, values_from_config)
@@ -122,13 +124,17 @@ class Panel:
         # A, B, rounds and the button in one row of a 1280-px notebook, the label whole
         self.compare_a = W.Dropdown(options=[], description="A", layout=W.Layout(width="320px"))
         self.compare_b = W.Dropdown(options=[], description="B", layout=W.Layout(width="320px"))
-        self.compare_button = _button("Compare A / B", self.compare, "nbtools-compare",
+        self.compare_button = _button("Compare A / B", lambda: self.compare(wait=False),
+                                      "nbtools-compare",
                                       icon="columns", layout=W.Layout(width="auto", flex="0 0 auto"))
         # 1: the two runs as they are; more: their configs again in ABBA rounds (lab.ab)
         self.compare_rounds = W.BoundedIntText(value=1, min=1, max=50, description="rounds",
                                                layout=W.Layout(width="130px"))
         self.comparison = None     # the last Comparison (its rounds go into the export)
-        self.compare_html, self.compare_box, self.compare_view = _html(), W.VBox([]), None
+        self.comparer = Comparer(self)
+        self.compare_rounds.add_class("nbtools-rounds")
+        self.compare_html = _html("", "nbtools-comparison")
+        self.compare_box, self.compare_view = W.VBox([]), None
         self.export_path = W.Text(value=str(export_path), description="export to",
                                   layout=W.Layout(width="520px"))
         self.export_notes = W.Textarea(placeholder="notes for the report (Markdown)",
@@ -150,7 +156,8 @@ class Panel:
             self.timeline_view, log_box,
             W.HTML("<b>history</b>"), W.HBox([self.history_list, self.load_button]),
             W.HBox([self.compare_a, self.compare_b, self.compare_rounds, self.compare_button]),
-            self.compare_html, self.compare_box,
+            W.HBox([self.comparer.stop_button, self.comparer.progress]),
+            self.comparer.failures, self.compare_html, self.compare_box,
             W.HTML("<b>export</b>"), self.export_runs,
             W.HBox([self.export_path, self.export_button, self.perfetto_button]),
             self.export_notes, self.export_status])
@@ -279,6 +286,7 @@ class Panel:
             self.compare_b.value = b if b in ids else (ok[-1] if ok else None)
         finally:
             self._quiet = False
+        self.guard._pair_moved()      # where the re-listing moved A or B for good
 
     def _picked(self, change) -> None:
         """Picking a run in the history shows it in the timeline."""
@@ -298,30 +306,12 @@ class Panel:
         if run is not None and run.config is not None:
             self.set_config(run.config)
 
-    def compare(self):
-        """Compare the runs picked as A and B: table, category deltas, aligned timelines."""
-        a, b = self.compare_a.value, self.compare_b.value
-        if not a or not b:
-            self._set_error("pick two runs (A and B) to compare")
-            return None
-        try:
-            cmp = compare_in_rounds(self.lab, a, b, self.compare_rounds.value, self.step_fn)
-            self.compare_html.value = comparison_html(cmp)
-            self.comparison = cmp
-            # what the comparison shows is this panel's too: Export offers it by default
-            shown = [cmp.a, cmp.b] + list(cmp.runs_a or []) + list(cmp.runs_b or [])
-            self.mine += [r.run_id for r in shown if r.run_id not in self.mine]
-            self._refresh_history()
-            view = LiveBokehModel(compare_figure(cmp.a, cmp.b, width=self.width))
-        except Exception as e:  # noqa: BLE001
-            self._set_error(f"compare failed: {type(e).__name__}: {html.escape(str(e))}")
-            return None
-        old, self.compare_view = self.compare_box.children, view
-        self.compared = (a, b)
-        self.compare_box.children = (view,)   # a new pair is a new figure: rebuilt, not patched
-        for w in old:
-            w.close()
-        return cmp
+    def compare(self, wait: bool = True):
+        """Compare the runs picked as A and B: verdict, table, category deltas, aligned
+        timelines; with rounds > 1 their configs again in rounds (panel_compare). Returns
+        the Comparison (None when it failed: the reason is in the panel); the button
+        (``wait=False``) runs the rounds in the background and returns at once."""
+        return self.comparer.compare(wait)
 
     def export(self):
         """export_html of the runs picked in the export list (plus the current A/B pair,

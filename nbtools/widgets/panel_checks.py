@@ -122,14 +122,17 @@ class Guard:
             self._updating = False
 
     # -- the comparison shown belongs to the pair it was made for --------------------------
-    def _pair_moved(self, change) -> None:
+    def _pair_moved(self, change=None) -> None:
+        """A person moved A or B away from the compared pair. The panel's own re-listing
+        (options replaced, values put back) moves them for a moment: it is quiet then,
+        and checks the pair once it is done (``change`` None)."""
         p = self.panel
+        if change is not None and p._quiet:
+            return
         if getattr(p, "compared", None) not in (None, (p.compare_a.value, p.compare_b.value)):
             p.compare_html.value = ("<i>A or B changed: press Compare A / B to compare "
                                     "them</i>")
-            old, p.compare_box.children, p.compare_view = p.compare_box.children, (), None
-            for w in old:
-                w.close()
+            p.comparer.show_view(None)
             p.compared = None
             p.comparison = None     # its verdict no longer describes the pair on screen
 

@@ -13,6 +13,7 @@
  *   file shows the figure as last seen.
  * - A jupyter_bokeh view whose kernel is gone drops its messages instead of throwing
  *   "Cannot send" from every resize.
+ * - A live panel whose kernel stopped says so and disables its controls.
  */
 var _JUPYTERLAB;
 (function () {
@@ -136,10 +137,28 @@ var _JUPYTERLAB;
       }
     };
 
+    // The kernel behind a live panel stopped (shut down, died, restarted): its widgets
+    // stay on the page but nothing they send arrives. Say so on the panel and disable
+    // every control, rather than let Run or Compare silently do nothing.
+    FigureRenderer.prototype.kernelStopped = function () {
+      if (this._what !== "panel" || !this.isLive() || this._stopped) return;
+      this._stopped = true;
+      var note = document.createElement("div");
+      note.className = "nbtools-kernel-stopped";
+      note.textContent = "The kernel of this panel has stopped: its buttons are disabled. " +
+        "Start a kernel and run the panel's cell again to use it.";
+      note.style.cssText = "border:1px solid #d62728;background:#fdecea;color:#a40000;" +
+        "padding:4px 8px;margin:4px 0;font-size:13px";
+      this.node.insertBefore(note, this.node.firstChild);
+      this._inner.node.querySelectorAll("button, input, select, textarea").forEach(
+        function (el) { el.disabled = true; });
+    };
+
     FigureRenderer.prototype.renderModel = function (model) {
       var self = this;
       this._model = model;
       var data = model.data;
+      this._what = (data[FIGURE] || {}).what;
       this._drawPicture(data);
       var view = data[WIDGET] || {};
       if (this._inner && this._modelId === view.model_id) { this._settle(); return Promise.resolve(); }
@@ -259,6 +278,22 @@ var _JUPYTERLAB;
             rendermime.addFactory(makeFactory(lumino, rendermime, rendermime.getFactory(WIDGET),
                                               live), -20);
             keepCleanOnLanguageInfo(context);
+            var session = context.sessionContext, kernel = null;
+            function stopped() {
+              live.forEach(function (r) {
+                try { r.kernelStopped(); } catch (e) { console.debug("torch-nbtools: stop", e); }
+              });
+            }
+            session.ready.then(function () { kernel = session.session && session.session.kernel; });
+            session.kernelChanged.connect(function (_, change) {
+              if (kernel && change.oldValue === kernel) stopped();   // shut down or replaced
+              kernel = change.newValue;
+            });
+            session.statusChanged.connect(function (_, status) {
+              if (status === "dead" || status === "restarting" || status === "autorestarting") {
+                stopped();
+              }
+            });
             context.saveState.connect(function (_, state) {
               if (state !== "started") return;
               live.forEach(function (r) {
