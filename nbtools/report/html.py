@@ -257,7 +257,7 @@ def _config_table(runs) -> str:
 
 def _compare_header(cmp: Comparison) -> str:
     a, b = cmp.a, cmp.b
-    rounds = f" · {cmp.rounds} rounds of A B B A, the runs nearest each side's median shown" \
+    rounds = f" · {cmp.rounds} round{'s' if cmp.rounds != 1 else ''} of A B B A, the runs nearest each side's median shown" \
         if cmp.runs_a is not None else ""
     out = [f"<h3>A #{_e(a.run_id)} vs B #{_e(b.run_id)}{rounds}</h3>"]
     if a.config is not None and b.config is not None:

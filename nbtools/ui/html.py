@@ -104,7 +104,8 @@ def compared_html(cmp) -> str:
     t = cmp.table
     if not len(t):
         return verdict_html(cmp)
-    over = (f"a and b: each side's geometric mean over {cmp.rounds} rounds of its runs' "
+    n = f"{cmp.rounds} round" + ("s" if cmp.rounds != 1 else "")
+    over = (f"a and b: each side's geometric mean over {n} of its runs' "
             "numbers (ratio = b / a, its interval from the rounds' own B/A)"
             if cmp.runs_a is not None else "each run's number")
     return (verdict_html(cmp)
