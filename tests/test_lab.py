@@ -165,31 +165,34 @@ def test_timeout_names_the_stuck_rank_then_the_lab_heals(lab):
     assert run.ok and len(lab.history) == n + 2
 
 
-def test_sweep_repeats_in_rounds_and_spread_summarises_them(lab, capsys):
+def test_sweep_in_rounds_and_spread_summarises_them(lab, capsys):
     from nbtools import ConfigError
     from nbtools.claims import helpers as X
     base = StepConfig(scenario="tp-mlp-infer", size="small", warmup=0, steps=3, profiled=0)
-    runs = X.sweep(lab, base, repeats=2, batch=[1, 2])
-    # round after round, every other one reversed (ABBA), so a drifting machine spreads over
-    # every config
-    assert [r.config.batch for r in runs] == [1, 2, 2, 1]
+    runs = X.sweep(lab, base, rounds=2, batch=[1, 2])
+    # each round forward then back (A B B A), so a drifting machine lands on every config alike
+    assert [r.config.batch for r in runs] == [1, 2, 2, 1] * 2
     out = capsys.readouterr().out
-    assert "batch=1 #0" in out and "batch=2 #1" in out
+    assert "batch=1 round 1/2" in out and "batch=2 round 2/2" in out
     sp = X.spread(runs).set_index("batch")
     t = X.table(runs, ["step_ms"], fields=["batch"])
-    assert sp["n"].tolist() == [2, 2]
+    assert sp["n"].tolist() == [4, 4]
     for b in (1, 2):
         ms = t[t["batch"] == b]["step_ms"]
         assert sp.loc[b, "median"] == pytest.approx(ms.median())
         assert sp.loc[b, "range_pct"] == pytest.approx(100 * (ms.max() - ms.min()) / ms.median())
     combined = X.table(runs, ["step_ms", "items_per_s"], fields=["batch"], combine=True)
-    assert combined["batch"].tolist() == [1, 2] and combined["n"].tolist() == [2, 2]
+    assert combined["batch"].tolist() == [1, 2] and combined["n"].tolist() == [4, 4]
     assert combined["step_ms"].tolist() == pytest.approx(sp.loc[[1, 2], "median"].tolist())
     assert combined["step_ms_range_pct"].tolist() == pytest.approx(sp.loc[[1, 2], "range_pct"].tolist())
-    with pytest.raises(ConfigError, match="repeats"):
-        X.sweep(lab, base, repeats=0, batch=[1])
-    # explicit configs (fields that do not form a cross product), in rounds too
+    with pytest.raises(ConfigError, match="rounds=0"):
+        X.sweep(lab, base, rounds=0, batch=[1])
+    # explicit configs (fields that do not form a cross product), in rounds too; the old
+    # spelling repeats= still works and says the new one
     cfgs = [base, base.replace(batch=3, seed=1)]
-    runs = X.rounds(lab, cfgs, repeats=2)
-    assert [(r.config.batch, r.config.seed) for r in runs] == [(None, 0), (3, 1), (3, 1), (None, 0)]
-    assert X.table(runs, ["step_ms"], combine=True)["n"].tolist() == [2, 2]
+    with pytest.warns(FutureWarning, match=r"rounds\(rounds=N\)"):
+        runs = X.rounds(lab, cfgs, repeats=1)
+    assert [(r.config.batch, r.config.seed) for r in runs] == [(None, 0), (3, 1)]
+    runs = X.rounds(lab, cfgs, rounds=2)
+    assert [(r.config.batch, r.config.seed) for r in runs] == [(None, 0), (3, 1), (3, 1), (None, 0)] * 2
+    assert X.table(runs, ["step_ms"], combine=True)["n"].tolist() == [4, 4]
