@@ -13,12 +13,35 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from first_run_profile import _install, _take  # noqa: E402
-import first_run_profile  # noqa: E402
 
 from nbtools import Lab, StepConfig  # noqa: E402
 from nbtools.models import llama  # noqa: E402
+
+
+def _install():     # on the engine (defined here: the engines cannot import this folder)
+    import cProfile
+    import io
+    import pstats
+    from nbtools.engine import runner
+    orig = runner._run
+    runner._profiles = []
+
+    def wrapped(*a, **k):
+        pr = cProfile.Profile()
+        pr.enable()
+        try:
+            return orig(*a, **k)
+        finally:
+            pr.disable()
+            s = io.StringIO()
+            pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats(TOP)
+            runner._profiles.append(s.getvalue())
+    runner._run = wrapped
+
+
+def _take():        # on the engine
+    from nbtools.engine import runner
+    return list(runner._profiles)
 
 
 def main() -> int:
@@ -27,7 +50,6 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args()
-    first_run_profile.TOP = a.top
     log = open(f"{a.out}/first_run_phases.txt", "w")
 
     def say(text):
