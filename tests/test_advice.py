@@ -119,6 +119,29 @@ def test_automatic_dynamic_recompiling_once_gets_no_advice(rec):
     assert advise(run) == []
 
 
+def autocast_calls(some_only):
+    f = torch.compile(lambda x: (x @ x).relu().sum(), backend="eager")
+    x = torch.randn(8, 8)
+
+    def call(on):
+        if on:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return f(x)
+        return f(x)
+    return [lambda i=i: call(not some_only or i % 2) for i in range(4)]
+
+
+def test_autocast_on_some_calls_only_recompiles_on_global_state(rec):
+    advice = advise(recorded_run(rec, autocast_calls(some_only=True), CUSTOM))
+    assert [s.rule for s in advice] == ["global-state"]
+    assert "because autocast(cpu)_enabled changed" in advice[0].evidence
+    assert "1 recompile(s)" in advice[0].evidence and advice[0].change == {}
+
+
+def test_autocast_on_every_call_gets_no_advice(rec):
+    assert advise(recorded_run(rec, autocast_calls(some_only=False), CUSTOM)) == []
+
+
 def test_a_change_that_does_not_apply_to_the_config_is_dropped_with_the_reason():
     assert valid_change(StepConfig(scenario="ddp-train"), {"reshard_after_forward": False})
     assert valid_change(StepConfig(scenario="varlen-train", compile="default"),

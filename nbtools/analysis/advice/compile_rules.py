@@ -68,6 +68,7 @@ def recompile_shapes(run) -> list[Suggestion]:
         for name, idx, exp, act in _SIZE.findall(reason):
             dims.setdefault((name, int(idx)), set()).update((int(exp), int(act)))
     (name, idx), sizes = max(dims.items(), key=lambda kv: len(kv[1]))
+    var = name if name.isidentifier() else "x"   # "L['x']" and the like: a plain name
     lost = _recompile_s(ce, hits)
     per_rank = int(hits.groupby("rank").size().max())
     first = hits.sort_values("ts_ns").iloc[0]
@@ -82,11 +83,11 @@ def recompile_shapes(run) -> list[Suggestion]:
         evidence=(f"{per_rank} recompile(s) of {_frame(first)} on a rank, each on a new size "
                   f"of {name!r} at index {idx} (seen: {', '.join(map(str, sorted(sizes)))}); "
                   f"{lost:.2f} s of recompiles in a {run_seconds(run):.2f} s run "
-                  f"(dynamic={cfg.dynamic!r}); first guard: {first['reason'][:160]}"),
+                  f"(dynamic={cfg.dynamic!r}); first guard: {_gist(first['reason'])}"),
         why=("A static-shape graph guards on every size, so each new length compiles a new "
              "graph (and counts toward the recompile limit); a dynamic dimension compiles "
              "one graph for all lengths."),
-        code=(f"torch._dynamo.mark_dynamic(x, {idx})   # before calling the compiled model\n"
+        code=(f"torch._dynamo.mark_dynamic({var}, {idx})   # before calling the compiled model\n"
               "# or: model = torch.compile(model, dynamic=True)\n"
               + ("# or pad lengths to a few buckets: StepConfig(seq_schedule='bucketed')"
                  if sequence else "# or pad inputs to a few fixed sizes")),
@@ -159,7 +160,7 @@ def recompile_limit(run) -> list[Suggestion]:
         change={},
         evidence=(f"{_frame(first)} hit the recompile limit ({n}) at step {int(first['step'])} "
                   f"on rank(s) {', '.join(map(str, _ranks(hits)))}: it runs eagerly from then "
-                  f"on; {first['reason'][:200]}"),
+                  f"on. {_gist(first['reason'].split('from now on. ', 1)[-1], 200)}"),
         why=("After recompile_limit graphs of one frame Dynamo stops compiling it and runs "
              "it eagerly, so the run pays for the compiles and gets eager speed."),
         code=("# first remove the cause named in the guard failures (other suggestions)\n"
@@ -190,7 +191,9 @@ def graph_breaks(run) -> list[Suggestion]:
     br = ce[ce["kind"] == "graph_break"]
     if not len(br):
         return []
-    sites = br.groupby(["frame", "reason"]).size().sort_values(ascending=False)
+    # times a line broke on one rank (every rank breaks at the same line: count it once)
+    sites = br.groupby(["frame", "reason", "rank"]).size().groupby(level=[0, 1]).max() \
+        .sort_values(ascending=False)
     n = int(br.groupby("rank").size().max())
     where = "; ".join(f"{f or '?'}: {_gist(r)} ({c}x)" for (f, r), c in sites.head(3).items())
     fixes = []
@@ -210,6 +213,54 @@ def graph_breaks(run) -> list[Suggestion]:
                                 "break raises, naming its line (lab: fullgraph=True)"]),
         cost="an edit, then one A/B (~10 runs)",
         score=min(0.3, 0.05 * len(sites)), ranks=_ranks(br))]
+
+
+_GLOBAL = re.compile(r"GLOBAL_STATE changed: ([\w(),. ]+?)\s*(?:;|$)")
+_GLOBAL_FIX = {
+    "autocast": ("Enter autocast the same way at every call of the compiled code",
+                 "# enter autocast inside the compiled function, so every call traces it:\n"
+                 "@torch.compile\n"
+                 "def forward_loss(x, y):\n"
+                 "    with torch.autocast(device_type, dtype=torch.bfloat16):\n"
+                 "        return loss_fn(model(x), y)\n"
+                 "# or call it under the same autocast every time (train and eval alike)"),
+    "grad_mode": ("Call the compiled code in one grad mode (or compile eval apart)",
+                  "eval_model = torch.compile(model)   # a second compiled callable for\n"
+                  "with torch.no_grad():               # no_grad calls, so neither guard fails\n"
+                  "    eval_model(x)"),
+}
+
+
+def global_state(run) -> list[Suggestion]:
+    """Recompiles because global state differed between calls of compiled code (autocast
+    entered outside it on some calls only, grad mode): each state is its own graph, and
+    each counts toward the recompile limit. Score: those recompiles' seconds over the
+    run's."""
+    ce = run.compile_events
+    rec = ce[ce["kind"] == "recompile"] if len(ce) else ce
+    hits = rec[rec["reason"].str.contains("GLOBAL_STATE changed", regex=False)] if len(rec) else rec
+    if not len(hits):
+        return []
+    states = sorted({m.strip() for r in hits["reason"] for m in _GLOBAL.findall(r)})
+    key = next((k for k in _GLOBAL_FIX if any(k in st for st in states)), None)
+    title, code = _GLOBAL_FIX.get(key, ("Keep global state the same at every call of the "
+                                        "compiled code",
+                                        "# set it once, outside the loop, or inside the "
+                                        "compiled function"))
+    lost = _recompile_s(ce, hits)
+    first = hits.sort_values("ts_ns").iloc[0]
+    return [Suggestion(
+        rule="global-state",
+        title=title, change={},
+        evidence=(f"{int(hits.groupby('rank').size().max())} recompile(s) of {_frame(first)} "
+                  f"on a rank because {', '.join(states) or 'global state'} changed between "
+                  f"calls (step {int(first['step'])}); {lost:.2f} s of recompiles in a "
+                  f"{run_seconds(run):.2f} s run"),
+        why=("Compiled code guards on global state such as autocast and grad mode, so calling "
+             "it under another state compiles another graph (counted toward the recompile "
+             "limit); state set inside the compiled function is traced instead."),
+        code=code, cost="an edit, then one A/B (~10 runs)",
+        score=_share(lost, run), ranks=_ranks(hits))]
 
 
 def _gist(reason: str, n: int = 160) -> str:
@@ -254,4 +305,5 @@ def ddp_compile_outside(run) -> list[Suggestion]:
         score=1.0 if eager else 0.5, ranks=tuple(sorted(oc)))]
 
 
-RULES = (ddp_compile_outside, module_int_guard, recompile_shapes, recompile_limit, graph_breaks)
+RULES = (ddp_compile_outside, module_int_guard, recompile_shapes, global_state, recompile_limit,
+         graph_breaks)
