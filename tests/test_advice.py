@@ -175,3 +175,39 @@ def test_a_suggestion_reads_as_text_and_html():
     assert "1. Do <this>" in str(s) and "dynamic='mark'" in str(s) and "     b = 2" in str(s)
     assert "Do &lt;this&gt;" in s._repr_html_() and "3 &lt;x&gt;" in s._repr_html_()
     assert isinstance(Suggestions([s]), list)
+
+
+# -- launch-bound: real 2 x H200 traces (nbtools/data/h200: tp-mlp-infer at batch 1) ------
+H200 = Path(__file__).parent.parent / "nbtools" / "data" / "h200"
+
+
+def h200_run(mode, tmp_path):
+    for r in (0, 1):
+        (tmp_path / f"tp_{mode}_rank{r}.json.gz").write_bytes(
+            (H200 / f"tp_{mode}_rank{r}.json.gz").read_bytes())
+    run = load_traces(tmp_path)
+    run.config = StepConfig(scenario="tp-mlp-infer", compile=mode)   # what ran on the H200s
+    return run
+
+
+def test_eager_tp_at_batch_1_on_h200_is_launch_bound(tmp_path):
+    run = h200_run("off", tmp_path)
+    got = [s for s in advise(run) if s.rule == "launch-bound"]
+    assert len(got) == 1, advise(run)
+    s, r0 = got[0], run.summary.set_index("rank").loc[0]
+    assert s.change == {"compile": "reduce-overhead"}
+    assert f"the GPU idle {r0['idle_ms']:.2f} ms of a {r0['profiled_window_ms']:.2f} ms" in s.evidence
+    assert s.ranks == (0,)        # rank 1 waits in its collectives instead (exposed comm)
+    assert s.score == pytest.approx(r0["idle_ms"] / r0["profiled_window_ms"])
+
+
+def test_the_same_step_replayed_from_cuda_graphs_is_not(tmp_path):
+    run = h200_run("reduce-overhead", tmp_path)
+    assert run.summary["graph_coverage_pct"].min() > 99
+    assert [s.rule for s in advise(run)] == []
+
+
+def test_a_cpu_trace_gets_no_gpu_advice():
+    run = load_traces(HTA / "cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    run.config = StepConfig(scenario="tp-mlp-infer")
+    assert not [s for s in advise(run) if s.rule == "launch-bound"]

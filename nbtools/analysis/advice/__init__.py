@@ -1,5 +1,5 @@
 """lab.advise(run): what a run's own tables say to try, ranked. Each rule (compile_rules,
-comm_rules) reads measured signals: compile events and their guards, the engines' compile
+comm_rules, gpu_rules) reads measured signals: compile events and their guards, the engines' compile
 outcome, the summary's communication columns. A rule whose fix is a StepConfig field
 proposes that change; advise keeps it only where it is a valid config for this run (else
 the suggestion keeps its code and says the field did not apply). A run with nothing wrong
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from nbtools.analysis.advice import comm_rules, compile_rules
+from nbtools.analysis.advice import comm_rules, compile_rules, gpu_rules
 from nbtools.analysis.advice.suggestion import NOTHING, Suggestion, Suggestions  # noqa: F401
 from nbtools.config.step_config import ConfigError
 
-RULES = compile_rules.RULES + comm_rules.RULES
+RULES = compile_rules.RULES + comm_rules.RULES + gpu_rules.RULES
 
 
 def valid_change(cfg, change: dict) -> str | None:
