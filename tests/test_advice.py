@@ -182,6 +182,7 @@ H200 = Path(__file__).parent.parent / "nbtools" / "data" / "h200"
 
 
 def h200_run(mode, tmp_path):
+    tmp_path.mkdir(exist_ok=True)
     for r in (0, 1):
         (tmp_path / f"tp_{mode}_rank{r}.json.gz").write_bytes(
             (H200 / f"tp_{mode}_rank{r}.json.gz").read_bytes())
@@ -211,3 +212,13 @@ def test_a_cpu_trace_gets_no_gpu_advice():
     run = load_traces(HTA / "cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
     run.config = StepConfig(scenario="tp-mlp-infer")
     assert not [s for s in advise(run) if s.rule == "launch-bound"]
+
+
+def test_eager_tp_on_h200_names_rank_0_as_the_host_side_straggler(tmp_path):
+    run = h200_run("off", tmp_path)
+    got = [s for s in advise(run) if s.rule == "straggler"]
+    assert len(got) == 1 and got[0].ranks == (0,) and got[0].change == {}
+    assert got[0].evidence.startswith("rank 0 launched the all-reduces late")
+    assert "host-side" in got[0].title and "CPU lane" in got[0].code
+    assert not [s for s in advise(h200_run("reduce-overhead", tmp_path / "ro"))
+                if s.rule == "straggler"]

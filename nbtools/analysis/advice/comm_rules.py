@@ -1,8 +1,10 @@
-"""Advice from a run's communication columns (run.summary: exposed_comm_ms, comm_ms,
-profiled_window_ms, overlap_pct, measured over the profiled steps). Pure: no torch."""
+"""Advice from a run's communication: the summary's columns (exposed_comm_ms, comm_ms,
+profiled_window_ms, overlap_pct, measured over the profiled steps) and who waits for whom
+in the captured collectives (analysis/straggler.py). Pure: no torch."""
 from __future__ import annotations
 
 from nbtools.analysis.advice.suggestion import Suggestion
+from nbtools.analysis.straggler import attribute, sentence
 
 # Exposed communication below this share of the profiled step is not worth a field change:
 # on 2 x H200 identical runs already differ by 8-30 % (README, A/B with a verdict)
@@ -54,4 +56,40 @@ def fsdp_reshard(run) -> list[Suggestion]:
         score=min(1.0, share), ranks=ranks)]
 
 
-RULES = (fsdp_reshard,)
+_STRAGGLER_FIX = {
+    "host": ("# the late rank's host is slow to launch: look at its CPU lane before the collective\n"
+             "# (data loading, Python work, logging or a sleep on that rank only); give every rank\n"
+             "# the same host work, load data ahead (DataLoader(num_workers=..., pin_memory=True)),\n"
+             "# or cut launches: model = torch.compile(model, mode=\"reduce-overhead\")"),
+    "compute": ("# the late rank computes longer before the collective: balance the work (equal\n"
+                "# batch and sequence lengths per rank), or check that rank's device (clocks,\n"
+                "# other processes: summary sm_clock_mhz, gpu_shared flag)"),
+}
+
+
+def straggler(run) -> list[Suggestion]:
+    """One rank the others wait for in the captured collectives, beyond the steps' noise
+    (analysis/straggler.py's verdict, the straggler flag's): the fix is on that rank, not
+    in a StepConfig field. Score: the longest wait per step over the step."""
+    ev = run.events
+    att = attribute(ev, run.steps) if ev is not None and len(ev) else None
+    v = att and att["straggler"]
+    if not v:
+        return []
+    step = float(v.get("step_ms") or 0.0)
+    wait = max(v["waits"].values(), default=0.0)
+    cause = {"host": "host-side", "unknown": "late"}.get(v["cause"], "slower compute")
+    return [Suggestion(
+        rule="straggler",
+        title=f"Look at rank {v['rank']}: the others wait for it ({cause})",
+        change={},
+        evidence=sentence(v) + (f"; a step is {step:.3g} ms" if step else ""),
+        why=("A collective completes when its last rank arrives, so every other rank's step "
+             "includes the late rank's delay; the cause is on that rank."),
+        code=_STRAGGLER_FIX.get(v["cause"], _STRAGGLER_FIX["host"] + "\n"
+                                + _STRAGGLER_FIX["compute"]),
+        cost="reading its timeline, an edit, then one A/B (~10 runs)",
+        score=min(1.0, wait / step) if step > 0 else 0.1, ranks=(int(v["rank"]),))]
+
+
+RULES = (fsdp_reshard, straggler)
