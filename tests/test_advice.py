@@ -163,7 +163,8 @@ def test_fsdp_reshard_reads_the_exposed_share_of_a_real_trace(name, fires):
     assert bool(got) == fires == (share >= 0.10)
     if fires:
         assert got[0].change == {"reshard_after_forward": False}
-        assert f"{sm['exposed_comm_ms']:.2f} ms of a {sm['profiled_window_ms']:.2f} ms" in got[0].evidence
+        ms = f"{sm['exposed_comm_ms']:.2f} ms of a {sm['profiled_window_ms']:.2f} ms"
+        assert ms in got[0].evidence
         assert got[0].score == pytest.approx(share)
     run.config = StepConfig(scenario="fsdp2-train", reshard_after_forward=False)
     assert not [s for s in advise(run) if s.rule == "fsdp-reshard"]   # already off
@@ -197,7 +198,8 @@ def test_eager_tp_at_batch_1_on_h200_is_launch_bound(tmp_path):
     assert len(got) == 1, advise(run)
     s, r0 = got[0], run.summary.set_index("rank").loc[0]
     assert s.change == {"compile": "reduce-overhead"}
-    assert f"the GPU idle {r0['idle_ms']:.2f} ms of a {r0['profiled_window_ms']:.2f} ms" in s.evidence
+    idle = f"the GPU idle {r0['idle_ms']:.2f} ms of a {r0['profiled_window_ms']:.2f} ms"
+    assert idle in s.evidence
     assert s.ranks == (0,)        # rank 1 waits in its collectives instead (exposed comm)
     assert s.score == pytest.approx(r0["idle_ms"] / r0["profiled_window_ms"])
 

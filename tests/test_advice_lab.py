@@ -161,3 +161,24 @@ def test_fsdp2_exposed_communication_on_gloo(lab):
     assert got[0].change == {"reshard_after_forward": False}
     kept = lab.run(StepConfig(scenario="fsdp2-train", reshard_after_forward=False, **FAST))
     assert "fsdp-reshard" not in rules(lab.advise(kept))
+
+
+def _sleepy(ctx):
+    import time
+
+    import torch
+    import torch.distributed as dist
+    t = torch.ones(64)
+    if ctx.rank == 0:
+        time.sleep(0.02)   # rank 0's host is late to every all-reduce
+    dist.all_reduce(t, group=ctx.group)
+    return t.sum()
+
+
+def test_a_rank_sleeping_before_each_all_reduce_is_named_host_side(lab):
+    run = lab.run(_sleepy, StepConfig(capture="full", warmup=1, steps=2, profiled=12))
+    advice = lab.advise(run)
+    assert rules(advice) == ["straggler"]
+    s = advice[0]
+    assert s.ranks == (0,) and "host-side" in s.title and s.change == {}
+    assert s.evidence.startswith("rank 0 launched the all-reduces late")

@@ -57,9 +57,10 @@ def fsdp_reshard(run) -> list[Suggestion]:
 
 
 _STRAGGLER_FIX = {
-    "host": ("# the late rank's host is slow to launch: look at its CPU lane before the collective\n"
-             "# (data loading, Python work, logging or a sleep on that rank only); give every rank\n"
-             "# the same host work, load data ahead (DataLoader(num_workers=..., pin_memory=True)),\n"
+    "host": ("# the late rank's host is slow to launch: look at its CPU lane before the\n"
+             "# collective (data loading, Python work, logging or a sleep on that rank only);\n"
+             "# give every rank the same host work, load data ahead\n"
+             "# (DataLoader(num_workers=..., pin_memory=True)),\n"
              "# or cut launches: model = torch.compile(model, mode=\"reduce-overhead\")"),
     "compute": ("# the late rank computes longer before the collective: balance the work (equal\n"
                 "# batch and sequence lengths per rank), or check that rank's device (clocks,\n"

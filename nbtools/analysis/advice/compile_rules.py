@@ -120,7 +120,7 @@ def module_int_guard(run) -> list[Suggestion]:
     first = hit.sort_values("ts_ns").iloc[0]
     hf = attr == "layer_idx"
     code = ("# the module's int is a constant to torch.compile: each value is a graph\n"
-            + ("model.config.use_cache = False        # HF: the KV cache reads layer_idx in forward\n"
+            + ("model.config.use_cache = False   # HF: the KV cache reads layer_idx in forward\n"
                if hf else "")
             + f"# keep {attr} out of forward (precompute what depends on it in __init__),\n"
               f"# or pass it as a tensor, or let Dynamo treat module ints as dynamic:\n"
@@ -164,7 +164,7 @@ def recompile_limit(run) -> list[Suggestion]:
         why=("After recompile_limit graphs of one frame Dynamo stops compiling it and runs "
              "it eagerly, so the run pays for the compiles and gets eager speed."),
         code=("# first remove the cause named in the guard failures (other suggestions)\n"
-              f"torch._dynamo.config.recompile_limit = {n * 8}   # only if every variant is wanted\n"
+              f"torch._dynamo.config.recompile_limit = {n * 8}   # if every variant is wanted\n"
               "# TORCH_LOGS=recompiles python train.py   # every guard failure, as it happens"),
         cost="an edit, then a rerun (more graphs: more compile time and memory)",
         score=0.5, ranks=_ranks(hits))]
