@@ -224,3 +224,22 @@ def test_eager_tp_on_h200_names_rank_0_as_the_host_side_straggler(tmp_path):
     assert "host-side" in got[0].title and "CPU lane" in got[0].code
     assert not [s for s in advise(h200_run("reduce-overhead", tmp_path / "ro"))
                 if s.rule == "straggler"]
+
+
+# -- CUDA-graph skips: table-only (CPU inductor records none) -----------------------------
+def test_a_cudagraph_skip_row_names_its_reason_and_fix(rec):
+    """A real CPU run's compile events with one cudagraph_skip row added, its reason the
+    text torch's own formatter writes (what the recorder logs on a GPU); the same run
+    without the row gets nothing."""
+    from torch._inductor.cudagraph_utils import format_default_skip_message
+    run = recorded_run(rec, lengths(None)[:1], CUSTOM)
+    assert advise(run) == []
+    row = dict(run.compile_events.iloc[0])
+    row.update(kind="cudagraph_skip", frame="train.py:12",
+               reason=format_default_skip_message("mutated inputs (2 instances)"))
+    run.compile_events = pd.concat([run.compile_events, pd.DataFrame([row])])
+    got = advise(run)
+    assert [s.rule for s in got] == ["cudagraph-skip"]
+    assert "skipping cudagraphs due to mutated inputs (2 instances) at train.py:12" in \
+        got[0].evidence
+    assert "in-place op" in got[0].code and got[0].score == pytest.approx(0.2)
