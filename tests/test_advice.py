@@ -243,3 +243,43 @@ def test_a_cudagraph_skip_row_names_its_reason_and_fix(rec):
     assert "skipping cudagraphs due to mutated inputs (2 instances) at train.py:12" in \
         got[0].evidence
     assert "in-place op" in got[0].code and got[0].score == pytest.approx(0.2)
+
+
+# -- the issue's case: a Hugging Face Llama compiled per decoder layer, use_cache on --------
+def hf_llama_forward(use_cache):
+    from transformers import LlamaConfig, LlamaForCausalLM   # the models extra (in test)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=10,
+        num_attention_heads=2, num_key_value_heads=2, use_cache=use_cache)).eval()
+    for layer in model.model.layers:
+        layer.compile(backend="eager")          # per-block compile, as FSDP2 does it
+
+    def call():
+        with torch.no_grad():
+            model(torch.randint(0, 64, (1, 8)), use_cache=use_cache)
+    return [call]
+
+
+def test_hf_llama_per_layer_compile_with_use_cache_says_use_cache_false(rec):
+    advice = advise(recorded_run(rec, hf_llama_forward(True), CUSTOM))
+    assert [s.rule for s in advice][:2] == ["module-int-guard", "recompile-limit"], advice
+    s = advice[0]
+    assert "use_cache = False" in s.code and "layer_idx" in s.evidence
+    assert "seen: 0, 1, 2, 3, 4, 5, 6, 7" in s.evidence and "recompile limit" in s.evidence
+
+
+def test_hf_llama_per_layer_compile_without_the_cache_gets_none(rec):
+    assert advise(recorded_run(rec, hf_llama_forward(False), CUSTOM)) == []
+
+
+def test_the_guard_text_the_issue_quotes_is_read_as_a_module_int():
+    """transformers 4.x on the H200 host (issue 33): the guard named the attention's
+    layer_idx directly."""
+    from nbtools.analysis.advice.compile_rules import _MODULE_INT
+    m = _MODULE_INT.search("0/0: self._modules['self_attn'].layer_idx == 0  # ...")
+    assert m.groups() == ("self._modules['self_attn'].layer_idx", "layer_idx", "0")
+
+
+def test_a_run_with_no_tables_gets_no_advice():
+    assert advise(Run(config=None)) == [] and advise(Run(config=StepConfig())) == []

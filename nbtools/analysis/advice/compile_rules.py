@@ -18,6 +18,9 @@ _SIZE = re.compile(r"tensor '([^']+)' size mismatch at index (\d+)\. expected (\
 # an integer attribute of a module, guarded as a constant (the issue's HF Llama case)
 _MODULE_INT = re.compile(
     r"((?:self|L\['self'\])(?:\._modules\['\w+'\]|\.\w+)*?\.(\w+)) == (-?\d+)")
+# transformers 5.x: the same per-block compile guards on the KV cache's entry for the
+# block's layer_idx instead: "kwargs['cache'].layers[3].is_initialized == False"
+_CACHE_LAYER = re.compile(r"(\S*(?:cache|past_key_values)\S*?\.layers)\[(\d+)\]")
 
 
 def run_seconds(run) -> float:
@@ -105,15 +108,18 @@ def module_int_guard(run) -> list[Suggestion]:
     if not len(ce):
         return []
     rows = ce[ce["kind"].isin(("recompile", "limit_hit"))]
-    found = [(i, m) for i, reason in zip(rows.index, rows["reason"])
-             for m in _MODULE_INT.finditer(reason)]
+    found, attrs = [], {}
+    for i, reason in zip(rows.index, rows["reason"]):
+        for m in _MODULE_INT.finditer(reason):
+            found.append(i)
+            attrs.setdefault((m.group(1), m.group(2)), set()).add(int(m.group(3)))
+        for m in _CACHE_LAYER.finditer(reason):   # a KV cache indexed by layer_idx
+            found.append(i)
+            attrs.setdefault((m.group(1) + "[layer_idx]", "layer_idx"), set()).add(int(m.group(2)))
     if not found:
         return []
-    attrs: dict = {}
-    for i, m in found:
-        attrs.setdefault((m.group(1), m.group(2)), set()).add(int(m.group(3)))
     (path, attr), values = max(attrs.items(), key=lambda kv: len(kv[1]))
-    hit = rows.loc[sorted({i for i, _ in found})]
+    hit = rows.loc[sorted(set(found))]
     rec = hit[hit["kind"] == "recompile"]
     limit = (hit["kind"] == "limit_hit").any()
     lost = _recompile_s(ce, rec)
