@@ -104,6 +104,8 @@ def test_a_graph_break_is_named_by_its_line_and_a_clean_step_gets_nothing(lab):
     assert rules(advice) == ["graph-breaks"]
     s = advice[0]
     assert f":{break_line()}" in s.evidence and "print" in s.evidence.lower()
+    # one line, once per rank: not every (frame, reason) pair of the categorical columns
+    assert s.evidence.startswith("1 graph break(s) on a rank at 1 line(s)")
     assert s.change == {} and "fullgraph=True" in s.code and "print" in s.code
     html = advice._repr_html_()
     assert f":{break_line()}" in html and "<table>" in html

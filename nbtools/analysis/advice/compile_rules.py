@@ -198,8 +198,10 @@ def graph_breaks(run) -> list[Suggestion]:
     if not len(br):
         return []
     # times a line broke on one rank (every rank breaks at the same line: count it once)
-    sites = br.groupby(["frame", "reason", "rank"]).size().groupby(level=[0, 1]).max() \
-        .sort_values(ascending=False)
+    # observed: the string columns are categoricals over every compile row's values
+    sites = br.groupby(["frame", "reason", "rank"], observed=True).size() \
+        .groupby(level=[0, 1], observed=True).max().sort_values(ascending=False)
+    sites = sites[sites > 0]
     n = int(br.groupby("rank").size().max())
     where = "; ".join(f"{f or '?'}: {_gist(r)} ({c}x)" for (f, r), c in sites.head(3).items())
     fixes = []

@@ -84,7 +84,8 @@ def cudagraph_skips(run) -> list[Suggestion]:
     skips = ce[ce["kind"] == "cudagraph_skip"] if len(ce) else ce
     if not len(skips):
         return []
-    reasons = skips.groupby("reason").size().sort_values(ascending=False)
+    reasons = skips.groupby("reason", observed=True).size().sort_values(ascending=False)
+    reasons = reasons[reasons > 0]   # the column is a categorical over every row's reason
     top = reasons.index[0]
     gist = " ".join(top.split("Found from :", 1)[0].split()).rstrip(". ")
     fix = next((t for key, t in _SKIP_FIX if key in top),
