@@ -88,6 +88,13 @@ def test_module_int_guard_and_limit_from_real_per_block_compiles(rec):
     assert "recompile_limit = 64" in advice[1].code
 
 
+def test_a_saved_run_gives_the_same_advice_after_loading(rec, tmp_path):
+    run = recorded_run(rec, blocks(read=True), CUSTOM)
+    run.save(tmp_path / "run")
+    again = Run.load(tmp_path / "run").advise()
+    assert [(s.rule, s.evidence) for s in again] == [(s.rule, s.evidence) for s in advise(run)]
+
+
 def test_blocks_that_do_not_read_their_index_get_no_advice(rec):
     advice = advise(recorded_run(rec, blocks(read=False), CUSTOM))
     assert advice == [] and str(advice) == NOTHING and html.escape(NOTHING) in advice._repr_html_()
