@@ -73,6 +73,7 @@ def test_every_type_and_error_a_person_meets_comes_from_the_top_package():
     import subprocess
     import sys
     names = ("Lab", "StepConfig", "Workload", "Run", "Comparison", "Verdict", "History",
+             "Suggestion",
              "RunFailed", "RunTimeout", "LabClosed", "ConfigError", "MissingExtra",
              "load_traces", "export_html")
     code = ("import sys, nbtools; light = 'pandas' not in sys.modules and 'torch' not in "

@@ -6,7 +6,9 @@ import math
 import os
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Optional
 
 from nbtools.config.step_config import ConfigError, StepConfig
 
@@ -200,3 +202,12 @@ def check_cluster(cluster) -> None:
         raise ConfigError("Lab(cluster=...): this ipyparallel Cluster has not been started; "
                           "call cluster.start_cluster_sync() first (or leave cluster out: "
                           "Lab(n=2) starts its own)")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A run Lab.check accepted: the step or Workload (None: a built-in scenario), the
+    config, and the device type the engines had when it was checked."""
+    fn: Optional[Callable]
+    cfg: StepConfig
+    device_type: str

@@ -8,7 +8,6 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -16,6 +15,7 @@ from nbtools.engine import process_group, runner as engine
 from nbtools.lab import gather, hosts, placement
 from nbtools.lab.assemble import assemble, first_error
 from nbtools.lab import arguments, reaper
+from nbtools.lab.arguments import Checked
 from nbtools.lab import recovery
 from nbtools.analysis import machine
 from nbtools.config.step_config import ConfigError, StepConfig
@@ -368,6 +368,10 @@ class Lab:
         ``on_run`` and ``stop`` as in nbtools.lab.ab.ab."""
         return ab_rounds.ab(self, a, b, rounds=rounds, metric=metric, **kw)
 
+    def advise(self, run):
+        """[Suggestion] for a run (or history id), best first: nbtools.analysis.advice."""
+        return self._resolve(run).advise()
+
     def _resolve(self, r, name: str = "run") -> Run:
         if isinstance(r, Run):
             return r
@@ -391,11 +395,3 @@ class Lab:
                 f", {len(self.history)} runs"
                 + (f", compile cache {self.compile_cache}" if self.compile_cache else "") + ">")
 
-
-@dataclass(frozen=True)
-class Checked:
-    """A run Lab.check accepted: the step or Workload (None: a built-in scenario), the
-    config, and the device type the engines had when it was checked."""
-    fn: Optional[Callable]
-    cfg: StepConfig
-    device_type: str

@@ -84,6 +84,13 @@ class Run:
     def _repr_html_(self) -> str:
         return view("run.html")(self)
 
+    def advise(self):
+        """What this run's tables say to try, best first (nbtools.analysis.advice): each a
+        Suggestion with change (StepConfig fields, {} when the fix is in your code),
+        evidence (this run's numbers), why, code and cost. Empty: nothing found."""
+        from nbtools.analysis.advice import advise
+        return advise(self)
+
     def plot(self, **kw):
         """The per-rank timeline: a live widget in Jupyter, ``.layout`` for Bokeh."""
         return view("run.plot")(self, **kw)

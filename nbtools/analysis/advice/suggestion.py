@@ -1,0 +1,71 @@
+"""Suggestion: one thing a run's tables say to try, with the numbers that say it; and
+Suggestions, the ranked list lab.advise returns (a list, shown as a table in a notebook,
+and saying so when there is nothing to suggest). Pure: no torch, no bokeh."""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    rule: str
+    """Which rule made it (recompile-shapes, module-int-guard, recompile-limit, ...)."""
+    title: str
+    """What to do, in a line."""
+    change: dict
+    """StepConfig fields to change (valid for the run's config); {} when the fix is in the
+    person's own code (then ``code`` has it)."""
+    evidence: str
+    """What in this run shows it, with the measured numbers."""
+    why: str
+    """The mechanism, in one sentence."""
+    code: str
+    """The lines for a person's own training script."""
+    cost: str
+    """What trying it costs (an A/B of N runs, a recompile, an edit)."""
+    score: float = 0.0
+    """The share of the run's time at stake (0..1) as measured where the tables allow it;
+    the list is ranked by it. How each rule measures it is in its docstring."""
+    rank: int = 0
+    """1 for the first of the list (set by advise)."""
+    ranks: tuple = field(default=())
+    """The ranks whose tables show it."""
+
+    def __str__(self) -> str:
+        change = (", ".join(f"{k}={v!r}" for k, v in self.change.items())
+                  if self.change else "(in your code)")
+        lines = [f"{self.rank}. {self.title}  [{self.rule}; change: {change}; cost: {self.cost}]",
+                 f"   evidence: {self.evidence}", f"   why: {self.why}", "   code:"]
+        lines += [f"     {c}" for c in self.code.splitlines()]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        return Suggestions([self])._repr_html_()
+
+
+NOTHING = ("No suggestion: nothing in this run's tables (recompiles and their guards, graph "
+           "breaks, compile outcome, exposed communication) shows a known problem.")
+
+
+class Suggestions(list):
+    """lab.advise's answer: Suggestions, best first. Empty says so (the honest no)."""
+
+    def __str__(self) -> str:
+        return "\n".join(str(s) for s in self) if self else NOTHING
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        if not self:
+            return f"<p>{html.escape(NOTHING)}</p>"
+        e = html.escape
+        rows = "".join(
+            f"<tr><td>{s.rank}</td><td><b>{e(s.title)}</b><br><i>{e(s.why)}</i></td>"
+            f"<td><code>{e(', '.join(f'{k}={v!r}' for k, v in s.change.items()) or 'in your code')}"
+            f"</code></td><td>{e(s.evidence)}</td><td><pre>{e(s.code)}</pre></td>"
+            f"<td>{e(s.cost)}</td></tr>" for s in self)
+        head = "".join(f"<th>{h}</th>" for h in ("#", "suggestion", "change", "evidence",
+                                                   "code", "cost"))
+        return f"<table><tr>{head}</tr>{rows}</table>"

@@ -1,0 +1,186 @@
+"""lab.advise on real runs of a 2-rank gloo lab: each rule with a run that plants its
+problem (and the suggestion names the measured numbers) and a run without it (no
+suggestion from that rule; a clean run gets none at all). Backend aot_eager: inductor's C++
+compile takes minutes on these cores. The rules themselves: nbtools/analysis/advice/."""
+from __future__ import annotations
+
+import pytest
+
+from nbtools import Lab, StepConfig
+from nbtools.analysis.advice import NOTHING, Suggestions
+
+from lab_steps import break_line, step_with_break  # noqa: E402  (tests/ is on sys.path)
+
+pytestmark = pytest.mark.slow
+
+FAST = dict(warmup=1, steps=3, profiled=1)
+COMPILED = dict(compile="default", backend="aot_eager", **FAST)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with Lab(n=2, history=None, timeout=240, pg_timeout=120) as lab:
+        yield lab
+
+
+def rules(suggestions):
+    print(suggestions)   # with -s: what a person reads
+    return [s.rule for s in suggestions]
+
+
+def _blocks_step(ctx, read_index=True):
+    """Ten blocks of one class, each compiled on its own (per-block compile), each with
+    its layer_idx; forward reads it when ``read_index`` (as HF's attention does with its
+    KV cache): one frame, one guard per index, the recompile limit (8) hit."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self, i):
+            super().__init__()
+            self.layer_idx = i
+            self.lin = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            y = self.lin(x).relu()
+            if read_index and self.layer_idx == 0:   # the first layer does something else
+                y = y * 2
+            return y
+
+    if "blocks" not in ctx.state:
+        torch.manual_seed(0)
+        ctx.state["blocks"] = [ctx.compile(Block(i)) for i in range(10)]
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        for b in ctx.state["blocks"]:
+            x = b(x)
+    return x.sum()
+
+
+def blocks_reading_index(ctx):
+    return _blocks_step(ctx, True)
+
+
+def blocks_not_reading_index(ctx):
+    return _blocks_step(ctx, False)
+
+
+def test_changing_lengths_under_static_shapes_suggest_mark_and_the_fix_is_silent(lab):
+    cfg = StepConfig(scenario="varlen-train", dynamic="static", **COMPILED)
+    run = lab.run(cfg)
+    advice = lab.advise(run)
+    assert isinstance(advice, Suggestions) and rules(advice)[0] == "recompile-shapes"
+    s = advice[0]
+    assert s.change == {"dynamic": "mark"} and s.rank == 1
+    rec = run.compile_events[run.compile_events.kind == "recompile"]
+    assert f"{rec.groupby('rank').size().max()} recompile(s)" in s.evidence
+    assert "at index 1" in s.evidence and "mark_dynamic(tokens, 1)" in s.code   # the sequence dim
+    assert 0 < s.score <= 1
+    cfg.replace(**s.change)                      # a valid config ...
+    fixed = lab.run(cfg.replace(**s.change))     # ... that no longer recompiles per length
+    assert "recompile-shapes" not in rules(lab.advise(fixed))
+    same = lab.run(cfg.replace(seq_schedule="fixed"))   # one length: nothing to say
+    assert rules(lab.advise(same)) == []
+
+
+def test_a_per_block_layer_idx_guard_names_the_attribute_and_the_limit(lab):
+    run = lab.run(blocks_reading_index, StepConfig(**COMPILED))
+    advice = lab.advise(run)
+    got = rules(advice)
+    assert got[:2] == ["module-int-guard", "recompile-limit"], got
+    s = advice[0]
+    assert s.change == {} and "use_cache = False" in s.code
+    assert "self.layer_idx" in s.evidence and "0, 1, 2, 3, 4, 5, 6, 7" in s.evidence
+    assert "recompile limit" in s.evidence
+    assert "allow_unspec_int_on_nn_module" in s.code
+    assert "recompile_limit (8)" in advice[1].evidence or "limit (8)" in advice[1].evidence
+    clean = lab.run(blocks_not_reading_index, StepConfig(**COMPILED))
+    assert rules(lab.advise(clean)) == []
+    assert str(lab.advise(clean)) == NOTHING
+
+
+def test_a_graph_break_is_named_by_its_line_and_a_clean_step_gets_nothing(lab):
+    run = lab.run(step_with_break, StepConfig(**COMPILED))
+    advice = lab.advise(run)
+    assert rules(advice) == ["graph-breaks"]
+    s = advice[0]
+    assert f":{break_line()}" in s.evidence and "print" in s.evidence.lower()
+    # one line, once per rank: not every (frame, reason) pair of the categorical columns
+    assert s.evidence.startswith("1 graph break(s) on a rank at 1 line(s)")
+    assert s.change == {} and "fullgraph=True" in s.code and "print" in s.code
+    html = advice._repr_html_()
+    assert f":{break_line()}" in html and "<table>" in html
+
+
+def test_compile_outside_ddp_suggests_compile_inside_which_is_silent(lab):
+    cfg = StepConfig(scenario="ddp-train", ddp_wrap="compile-outside", **COMPILED)
+    run = lab.run(cfg)
+    advice = lab.advise(run)
+    assert rules(advice)[0] == "ddp-compile-outside"
+    assert advice[0].change == {"ddp_wrap": "compile-inside"}
+    assert "graph-breaks" not in rules(advice)     # DDP's own break is this rule's
+    inside = lab.run(cfg.replace(**advice[0].change))
+    assert "ddp-compile-outside" not in rules(lab.advise(inside))
+
+
+def _autocast_step(ctx, every_step):
+    import torch
+    if "f" not in ctx.state:
+        ctx.state["f"] = ctx.compile(lambda x: (x @ x).relu().sum())
+    x = torch.randn(16, 16)
+    if every_step or ctx.step % 2:      # autocast outside the compiled code, some calls only
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return ctx.state["f"](x).float()
+    return ctx.state["f"](x)
+
+
+def autocast_some_steps(ctx):
+    return _autocast_step(ctx, False)
+
+
+def autocast_every_step(ctx):
+    return _autocast_step(ctx, True)
+
+
+def test_autocast_entered_on_some_calls_only_names_the_global_state(lab):
+    run = lab.run(autocast_some_steps, StepConfig(**COMPILED))
+    advice = lab.advise(run)
+    assert rules(advice) == ["global-state"]
+    s = advice[0]
+    assert "autocast(cpu)_enabled changed" in s.evidence and s.change == {}
+    assert "with torch.autocast" in s.code
+    same = lab.run(autocast_every_step, StepConfig(**COMPILED))
+    assert rules(lab.advise(same)) == []
+
+
+def test_fsdp2_exposed_communication_on_gloo(lab):
+    run = lab.run(StepConfig(scenario="fsdp2-train", **FAST))
+    sm = run.summary
+    share = (sm["exposed_comm_ms"] / sm["profiled_window_ms"]).max()
+    print(sm[["rank", "exposed_comm_ms", "comm_ms", "profiled_window_ms", "overlap_pct"]])
+    got = [s for s in lab.advise(run) if s.rule == "fsdp-reshard"]
+    assert bool(got) == (share >= 0.10)
+    assert got, f"exposed share {share:.1%}: not planted on these cores"
+    assert got[0].change == {"reshard_after_forward": False}
+    kept = lab.run(StepConfig(scenario="fsdp2-train", reshard_after_forward=False, **FAST))
+    assert "fsdp-reshard" not in rules(lab.advise(kept))
+
+
+def _sleepy(ctx):
+    import time
+
+    import torch
+    import torch.distributed as dist
+    t = torch.ones(64)
+    if ctx.rank == 0:
+        time.sleep(0.02)   # rank 0's host is late to every all-reduce
+    dist.all_reduce(t, group=ctx.group)
+    return t.sum()
+
+
+def test_a_rank_sleeping_before_each_all_reduce_is_named_host_side(lab):
+    run = lab.run(_sleepy, StepConfig(capture="full", warmup=1, steps=2, profiled=12))
+    advice = lab.advise(run)
+    assert rules(advice) == ["straggler"]
+    s = advice[0]
+    assert s.ranks == (0,) and "host-side" in s.title and s.change == {}
+    assert s.evidence.startswith("rank 0 launched the all-reduces late")
