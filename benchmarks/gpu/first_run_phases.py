@@ -3,7 +3,10 @@ person's transformers Workload (seen: 23 s in "start" on 1 x H200)? Times Lab(),
 of the first runs by phase (the lab's own progress clock: start, warm-up, measured,
 profiled, parse, as the slowest rank saw them), and cProfile's top of the engine's first run.
 
-    python3 benchmarks/gpu/first_run_phases.py OUT_DIR [--runs 2] [--top 25]
+    python3 benchmarks/gpu/first_run_phases.py OUT_DIR [--runs 2] [--top 25] [--workload small]
+
+--workload small runs benchmarks/faults.py's small built-in config instead (what
+first_run_profile.py measured before: a fresh engine's own first run, issue 26).
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ def main() -> int:
     ap.add_argument("out")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--workload", choices=("llama", "small"), default="llama")
     a = ap.parse_args()
     log = open(f"{a.out}/first_run_phases.txt", "w")
 
@@ -56,8 +60,13 @@ def main() -> int:
         print(text, flush=True)
         log.write(text + "\n")
 
-    wl = llama(batch=2, seq=128)
-    cfg = StepConfig(scenario="custom", warmup=2, steps=5, profiled=1)
+    if a.workload == "small":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from faults import SMALL
+        wl, cfg = None, SMALL
+    else:
+        wl, cfg = llama(batch=2, seq=128), StepConfig(scenario="custom", warmup=2, steps=5,
+                                                     profiled=1)
     t0 = time.perf_counter()
     with Lab(echo=False, history=None) as lab:
         say(f"Lab() {time.perf_counter() - t0:.1f} s: {lab!r}")
@@ -68,7 +77,7 @@ def main() -> int:
         lab.progress = texts.append      # the lab's own progress lines; the last says where
         for i in range(a.runs):
             t = time.perf_counter()
-            run = lab.run(wl, cfg)
+            run = lab.run(wl, cfg) if wl is not None else lab.run(cfg)
             say(f"run {i + 1}: {run.status} in {time.perf_counter() - t:.1f} s; "
                 f"{texts[-1] if texts else 'no progress line'}")
         for eid, profs in zip(eids, lab.client[eids].apply_sync(_take)):
