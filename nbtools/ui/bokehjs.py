@@ -106,8 +106,7 @@ class LiveBokehModel(BokehModel):
         """Idempotent: jupyter_bokeh's close removes its document callback unguarded, so
         a closed widget's ``__del__`` (which closes again) raised ``KeyError`` with the
         whole render bundle in its message (a 438 KB kernel traceback)."""
-        from ipywidgets import DOMWidget
-        DOMWidget.close(self)
+        super(BokehModel, self).close()          # the widget's own close, not BokehModel's
         doc = self._document
         if doc is not None:
             try:
