@@ -256,6 +256,8 @@ def _dispatch(args) -> int:
     if args.cmd == "kernel":
         from nbtools.cli.kernelspec import install
         print(f"installed kernel spec in {install(user=args.user)} (runs {sys.executable})")
+        from nbtools.ui.labext import ensure_installed
+        ensure_installed()         # an editable install: the JupyterLab extension too
         return 0
     if args.cmd == "export":
         from nbtools.common.extras import require

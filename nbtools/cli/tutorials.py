@@ -140,6 +140,8 @@ def lab_main(argv: list[str]) -> int:
         root = Path(dest or DEFAULT_DIR).expanduser().resolve()
         print(describe_copy(root, copy_tutorials(root)))
     ensure_kernel()
+    from nbtools.ui.labext import ensure_installed
+    ensure_installed()             # `pip install -e .` leaves the JupyterLab extension out
     argv = _root_ok(argv)
     # -m jupyterlab, not the `jupyter` launcher: that one looks for a jupyter-lab script on
     # PATH, which may belong to another environment or be missing

@@ -93,11 +93,26 @@ class LiveBokehModel(BokehModel):
         super()._document_patched(event)
 
     def get_state(self, key=None, drop_defaults=False):
-        if key is None or "render_bundle" in key:
-            # set without notifying: the views that exist are patched already
+        if self._patched and (key is None or "render_bundle" in key):
+            # set without notifying: the views that exist are patched already. Only when
+            # something changed: a new page asks for every widget's state in one request
+            # (jupyterlab-manager gives it 4 s), and re-drawing each figure's bundle made
+            # it late, then fall back to one request per widget (20-50 s to go live).
             self._trait_values["render_bundle"] = self._model_to_traits(self._model)
             self._patched = False
         return super().get_state(key=key, drop_defaults=drop_defaults)
+
+    def close(self) -> None:
+        """Idempotent: jupyter_bokeh's close removes its document callback unguarded, so
+        a closed widget's ``__del__`` (which closes again) raised ``KeyError`` with the
+        whole render bundle in its message (a 438 KB kernel traceback)."""
+        super(BokehModel, self).close()          # the widget's own close, not BokehModel's
+        doc = self._document
+        if doc is not None:
+            try:
+                doc.remove_on_change(self)
+            except (KeyError, ValueError):
+                pass
 
     def refresh(self) -> None:
         """Give the front end's copy the figure as it is now (existing views redraw)."""

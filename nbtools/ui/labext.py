@@ -33,3 +33,44 @@ def _load_jupyter_server_extension(serverapp) -> None:
     web_app = serverapp.web_app
     route = url_path_join(web_app.settings["base_url"], ROUTE, "(.*)")
     web_app.add_handlers(".*$", [(route, FileFindHandler, {"path": [str(bokehjs_dir())]})])
+
+
+SERVER_CONFIG = "torch-nbtools.json"
+
+
+def installed_where() -> "Path | None":
+    """The torch-nbtools labextension folder Jupyter finds, or None (an editable install:
+    pip leaves pyproject's data-files out of it)."""
+    from jupyter_core.paths import jupyter_path
+    for p in jupyter_path("labextensions"):
+        if (Path(p) / "torch-nbtools" / "package.json").exists():
+            return Path(p) / "torch-nbtools"
+    return None
+
+
+def ensure_installed(prefix: str | None = None, say=print) -> bool:
+    """Where Jupyter does not find the extension (``pip install -e .``), link it into the
+    environment and enable the server side there, as the wheel's data files would: the
+    JupyterLab started next (``jupyter lab`` too) loads it. Returns whether it linked."""
+    import json
+    import sys
+    if installed_where() is not None:
+        return False
+    root = Path(prefix or sys.prefix)
+    dest = root / "share" / "jupyter" / "labextensions" / "torch-nbtools"
+    conf = root / "etc" / "jupyter" / "jupyter_server_config.d" / SERVER_CONFIG
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.is_symlink():
+            dest.unlink()                     # a link to a clone that moved
+        dest.symlink_to(LABEXTENSION, target_is_directory=True)
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text(json.dumps(
+            {"ServerApp": {"jpserver_extensions": {"nbtools.ui.labext": True}}}, indent=2) + "\n")
+    except OSError as e:
+        say(f"note: could not install the torch-nbtools JupyterLab extension into {root} ({e}):"
+            " live figures in JupyterLab need it")
+        return False
+    say(f"linked the torch-nbtools JupyterLab extension into {dest} (an editable install "
+        "leaves it out); restart a running JupyterLab to load it")
+    return True

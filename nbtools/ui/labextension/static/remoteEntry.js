@@ -23,6 +23,7 @@ var _JUPYTERLAB;
   var WIDGET = "application/vnd.jupyter.widget-view+json";
   var BUNDLES = ["bokeh.min.js", "bokeh-gl.min.js", "bokeh-widgets.min.js", "bokeh-tables.min.js"];
   var NOTE = "Static picture of the figure as last drawn: re-run the cell for the live, zoomable view.";
+  var PENDING = "Drawing the live view from the running kernel\u2026";
   var scope = null;
   var bokehLoading = null;
 
@@ -113,8 +114,25 @@ var _JUPYTERLAB;
                 && this._inner.node.childElementCount > 0);
     };
 
+    // While the live view may still come (the kernel is there, its widgets are being
+    // restored), the picture's own caption ("re-run the cell") would be wrong: a line
+    // covers it saying the live view is on its way. Removed once live or known static.
+    FigureRenderer.prototype._pending = function (on) {
+      var node = this._picture.node, cover = node.querySelector(".nbtools-figure-pending");
+      if (!on) { if (cover) cover.remove(); return; }
+      if (cover) return;
+      node.style.position = "relative";
+      cover = document.createElement("div");
+      cover.className = "nbtools-figure-pending";
+      cover.textContent = PENDING;
+      cover.style.cssText = "position:absolute;left:0;right:0;bottom:0;height:30px;" +
+        "background:#fff;color:#666;font:12px sans-serif;padding:6px 70px";
+      node.appendChild(cover);
+    };
+
     FigureRenderer.prototype._settle = function () {
       var live = this.isLive();
+      this._pending(!live && this._waiting);
       if (live) this._picture.hide(); else this._picture.show();
       if (this._inner && !live && this._inner.node.childElementCount === 0
           && /Error/.test(this._inner.node.textContent || "")) this._inner.hide();
@@ -166,9 +184,10 @@ var _JUPYTERLAB;
       this._modelId = view.model_id;
       // The picture shows unless the live view appears soon (no flash of it when it does).
       var shown = setTimeout(function () { self._settle(); }, 1500);
+      this._waiting = true;
       return this._goLive(view).catch(function (e) {
         console.debug("torch-nbtools: figure stays static:", e && e.message);
-      }).then(function () { clearTimeout(shown); self._settle(); });
+      }).then(function () { clearTimeout(shown); self._waiting = false; self._settle(); });
     };
 
     FigureRenderer.prototype._goLive = async function (view) {
@@ -179,15 +198,14 @@ var _JUPYTERLAB;
       if (rendermime.getFactory(WIDGET) === placeholder) throw new Error("no widget manager");
       var inner = rendermime.createRenderer(WIDGET);
       var manager = inner._manager ? await inner._manager.promise : null;
-      if (manager && !manager.restoredStatus) {
-        await new Promise(function (resolve) {
-          manager.restored.connect(function () { resolve(); });
-          setTimeout(resolve, 60000);
-        });
-      }
+      // A new page restores every widget of the kernel before `restored` fires (20-50 s
+      // with many figures); a model already known (a cell just run, or restored early)
+      // draws at once instead of waiting for all the others.
+      for (var j = 0; j < 600 && manager && !manager.restoredStatus
+                      && !manager.has_model(view.model_id); j++) await sleep(100);
       // Asking the manager first keeps a model that is gone (kernel stopped or restarted)
       // from showing "model not found" and a console error.
-      if (manager && (!manager.restoredStatus || !manager.has_model(view.model_id))) {
+      if (manager && !manager.has_model(view.model_id)) {
         inner.dispose();
         throw new Error("widget model " + view.model_id + " is not in this kernel");
       }
