@@ -86,7 +86,7 @@ def test_lab_run_with_stack_puts_the_users_line_in_the_timeline_tooltip(lab):
     assert {(0, "aten::mm"), (1, "aten::mm")} <= hits, sorted(set(map(str, d["detail"])))[:8]
     # the collective's tooltip names the step's line as well, beside its group
     coll = {str(n): t for n, t in zip(names, d["detail"]) if "allreduce" in str(n) and t}
-    assert any(t.endswith("stack: " + want) for t in coll.values()), coll
+    assert any(f"stack: {want}" in t for t in coll.values()), coll   # then gloo's "not recorded"s
     assert not any("runpy" in str(t) or "<string>" in str(t) for t in d["detail"])
     # and without the switch, no stacks
     plain = lab.run(_my_step, StepConfig(scenario="custom", warmup=1, steps=1, profiled=1))
