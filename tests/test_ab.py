@@ -183,17 +183,28 @@ def test_numpy_rounds_and_a_stop_return_the_finished_rounds(lab):
 
 def test_ctrl_c_part_way_returns_the_finished_rounds_and_the_lab_goes_on(lab):
     import _thread
+    import threading
     import time
 
-    def on_run(e):       # a real SIGINT into the main thread while round 2's first run runs
-        if e["phase"] == "start" and e["round"] == 2:
-            import threading
-            threading.Timer(1.0, _thread.interrupt_main).start()
+    timers = []
+
+    def on_run(e):       # one real SIGINT into the main thread while round 2 runs
+        if e["phase"] == "start" and e["round"] == 2 and not timers:
+            # "start" comes once per run of the round: one timer only, or a second SIGINT
+            # lands in a later test and pytest takes it as the user stopping the session
+            timers.append(threading.Timer(0.2, _thread.interrupt_main))
+            timers[0].start()
 
     n = len(lab.history)
-    cmp = lab.ab(A, B, rounds=3, on_run=on_run)
+    try:
+        cmp = lab.ab(A, B, rounds=3, on_run=on_run)
+    finally:
+        for t in timers:
+            t.cancel()
     assert cmp.rounds == 1 and "interrupted (Ctrl-C) after 1 of 3 rounds" in cmp.verdict.text
-    assert lab.history[-1].status == "interrupted" and len(lab.history) == n + 5
+    # round 1's four runs are kept, then round 2's runs up to the interrupted one (a run
+    # takes >= 0.4 s here, so it is the first, but a loaded box may be slower to deliver)
+    assert lab.history[-1].status == "interrupted" and n + 5 <= len(lab.history) <= n + 8
     t = time.perf_counter()
     assert lab.run(A).ok and time.perf_counter() - t < 120
 
