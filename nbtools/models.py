@@ -32,10 +32,13 @@ LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_
 
 def llama(batch: int = 2, seq: int = 64, seed: int = 0, name: str = "llama", **config) -> Workload:
     """LlamaForCausalLM(LlamaConfig(**config)) training on random tokens (next-token loss),
-    ``batch`` x ``seq`` tokens a step on every rank. Blocks: the decoder layers (FSDP2
+    ``batch`` x ``seq`` tokens a step on every rank; ``config``: LlamaConfig fields over
+    LLAMA_TINY (``use_cache`` defaults to False here, unlike HF's default). Blocks: the decoder layers (FSDP2
     shards and compiles each); tp_plan: LLAMA_TP_PLAN."""
     require("transformers", why="nbtools.models.llama")
-    config = {**LLAMA_TINY, **config, "use_cache": False}   # training: no KV cache
+    # training needs no KV cache; use_cache=True stays possible because a person's model
+    # often has it on (HF's default), and with per-block compile it recompiles every block
+    config = {**LLAMA_TINY, "use_cache": False, **config}
     if config["hidden_size"] % config["num_attention_heads"]:
         raise ConfigError(f"hidden_size={config['hidden_size']} is not a multiple of "
                           f"num_attention_heads={config['num_attention_heads']}")
