@@ -41,6 +41,8 @@ def connection_info(path: str, wait_s: float = CONNECTION_WAIT_S):
 
 
 def main() -> None:
+    """An engine process's entry point: start the liveness watch first, read the connection
+    file the lab wrote, then hand over to ipyparallel's engine."""
     from nbtools.engine import liveness
     liveness.start()
     from ipyparallel.engine.app import main as engine_main     # ~1 s: overlaps the controller's start

@@ -150,6 +150,8 @@ class CompileRecorder:
         return self._active and self._hits.pause()
 
     def resume_frame_hits(self) -> None:
+        """Count guard hits and misses again after a pause (the measured steps count, the
+        warm-up's compiles do not)."""
         self._hits.resume()
 
     def set_step(self, step: int) -> None:

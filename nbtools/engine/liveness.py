@@ -24,6 +24,8 @@ POLL_S = 0.5
 
 
 def start() -> None:
+    """Once per engine: watch the client's pid (exit when it is gone) and warm torch's import
+    in the background, so the first run does not pay for it."""
     global _STARTED, _STARTED_AT
     if _STARTED:
         return
@@ -104,6 +106,7 @@ def _warm() -> None:
 
 
 def client_alive(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie (a killed client not yet reaped)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
