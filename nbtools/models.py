@@ -31,7 +31,7 @@ LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_
 
 
 def llama(batch: int = 2, seq: int = 64, seed: int = 0, name: str = "llama", **config) -> Workload:
-    """LlamaForCausalLM(LlamaConfig(**config)) training on random tokens (next-token loss),
+    """``LlamaForCausalLM(LlamaConfig(**config))`` training on random tokens (next-token loss),
     ``batch`` x ``seq`` tokens a step on every rank. Blocks: the decoder layers (FSDP2
     shards and compiles each); tp_plan: LLAMA_TP_PLAN."""
     require("transformers", why="nbtools.models.llama")

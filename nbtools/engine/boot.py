@@ -2,6 +2,7 @@
 
 ``python -m nbtools.engine.boot ARGS`` is ``python -m ipyparallel.engine ARGS`` with two
 things first (issue 26: what an engine did between its process start and registering):
+
 - ``liveness.start()``. As IPEngine's startup command (the way before) it ran only after
   the engine had imported ipykernel and IPython's shell, registered with the controller
   and built its kernel, so torch's import (the longest part of an engine's start: seconds)
