@@ -39,3 +39,5 @@ html_theme = "furo"
 html_title = f"torch-nbtools {release}: API reference"
 templates_path: list[str] = []
 exclude_patterns: list[str] = []
+# Quotes stay as typed: docstrings quote code ("step_ms", it's) and a reader copies it.
+smartquotes = False
