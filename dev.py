@@ -13,7 +13,7 @@ replaced: if the interpreter running this script has one, the venv sees it throu
 --system-site-packages. Otherwise torch==$NBTOOLS_TORCH (default 2.13.0, the version CI tests
 on CPU) is installed: on a host without an NVIDIA GPU the CPU build, from PyTorch's CPU index
 when it answers (else it says what pip's own index gives instead). `test` installs the [test]
-extra, which brings [lab,export,trace,models].
+extra, which brings [lab,export,trace,models], and [docs] (Sphinx: the API reference's test).
 """
 from __future__ import annotations
 
@@ -217,7 +217,7 @@ def main(argv) -> int:
                               "--html", str(out / "demo.html"), *rest], cwd=ROOT)
         print(next_steps())
         return rc
-    py = ensure_venv("test")
+    py = ensure_venv("test,docs")
     if cmd == "setup":
         return 0
     # the layering (.importlinter) first: seconds, and a broken contract explains itself

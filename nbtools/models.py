@@ -31,9 +31,10 @@ LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_
 
 
 def llama(batch: int = 2, seq: int = 64, seed: int = 0, name: str = "llama", **config) -> Workload:
-    """LlamaForCausalLM(LlamaConfig(**config)) training on random tokens (next-token loss),
+    """``LlamaForCausalLM(LlamaConfig(**config))`` training on random tokens (next-token loss),
     ``batch`` x ``seq`` tokens a step on every rank; ``config``: LlamaConfig fields over
-    LLAMA_TINY (``use_cache`` defaults to False here, unlike HF's default). Blocks: the decoder layers (FSDP2
+    LLAMA_TINY (``use_cache`` defaults to False here, unlike HF's default). Blocks: the
+    decoder layers (FSDP2
     shards and compiles each); tp_plan: LLAMA_TP_PLAN."""
     require("transformers", why="nbtools.models.llama")
     # training needs no KV cache; use_cache=True stays possible because a person's model

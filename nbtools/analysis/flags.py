@@ -9,15 +9,20 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Flag:
+    """One kind of flag a run can carry: its ``id``, the ``template`` of its text, what it
+    ``means`` and what ``todo`` about it (docs/flags.md lists them all)."""
     id: str
     template: str
     means: str
     todo: str
 
     def text(self, **fields) -> str:
+        """This flag's text with ``fields`` filled into its template."""
         return self.template.format(**fields)
 
     def matches(self, text: str) -> bool:
+        """True when ``text`` is this flag's template filled in: how a saved run's flag is
+        recognised again."""
         return bool(_pattern(self.template).fullmatch(text))
 
 
@@ -144,6 +149,7 @@ FLAGS = {f.id: f for f in REGISTRY}
 
 
 def make(flag_id: str, **fields) -> str:
+    """The text of flag ``flag_id`` with ``fields`` filled in (KeyError: no such flag)."""
     return FLAGS[flag_id].text(**fields)
 
 

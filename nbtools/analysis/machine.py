@@ -19,6 +19,7 @@ COLUMNS = ("host_load", "sm_clock_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", 
 
 
 def reason_words(bits: int) -> list:
+    """NVML's clock-throttle reason bits as words (e.g. "power cap"), in REASONS' order."""
     return [w for b, w in REASONS.items() if bits & b]
 
 

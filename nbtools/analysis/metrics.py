@@ -16,6 +16,8 @@ import pandas as pd
 
 @dataclass(frozen=True)
 class Metric:
+    """One summary metric: its unit, where it is shown (``kind``), how ranks combine into
+    the run's number, which way is better and its short label. Every surface reads these."""
     name: str
     unit: str        # "ms", "s", "µs", "%", "MB", "/s", "" ...
     kind: str        # "key" (shown first), "more" (behind the details toggle), "gpu" (GPU
@@ -29,6 +31,7 @@ class Metric:
 
     @property
     def label(self) -> str:
+        """The short column label, else the metric's name."""
         return self.short or self.name
 
     @property
@@ -278,21 +281,25 @@ def explain(column: str) -> str:
 
 
 def unit(column: str) -> str:
+    """The unit of a summary column ("" for one the registry does not know)."""
     m = METRICS.get(column)
     return m.unit if m else ""
 
 
 def kind(column: str) -> str:
+    """Where a column is shown: key, more, gpu or gpukey ("more" for unknown columns)."""
     m = METRICS.get(column)
     return m.kind if m else "more"
 
 
 def better(column: str) -> str:
+    """"lower", "higher", or "" when the metric describes rather than aims."""
     m = METRICS.get(column)
     return m.better if m else ""
 
 
 def is_count(column: str) -> bool:
+    """True for a metric that counts things (recompiles, graph breaks): shown as an integer."""
     m = METRICS.get(column)
     return bool(m and m.count)
 

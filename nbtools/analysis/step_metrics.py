@@ -1,20 +1,22 @@
 """Pure metrics on the events table (tables.EVENT_COLUMNS): no plotting, no torch.
 
 Definitions follow HolisticTraceAnalysis (HTA) so numbers can be compared with it:
+
 - Times are interval *unions* (a stream overlapping another counts once), per rank, over
   every ``cuda:`` lane of the rank. compute = kernels that are not communication;
   communication = NCCL/RCCL kernels (see kineto_events.classify).
 - ``overlap_pct`` = time where communication kernels run while some compute kernel runs,
-  over total communication time: |C ∩ K| / |C| (HTA ``get_comm_comp_overlap``).
-- ``exposed_comm_ms`` = communication time not overlapped by compute: |C| - |C ∩ K|.
-- ``idle_ms`` = (last GPU activity end - first start) - |union of GPU activity|, and
-  ``gpu_busy_pct`` = |union| / that span (HTA temporal breakdown). GPU activity = kernels,
+  over total communication time: ``|C ∩ K| / |C|`` (HTA ``get_comm_comp_overlap``).
+- ``exposed_comm_ms`` = communication time not overlapped by compute: ``|C| - |C ∩ K|``.
+- ``idle_ms`` = (last GPU activity end - first start) - ``|union of GPU activity|``, and
+  ``gpu_busy_pct`` = ``|union|`` / that span (HTA temporal breakdown). GPU activity = kernels,
   memcpy, memset (``idle_gaps`` lists the gaps). An NCCL kernel waiting for its peers
   counts as busy: read compute_ms and exposed_comm_ms beside it.
 - ``graph_coverage_pct`` = kernel time (sum of durations) with graph=True / all kernel time.
 - ``queue_delay_us`` = kernel start - start of the CPU runtime call that launched it (same
   correlation id). HTA's "launch delay" subtracts the call's duration as well; ours is the
   whole host-to-device queueing. Graph-replayed kernels count from their cudaGraphLaunch.
+
 A rank with no GPU activity (a CPU-only run) is measured on its ``cpu:`` lanes instead:
 compute = cpu_op events, communication = CPU-side collectives (gloo), busy/idle over the
 span of those; the GPU-only columns (gpu_busy_pct, graph_coverage_pct, queue delay) are NaN

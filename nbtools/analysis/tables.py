@@ -58,6 +58,8 @@ COMPILE_COLUMNS = {
 
 
 def empty(columns: dict) -> pd.DataFrame:
+    """A table with these columns and no rows, each column of its declared dtype, so an
+    empty run's tables concatenate and save like full ones."""
     return from_columns({k: ([] if v == "str" else np.zeros(0, v)) for k, v in columns.items()},
                         columns)
 

@@ -27,6 +27,28 @@ _TIME_UNITS = ("ms", "s", "µs")
 
 @dataclass(frozen=True)
 class Verdict:
+    """B over A on one metric, with its 95 % interval and the words to quote.
+
+    ``lab.ab`` makes it from rounds (Student's t on the rounds' log ratios), ``lab.compare``
+    from two runs' steps; every surface prints ``text``. Frozen: ``with_caveats`` gives a
+    copy.
+
+    Attributes:
+        metric: the summary metric judged (nbtools.analysis.metrics), e.g. "step_ms".
+        ratio: B / A (over rounds: of the geometric means); NaN when there is no verdict.
+        low: the interval's low end (NaN when none could be made).
+        high: its high end.
+        resolved: the interval excludes 1: B differs from A.
+        rounds: rounds with a value on both sides (1: two single runs).
+        text: the verdict in words, caveats included.
+        failed: rounds dropped because a side failed or had no value.
+        caveats: what weakens it (a busy host, two workloads, stopped early).
+
+    Example:
+        >>> v = lab.ab(StepConfig(), StepConfig(compile="default"), rounds=5).verdict
+        >>> print(v)                     # its text
+        >>> v.resolved, v.ratio, (v.low, v.high), v.good
+    """
     metric: str
     ratio: float                # B / A (rounds: of the geometric means; NaN: no verdict)
     low: float                  # the 95 % interval of the ratio (NaN: none could be made)
@@ -64,6 +86,7 @@ class Verdict:
         return (self.ratio < 1) == (way == "lower")
 
     def to_dict(self) -> dict:
+        """Every field as plain JSON-ready values (caveats as a list): for files and reports."""
         return dict(metric=self.metric, ratio=self.ratio, low=self.low, high=self.high,
                     resolved=self.resolved, rounds=self.rounds, failed=self.failed,
                     text=self.text, caveats=list(self.caveats))

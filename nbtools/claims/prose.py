@@ -14,7 +14,7 @@ def num(v, fmt: str = "{:.3g}", none: str = NOT_MEASURED) -> str:
 
 
 def mb(v, none: str = "not measured on CPU") -> str:
-    """A size given in MB (the summary's *_mb columns) in the unit that fits: "36 KB",
+    """A size given in MB (the summary's ``*_mb`` columns) in the unit that fits: "36 KB",
     "1.5 GB"; ``none`` where it is missing (peak_mem_mb has no value on CPU ranks)."""
     return none if missing(v) else fmt_bytes(float(v) * 2**20)
 

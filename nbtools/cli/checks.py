@@ -7,12 +7,16 @@ class UserError(Exception):
 
 
 def one_line(e: BaseException) -> str:
+    """An error as one line for the terminal: ``file: reason`` for an OSError, else its
+    text with whitespace collapsed (its type's name when it has none)."""
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
         return f"{e.filename}: {e.strerror}"
     return " ".join(str(e).split()) or type(e).__name__
 
 
 def need_folder(path, what: str, must_exist: bool) -> None:
+    """UserError unless ``path`` can be a folder ``what``: it exists when ``must_exist``, and
+    is not a file or a broken link (said as such rather than "no such")."""
     from pathlib import Path
     from nbtools.common.outputs import not_a_file
     p = Path(path).expanduser()

@@ -21,6 +21,8 @@ def spec_json(python: str = sys.executable) -> dict:
 
 
 def install(user: bool = False, prefix: str | None = None) -> str:
+    """Install the torch-nbtools kernel spec (this interpreter) for Jupyter: into ``prefix``,
+    the user's folder with ``user``, else this environment's prefix. Returns where it went."""
     from jupyter_client.kernelspec import KernelSpecManager
     src = kernel_dir()
     with tempfile.TemporaryDirectory() as tmp:

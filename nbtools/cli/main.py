@@ -114,6 +114,9 @@ def _run_all(lab, cfgs):
 
 
 def main(argv=None) -> int:
+    """The ``nbtools`` / ``python -m nbtools`` command: run, demo, view, notebooks, lab,
+    kernel, export (``--help`` lists them). Returns the exit status: 0 ok, 2 a usage or config
+    error; a problem the user can fix is one line on stderr, not a traceback."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         return _main(argv)

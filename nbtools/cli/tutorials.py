@@ -91,6 +91,8 @@ def copy_tutorials(dest, force: bool = False) -> list[tuple[str, str]]:
 
 
 def describe_copy(dest, done) -> str:
+    """What copying the tutorials did, for the terminal: the folder and counts per action,
+    then each notebook that was kept or overwritten."""
     n_nb = sum(1 for rel, _ in done if rel.endswith(".ipynb"))
     counts = {}
     for _, action in done:
@@ -117,6 +119,9 @@ passes --allow-root, and says so. Needs the [lab] extra: {{install}}"""
 
 
 def lab_main(argv: list[str]) -> int:
+    """``nbtools lab``: copy the tutorials (``--notebooks-dir``) and start JupyterLab on
+    them with the torch-nbtools kernel; other arguments go to JupyterLab. Returns the exit
+    status; without the ``lab`` extra, MissingExtra with the pip command."""
     if any(a in ("-h", "--help") for a in argv):
         print(LAB_HELP.format(install=install_command("lab")))
         try:

@@ -19,6 +19,7 @@ EXPLAIN = "columns: `nbtools view --explain ...` says what each one means"
 
 
 def say(*lines, err: bool = False) -> None:
+    """Print lines with terminal control characters made visible (run text is the user's)."""
     print(*(terminal_text(line) for line in lines), sep="\n",
           file=sys.stderr if err else sys.stdout)
 
@@ -245,6 +246,8 @@ def _lost_input(flag: str) -> bool:
 
 
 def write_html(path, runs) -> None:
+    """Export ``runs`` to one offline HTML report at ``path`` and say where; an OSError
+    becomes a one-line error naming the path."""
     from nbtools.report.html import export_html
     try:
         out = export_html(path, runs, notes="Written by `python -m nbtools`.")

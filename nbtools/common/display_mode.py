@@ -7,4 +7,6 @@ import os
 
 
 def static_mode() -> bool:
+    """True in an export (NBTOOLS_STATIC set, not 0): no kernel will drive widgets, so
+    views render static HTML instead."""
     return os.environ.get("NBTOOLS_STATIC", "") not in ("", "0")

@@ -29,6 +29,8 @@ DIST = "torch-nbtools"
 
 
 class MissingExtra(ImportError):
+    """An optional dependency is not installed; the message names the extra and the pip
+    command for where this nbtools came from."""
     pass
 
 
@@ -77,6 +79,7 @@ def install_command(*extras: str) -> str:
 
 
 def missing(*modules: str) -> list[str]:
+    """Those of ``modules`` that cannot be imported here (found without importing them)."""
     return [m for m in modules if importlib.util.find_spec(m) is None]
 
 

@@ -25,6 +25,7 @@ def _need(path: Path, what: str) -> Path:
 
 
 def notebooks_dir() -> Path:
+    """The tutorial notebooks shipped with the package (a clear error if the install lacks them)."""
     return _need(HERE / "notebooks", "the tutorial notebooks folder")
 
 
@@ -34,6 +35,7 @@ def notebooks() -> list[Path]:
 
 
 def kernel_dir() -> Path:
+    """The folder of the torch-nbtools kernel spec shipped with the package."""
     return _need(HERE / "kernels" / KERNEL_NAME / "kernel.json", "the kernel spec").parent
 
 
@@ -43,6 +45,7 @@ def docs() -> list[Path]:
 
 
 def h200_traces_dir() -> Path:
+    """Kineto traces recorded on 2 x H200, shipped for demos and tests without a GPU."""
     return HERE / "data" / "h200"
 
 

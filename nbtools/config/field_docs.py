@@ -48,6 +48,8 @@ def allowed_values() -> dict[str, tuple]:
 
 
 def values_text(name: str) -> str:
+    """The values a StepConfig field accepts, in words (choices, true/false, an integer
+    range), and what None means where the scenario decides."""
     f = {f.name: f for f in dataclasses.fields(config.StepConfig)}[name]
     kind = str(f.type)
     if name in allowed_values():

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ScenarioSpec:
+    """What a built-in scenario is: its strategies (the first is the default), whether it
+    trains and has a sequence dimension, and its default sizes (small, large)."""
     name: str
     parallel: tuple          # supported strategies; the first is the default
     train: bool              # has a loss, backward and optimizer step
@@ -34,6 +36,7 @@ SCENARIOS = {s.name: s for s in (
 
 
 def scenario_spec(name: str) -> ScenarioSpec:
+    """The spec of scenario ``name`` ("custom": any strategy, for a user's own step)."""
     if name == "custom":
         return ScenarioSpec("custom", ("none", "ddp", "fsdp2", "tp"), train=True,
                             sequence=False, batch=(1, 1), about="a user's own step function")

@@ -52,7 +52,18 @@ _INTS = {"warmup": (0, 100_000), "steps": (1, 1_000_000), "profiled": (0, 1_000)
 _OPTIONAL = frozenset({"parallel", "seq_schedule", "batch", "seq_len"})
 @dataclass(frozen=True)
 class StepConfig:
-    """What one distributed step looks like. Frozen and picklable; compare with ``diff``."""
+    """What one distributed step looks like: the one thing that crosses to the engines.
+
+    Frozen and picklable, checked once when made: a combination that cannot work raises
+    ConfigError naming the fields and what to do instead. Each field below says what it
+    toggles; ``replace`` makes a changed copy, ``diff`` says what two configs change.
+
+    Example:
+        >>> from nbtools import StepConfig
+        >>> cfg = StepConfig(scenario="tp-mlp-infer", compile="reduce-overhead", autocast="bf16")
+        >>> cfg.replace(compile="off").diff(cfg)
+        {'compile': ('off', 'reduce-overhead')}
+    """
 
     scenario: str = DEFAULT_SCENARIO
     """Workload: model, inputs and step. See ``nbtools.config.scenarios.SCENARIOS``."""
@@ -244,6 +255,7 @@ class StepConfig:
     # -- derived -----------------------------------------------------------------------
     @property
     def resolved_parallel(self) -> str:
+        """The strategy that runs: ``parallel``, else the scenario's default (none for custom)."""
         if self.parallel is not None:
             return self.parallel
         if self.scenario == "custom":
@@ -252,12 +264,14 @@ class StepConfig:
 
     @property
     def resolved_schedule(self) -> str:
+        """The sequence schedule that runs: ``seq_schedule``, else the scenario's default."""
         if self.seq_schedule is not None:
             return self.seq_schedule
         return scenario_spec(self.scenario).schedule
 
     @property
     def compiled(self) -> bool:
+        """True when torch.compile is on (``compile`` is not "off")."""
         return self.compile != "off"
 
     def check_device(self, device_type: str) -> None:
@@ -281,6 +295,22 @@ class StepConfig:
         return tuple(out)
 
     def replace(self, **changes) -> "StepConfig":
+        """A copy with some fields changed, checked like a new config.
+
+        Args:
+            **changes: field=value pairs.
+
+        Returns:
+            StepConfig: the new config (this one is frozen and stays as it was).
+
+        Raises:
+            ConfigError: an unknown field (with the closest name), a bad value, or a
+                combination that cannot work.
+
+        Example:
+            >>> StepConfig().replace(compile="default", dynamic="mark").label()
+            'tp-mlp-infer compile=default dynamic=mark'
+        """
         return dataclasses.replace(self, **_refuse_unknown("StepConfig.replace", changes))
 
     def diff(self, other: "StepConfig") -> dict:
@@ -290,6 +320,7 @@ class StepConfig:
                 if getattr(self, f.name) != getattr(other, f.name)}
 
     def to_dict(self) -> dict:
+        """Every field by name: what a run.json keeps (``from_dict`` reads it back)."""
         return dataclasses.asdict(self)
 
     @classmethod

@@ -89,6 +89,7 @@ class Workload:
 
     @property
     def train(self) -> bool:
+        """True when the workload has a loss: its step runs backward and the optimizer."""
         return self.loss is not None
 
     def config(self, **fields) -> StepConfig:

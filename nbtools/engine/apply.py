@@ -19,6 +19,9 @@ _OPTIMIZE_DDP = {"ddp_optimizer": "ddp_optimizer", "python_reducer": "python_red
 
 @dataclass
 class Prepared:
+    """A scenario with every toggle applied (parallel, compile, autocast, CUDA graph): the
+    step to time, the module it calls, its optimizer, an eager forward for ``check``, and
+    notes the run reports."""
     step: Callable            # (inputs, target) -> loss or output (detached)
     module: torch.nn.Module   # what the step calls (wrapped)
     optimizer: Optional[torch.optim.Optimizer]

@@ -2,6 +2,7 @@
 
 ``python -m nbtools.engine.boot ARGS`` is ``python -m ipyparallel.engine ARGS`` with two
 things first (issue 26: what an engine did between its process start and registering):
+
 - ``liveness.start()``. As IPEngine's startup command (the way before) it ran only after
   the engine had imported ipykernel and IPython's shell, registered with the controller
   and built its kernel, so torch's import (the longest part of an engine's start: seconds)
@@ -41,6 +42,8 @@ def connection_info(path: str, wait_s: float = CONNECTION_WAIT_S):
 
 
 def main() -> None:
+    """An engine process's entry point: start the liveness watch first, read the connection
+    file the lab wrote, then hand over to ipyparallel's engine."""
     from nbtools.engine import liveness
     liveness.start()
     from ipyparallel.engine.app import main as engine_main     # ~1 s: overlaps the controller's start

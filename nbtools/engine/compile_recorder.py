@@ -3,6 +3,7 @@ failure, the lazy backward compiles AOTAutograd does at a graph's first backward
 re-records and skips), as one COMPILE_COLUMNS table per rank plus a few counts.
 
 Sources, all in-process and structured (no stderr parsing):
+
 - ``torch._dynamo.utils.get_compilation_metrics()``: a record per compiled frame (times, op
   and guard counts, cache hits), read at finish_run (records land after Dynamo's end callback).
 - Artifact loggers, with our own logging.Handler: ``torch._dynamo.guards.__recompiles`` has
@@ -150,6 +151,8 @@ class CompileRecorder:
         return self._active and self._hits.pause()
 
     def resume_frame_hits(self) -> None:
+        """Count guard hits and misses again after a pause (the measured steps count, the
+        warm-up's compiles do not)."""
         self._hits.resume()
 
     def set_step(self, step: int) -> None:

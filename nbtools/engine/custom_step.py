@@ -18,6 +18,8 @@ from nbtools.engine.materialize import Built
 
 @dataclass
 class StepContext:
+    """What a user's step function ``fn(ctx)`` gets on its rank: rank, world size, device,
+    process group, the config, and ``state`` kept across its steps."""
     rank: int
     world_size: int
     device: torch.device

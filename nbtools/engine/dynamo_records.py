@@ -18,6 +18,8 @@ _STACK_ENTRY = re.compile(r"Line: (\d+), Name: (.*), Filename: (.*)")
 
 # -- torch access, each guarded --------------------------------------------------------
 def log_state():
+    """torch._logging's live log state, re-read each time (TORCH_LOGS rebinds it); None
+    where this torch has none."""
     try:
         from torch._logging import _internal
         return _internal.log_state   # rebound by _init_logs when TORCH_LOGS is set: re-read
@@ -26,6 +28,7 @@ def log_state():
 
 
 def compilation_metrics() -> list:
+    """Dynamo's compilation metrics so far ([] where this torch does not keep them)."""
     try:
         from torch._dynamo.utils import get_compilation_metrics
         return get_compilation_metrics()
@@ -34,6 +37,7 @@ def compilation_metrics() -> list:
 
 
 def current_compile_id() -> str:
+    """The compile id being compiled now (e.g. "0/1"), "" outside a compile."""
     try:
         from torch._guards import CompileContext
         cid = CompileContext.current_compile_id()
@@ -43,11 +47,14 @@ def current_compile_id() -> str:
 
 
 def callback_trigger(args) -> str:
+    """What started a compile, by name, from a compile callback's arguments."""
     t = getattr(args, "callback_trigger", None)
     return getattr(t, "name", str(t))
 
 
 def counter_snapshot() -> dict:
+    """Dynamo's and inductor's counters now (graph breaks, unimplemented, unique graphs,
+    CUDA-graph skips): the run reports the difference over its steps."""
     try:
         from torch._dynamo.utils import counters
     except ImportError:
@@ -73,6 +80,8 @@ def frame_of(m) -> tuple:
 
 
 def compile_times(m) -> dict:
+    """A compilation metric's times in ms: total, Dynamo's part, the backend's (inductor,
+    codegen), and backward (0 here: ``fold_backward`` adds it)."""
     def ms(field):
         return round((getattr(m, field, None) or 0) / 1e3, 3)
     total = ms("duration_us")
@@ -84,6 +93,7 @@ def compile_times(m) -> dict:
 
 
 def cache_counts(m) -> tuple:
+    """(hits, misses) of the FX-graph and AOTAutograd caches, local and remote, in one metric."""
     def total(kind):
         return sum(getattr(m, f"{c}_{where}_cache_{kind}_count", 0) or 0
                    for c in ("inductor_fx", "aotautograd") for where in ("local", "remote"))
@@ -91,6 +101,7 @@ def cache_counts(m) -> tuple:
 
 
 def fold_backward(row, m):
+    """Add a backward compile's time and cache counts to its forward's row (one row per frame)."""
     row["_times"]["bwd_ms"] = round(row["_times"]["bwd_ms"] + (m.duration_us or 0) / 1e3, 3)
     hits, misses = cache_counts(m)
     row["_cache"] = (row["_cache"][0] + hits, row["_cache"][1] + misses)
@@ -150,6 +161,7 @@ class FrameHits:
         return self._prev(cache_hit) if self._prev is not None else cache_hit
 
     def start(self) -> None:
+        """Start counting guard hits and misses (zeroed), chaining any hook already set."""
         self.hits = self.misses = 0
         prev = _set_guard_hook(self)
         self._lost = prev is _UNAVAILABLE

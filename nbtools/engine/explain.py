@@ -37,7 +37,7 @@ def _pickler():
 
 
 def explain(model_or_fn, *args, timeout: float = 600, **kwargs) -> dict:
-    """Run torch._dynamo.explain(model_or_fn)(*args, **kwargs) in a new process.
+    """Run ``torch._dynamo.explain(model_or_fn)(*args, **kwargs)`` in a new process.
 
     Returns {"graph_count", "graph_break_count", "op_count", "ops_per_graph",
     "break_reasons": [{"reason", "frame" (file:line), "function"}], "torch"}.

@@ -22,6 +22,8 @@ CONNECT_S = 30.0
 
 
 def start() -> None:
+    """On a remote engine: hold a socket open to the lab (NBTOOLS_LIFELINE) and exit when it
+    closes, so an engine on another host never outlives its client."""
     spec = os.environ.get("NBTOOLS_LIFELINE", "")
     if not spec:
         return

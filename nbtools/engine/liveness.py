@@ -3,6 +3,7 @@
 ``start()`` runs first thing in a local engine's process (engine/boot.py), or as the
 engine's startup command (ipyparallel's IPEngine.startup_command, engines on other hosts),
 before the engine has any work; a second call does nothing:
+
 - a watchdog thread polls the client's pid (passed as NBTOOLS_CLIENT_PID: ipyparallel may
   launch engines through another process, so the parent is not necessarily the client)
   and takes the engine and its children down when the client is gone. The client's guard
@@ -11,6 +12,7 @@ before the engine has any work; a second call does nothing:
   needs) starts in the background, so it overlaps the engine's interpreter start and
   registration and the lab's other start-up steps instead of following them (8 s on an
   H200 host), and a spare is warm when swapped in.
+
 Nothing here imports torch at module level, bokeh or ipywidgets.
 """
 from __future__ import annotations
@@ -24,6 +26,8 @@ POLL_S = 0.5
 
 
 def start() -> None:
+    """Once per engine: watch the client's pid (exit when it is gone) and warm torch's import
+    in the background, so the first run does not pay for it."""
     global _STARTED, _STARTED_AT
     if _STARTED:
         return
@@ -104,6 +108,7 @@ def _warm() -> None:
 
 
 def client_alive(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie (a killed client not yet reaped)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -115,6 +115,8 @@ class Sampler:
         self.procs_before = self.procs_after = []
 
     def start(self) -> "Sampler":
+        """Record the GPU's processes and a first sample, then sample in a background thread;
+        returns the sampler."""
         if self.gpu is not None:
             self.procs_before = self.gpu.processes()
         self._sample()
@@ -138,6 +140,7 @@ class Sampler:
             self.samples[k].append(row[k])
 
     def stop(self) -> dict:
+        """Stop sampling, take a last sample and return ``result()``."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(1.0)
@@ -147,6 +150,8 @@ class Sampler:
         return self.result()
 
     def result(self) -> dict:
+        """What the run keeps of this machine: cores, pid, samples (load, clocks, power), and on
+        a GPU its index, clock limit, power limit and the processes that shared it."""
         out = dict(cores=os.cpu_count() or 1, pid=os.getpid(), samples=self.samples,
                    nvml="" if self.gpu is not None or self.device_type != "cuda"
                    else f"NVML unavailable: {_nvml}")

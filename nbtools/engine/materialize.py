@@ -38,6 +38,7 @@ class Built:
 
     @property
     def train(self) -> bool:
+        """True when there is a loss: the step runs backward and the optimizer."""
         return self.loss_fn is not None
 
 

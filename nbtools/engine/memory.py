@@ -32,6 +32,8 @@ class MemoryRecorder:
         self.base = (0, 0)
 
     def start(self) -> None:
+        """Start CUDA's allocator history (CUDA-graph pools included) when memory is recorded on
+        CUDA; without the private API the profiler's memory events remain."""
         if not (self.on and self.cuda):
             return
         self.base = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
@@ -44,9 +46,12 @@ class MemoryRecorder:
             self.history = False
 
     def profiler_kwargs(self) -> dict:
+        """The profiler's arguments for memory: profile_memory=True when memory is recorded."""
         return dict(profile_memory=True) if self.on else {}
 
     def collect(self, prof) -> dict:
+        """The memory lane's table and graph_pool_mb: from the allocator history when it ran
+        (then stopped), else from the profiler's events ({} when memory is off)."""
         if not self.on:
             return {}
         if self.history:

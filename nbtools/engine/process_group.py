@@ -143,6 +143,8 @@ def shutdown(timeout_s: float = 10.0) -> bool:
 
 
 def bounded(fn, timeout_s) -> bool:
+    """Run ``fn`` in a daemon thread for at most ``timeout_s``; True when it returned in time
+    (a destroy stuck in a collective must not hang the engine)."""
     t = threading.Thread(target=fn, daemon=True)
     t.start()
     t.join(timeout_s)

@@ -9,6 +9,7 @@ collection walks every object the engine holds). benchmarks/fidelity.py measures
 against a plain script with each switch at its old setting (``BEFORE``) and at its default.
 
 ``SETTINGS`` (defaults: the quiet behaviour):
+
 - ``progress_steps``: publish per-step progress in the measured and profiled phases too
   (False: one message when the phase starts; warm-up steps, where compiles happen, keep
   theirs).

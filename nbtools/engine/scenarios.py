@@ -86,6 +86,8 @@ class TPBlock(nn.Module):
         self.world, self.group = world, group
 
     def forward(self, x):
+        """Pre-norm MLP with a residual; across ranks the partial outputs are summed (functional
+        all-reduce, which torch.compile traces)."""
         y = self.down(F.gelu(self.up(self.norm(x))))
         if self.world > 1:
             import torch.distributed._functional_collectives as funcol
@@ -94,11 +96,13 @@ class TPBlock(nn.Module):
 
 
 class TPMLP(nn.Module):
+    """A stack of TPBlocks: the tp-mlp scenarios' model."""
     def __init__(self, d, hidden, blocks, world, group):
         super().__init__()
         self.blocks = nn.ModuleList(TPBlock(d, hidden, world, group) for _ in range(blocks))
 
     def forward(self, x):
+        """The blocks in order."""
         for b in self.blocks:
             x = b(x)
         return x
@@ -151,6 +155,8 @@ def _tp_mlp(size, batch, device, rank, world, group, seed, model=None) -> Built:
 
 # -- ddp-train: a small residual conv net -------------------------------------------------
 class ResBlock(nn.Module):
+    """A residual block of two 3x3 convolutions with GroupNorm (batch-size free, so DDP's
+    ranks need no synchronised statistics)."""
     def __init__(self, cin, cout, stride):
         super().__init__()
         self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
@@ -161,10 +167,12 @@ class ResBlock(nn.Module):
             else nn.Identity()
 
     def forward(self, x):
+        """conv-norm-relu-conv-norm, plus the (projected) input, then relu."""
         return F.relu(self.skip(x) + self.n2(self.c2(F.relu(self.n1(self.c1(x))))))
 
 
 class ConvNet(nn.Module):
+    """A small ResNet-like classifier: the convolution scenario's model."""
     def __init__(self, width, stages, classes=10):
         super().__init__()
         layers, c = [nn.Conv2d(3, width, 3, 1, 1, bias=False)], width
@@ -175,6 +183,7 @@ class ConvNet(nn.Module):
         self.head = nn.Linear(c, classes)
 
     def forward(self, x):
+        """Logits: the stages, global average pooling, a linear head."""
         return self.head(self.body(x).mean((2, 3)))
 
 
@@ -203,6 +212,7 @@ def _image_workload(model, batch, hw, classes, seed, name, flops=0.0) -> Workloa
 
 # -- fsdp2-train / varlen-train: a small transformer LM ----------------------------------
 class Block(nn.Module):
+    """A pre-norm transformer block: causal self-attention (SDPA) and a GELU MLP."""
     def __init__(self, d, heads):
         super().__init__()
         self.heads = heads
@@ -213,6 +223,7 @@ class Block(nn.Module):
         self.down = nn.Linear(4 * d, d, bias=False)
 
     def forward(self, x):
+        """Attention then MLP, each with a residual; ``x`` is (batch, time, d)."""
         b, t, d = x.shape
         q, k, v = self.qkv(self.n1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
         a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
@@ -222,6 +233,7 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
+    """A small decoder-only language model: embedding, Blocks, final norm and head."""
     def __init__(self, vocab, d, heads, layers):
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
@@ -230,6 +242,7 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(d, vocab, bias=False)
 
     def forward(self, tokens):
+        """Logits (batch, time, vocab) for token ids (batch, time)."""
         x = self.embed(tokens)
         for blk in self.layers:
             x = blk(x)
@@ -237,6 +250,7 @@ class TinyLM(nn.Module):
 
 
 def lm_loss(logits, target):
+    """Next-token cross entropy in float32 over every position (-100: padding, ignored)."""
     return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=-100)
 
 

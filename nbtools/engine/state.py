@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class EngineState:
+    """Everything an engine keeps between runs: its rank and process group, the built
+    workload and compiled callables, reused while the scenario and shapes stay the same."""
     rank: int = -1
     world: int = 0
     device: object = None

@@ -10,6 +10,8 @@ from nbtools.config.step_config import ConfigError
 
 
 def describe(x) -> str:
+    """A value in a few words for an error message: ``float32[8,16]`` for a tensor, the
+    parts of a short list or tuple, else its type's name."""
     if isinstance(x, torch.Tensor):
         return f"{str(x.dtype).removeprefix('torch.')}[{','.join(map(str, x.shape))}]"
     if isinstance(x, (list, tuple)) and len(x) <= 4:
@@ -27,6 +29,8 @@ _NOT_FIT = re.compile(r"out of memory|peer|Connection|process group|NCCL|gloo|gr
 
 
 def blames_batch(e: Exception, inputs) -> bool:
+    """True when the model's failure reads as inputs that do not fit it (shapes, dtypes,
+    devices), so the error points at Workload.batch rather than the model."""
     if any(not isinstance(x, torch.Tensor) for x in inputs):
         return not _NOT_FIT.search(str(e))
     text = str(e)
@@ -47,10 +51,13 @@ def forward_failed(e: Exception, inputs) -> ConfigError:
 
 
 def blames_loss(e: Exception) -> bool:
+    """True when a loss failure reads as the loss's own (not out of memory or the runtime's)."""
     return not _NOT_FIT.search(str(e)) and type(e).__name__ != "OutOfMemoryError"
 
 
 def loss_failed(e: Exception, out, target) -> ConfigError:
+    """The ConfigError for a failed Workload.loss: what it got (output and target) and what
+    to check."""
     return ConfigError(f"Workload.loss(output, target) failed (output: {describe(out)}, target: "
                        f"{describe(target)}): {type(e).__name__}: {_first_line(e)}. Check "
                        "Workload.loss, and that Workload.batch's target fits the model's output.")

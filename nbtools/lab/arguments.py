@@ -118,6 +118,7 @@ def check_history(folder):
 
 
 def check_cache_per(per: str) -> str:
+    """``compile_cache_per`` if it is "host" or "rank", else ConfigError saying what each means."""
     if per not in CACHE_PER:
         raise ConfigError(f"compile_cache_per={per!r}: give one of {', '.join(CACHE_PER)} "
                           "(host: the ranks on a host share one inductor cache; rank: each "

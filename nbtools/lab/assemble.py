@@ -17,6 +17,8 @@ _PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Co
 
 
 def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
+    """One Run from every rank's report: the tables concatenated, failed and unfinished ranks'
+    errors, the summary, flags and environment."""
     # what the ranks send is the user's text too (ctx.report values, notes, errors): a lone
     # surrogate in it made the reports table, and then the save, fail, losing the run
     # (the tables' names are made valid where they are built, and are large: not walked)

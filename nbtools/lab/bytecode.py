@@ -51,6 +51,8 @@ def has_bytecode(package: str) -> bool:
 
 
 def cache_folder() -> Path:
+    """Where engines keep compiled bytecode (XDG cache, per Python): shared by every lab, so
+    engines start faster after the first."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     tag = sys.implementation.cache_tag or "python"
     return base / "nbtools" / f"pycache-{tag}"

@@ -37,6 +37,7 @@ class SSH:
 
 
 def wanted(engines) -> bool:
+    """True when ``engines`` asks for engines on other hosts (an SSH spec or a dict of hosts)."""
     return isinstance(engines, (SSH, dict))
 
 
@@ -94,6 +95,7 @@ class Lifeline:
                             e["alive"] = False
 
     def get(self, token: str) -> Optional[dict]:
+        """What the engine holding ``token`` said when it connected (host, pid), or None yet."""
         with self.lock:
             return self.engines.get(token)
 
@@ -120,6 +122,8 @@ def _keepalive(conn) -> None:
 
 @dataclass
 class Remote:
+    """One engine started over ssh: its host and local rank, the token it calls back with,
+    its launcher, and its engine id once it registers."""
     host: str
     local_rank: int
     token: str
@@ -148,6 +152,8 @@ def route_address(spec: SSH, host: str, timeout: float) -> str:
 
 
 class Hosts:
+    """A lab's engines on other hosts: started over ssh, each holding a lifeline to the lab,
+    identified as they register, replaced when one dies."""
     def __init__(self, lab, spec: SSH):
         self.lab, self.spec = lab, spec
         self.remotes: list = []
@@ -157,6 +163,8 @@ class Hosts:
 
     # -- starting -------------------------------------------------------------------------
     def launch(self, ipp) -> list:
+        """Start the controller where the hosts can reach it and one engine per slot on each
+        host; returns their engine ids once registered."""
         lab = self.lab
         first = next(iter(self.spec.hosts))
         self.addr = route_address(self.spec, first, lab.start_timeout)
@@ -171,6 +179,8 @@ class Hosts:
         return self.await_engines(self.remotes)
 
     def start_one(self, host: str, local_rank: int) -> Remote:
+        """Start one engine on ``host`` for ``local_rank`` over ssh (RuntimeError with ssh's last
+        words when that fails)."""
         token = uuid.uuid4().hex
         folder = f"{self.lab.workdir}/on-{host}"
         env = {"NBTOOLS_LOCAL_RANK": str(local_rank), "PYTHONUNBUFFERED": "1",
@@ -213,6 +223,8 @@ class Hosts:
                            f"at {self.addr}?)")
 
     def identify(self) -> None:
+        """Match newly registered engines to the remotes that started them, by the host and pid
+        their lifelines reported."""
         from nbtools.lab import placement
         client = self.lab.client
         known = {r.engine_id for r in self.remotes} | self.retired
@@ -243,6 +255,7 @@ class Hosts:
 
     # -- faults -----------------------------------------------------------------------------
     def by_engine(self, eid) -> Optional[Remote]:
+        """The remote behind engine ``eid``, or None."""
         return next((r for r in self.remotes if r.engine_id == eid), None)
 
     def status(self, r: Remote) -> Optional[str]:
@@ -253,6 +266,7 @@ class Hosts:
         return f"its process (pid {line['pid']} on {line['host']}) ended"
 
     def dead(self, eid) -> Optional[str]:
+        """Why engine ``eid``'s remote is gone (its status), or None when it is not one of ours."""
         r = self.by_engine(eid)
         return self.status(r) if r is not None else None
 

@@ -2,7 +2,6 @@
 torch.distributed job that stays up while the notebook toggles configs."""
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from nbtools.engine import process_group, runner as engine
-from nbtools.lab import gather, hosts, placement
+from nbtools.lab import gather, hosts, start
 from nbtools.lab.assemble import assemble, first_error
 from nbtools.lab import arguments, reaper
 from nbtools.lab.arguments import Checked
@@ -20,7 +19,6 @@ from nbtools.lab import recovery
 from nbtools.analysis import machine
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.results.history import History
-from nbtools.lab.pool import Pool
 from nbtools.results.run import Run
 from nbtools.lab.errors import LabClosed, RunFailed, RunTimeout  # noqa: F401  (users catch them here)
 from nbtools.config.workload import Workload, check_run, to_payload
@@ -30,31 +28,35 @@ from nbtools.results.views import view
 
 
 class Lab:
-    """One engine per visible GPU; without GPUs, ``n`` CPU ranks (default 2) on gloo.
+    """One engine per visible GPU (no GPU: ``n`` CPU ranks, default 2, on gloo), joined in one
+    torch.distributed job that stays up while you toggle configs. Close it (or use ``with``).
 
-    ``timeout`` bounds a run; ``pg_timeout`` is torch.distributed's collective timeout;
-    ``peer_grace`` is how long other ranks may still run after one rank failed before the
-    lab treats them as stuck in a collective and restarts the engines.
-    ``engines`` is any ipyparallel launcher name ("local", "mpi", "slurm", "ssh", ...);
-    ``cluster`` an existing ipyparallel Cluster or Client to use instead of starting one.
-    ``history`` is the folder runs are saved to as they complete.
-    ``spares`` keeps a warm engine per rank (started in the background, torch imported;
-    two where the host has the cores and memory, for faults back to back) that replaces a
-    dead, hung or interrupted rank's engine in about a second; without it
-    a replacement is started when needed (as slow as a start). Local engines only.
-    ``compile_cache``: a folder for the ranks' inductor caches that outlives the lab (a
-    later lab given it starts warm, as a max-autotune experiment needs); default a new one
-    per lab. ``compile_cache_per``: "host" (default) gives a host's ranks one folder
-    (inductor builds each kernel under a file lock keyed by its source, so the others load
-    what one builds); "rank" one each (``DIR/rank0``, ...), for cold compiles per rank.
-    ``progress``: while a run runs, show each rank's phase (start, warm-up/compile,
-    measured, profiled, parse) and step — a widget in Jupyter, lines on stderr elsewhere;
-    False for none, or a callable that gets the text (the panel's status line).
-    ``engine_warnings``: the last run's library warnings per rank, in full (under the run
-    they are folded to one line per kind with a count). "host busy" is said once per lab:
-    when it starts, where its ranks have more threads than the cores they share (``notes``),
-    else by the first run that finds the host busy (``said_once``; every run keeps its
-    host_load).
+    Args:
+        n: ranks; default one per visible GPU, else 2.
+        engines: an ipyparallel launcher ("local", "mpi", "slurm", "ssh", ...) or hosts.SSH.
+        cluster: an existing ipyparallel Cluster or Client to use instead of starting one.
+        history: the folder runs are saved to as they complete (None: memory only).
+        timeout: seconds a run may take; pg_timeout: torch.distributed's collective timeout.
+        start_timeout: seconds the engines may take to start and join.
+        peer_grace: seconds other ranks may run on after one failed before the lab treats
+            them as stuck in a collective and replaces their engines.
+        spares: a warm engine per rank (local engines only) swaps in for a dead, hung or
+            interrupted one in about a second, instead of a full start.
+        compile_cache: a folder for the inductor caches that outlives the lab (a later lab
+            starts warm); default a new one per lab.
+        compile_cache_per: "host" (a host's ranks share one folder; inductor locks each
+            kernel's build) or "rank" (``DIR/rank0``, ...: cold compiles per rank).
+        echo: say what the lab does on stderr. ``progress`` (attribute): each rank's phase
+            while a run runs; False for none, or a callable that gets the text.
+
+    ``engine_warnings`` holds the last run's library warnings per rank in full (the run folds
+    them to one line per kind); "host busy" is said once per lab (``notes``, ``said_once``).
+
+    Example:
+        >>> from nbtools import Lab, StepConfig
+        >>> with Lab() as lab:                       # 2 CPU ranks here, one per GPU there
+        ...     run = lab.run(StepConfig(compile="default"))
+        ...     run.summary[["rank", "step_ms"]]
     """
     progress = True
     closed = False
@@ -108,7 +110,7 @@ class Lab:
                 self.cluster = None if isinstance(self._external, ipp.Client) else self._external
                 ids = hosts.wait_external(self)
             else:
-                ids = self._launch(ipp)
+                ids = start.launch(self, ipp)
             self._join(ids)
             if len({p.host for p in self.placements}) > 1 or self._external is not None:
                 print(hosts.summary(self.placements), file=sys.stderr)
@@ -121,82 +123,9 @@ class Lab:
             raise
         self.startup_s = time.perf_counter() - t0
 
-    def _launch(self, ipp) -> list:
-        """Controller and engines on this lab's own profile folder (inside workdir, so the
-        connection files and logs go with the lab); every process is told to the guard."""
-        if hosts.wanted(self.engines):
-            spec = self.engines if isinstance(self.engines, hosts.SSH) else hosts.SSH(self.engines)
-            self.hosts = hosts.Hosts(self, spec)
-            return self.hosts.launch(ipp)
-        n, gpus = self._count()
-        from nbtools.lab.launchers import EngineSetLauncher, start_controller
-        local = self.engines == "local"
-        self.cluster = start_controller(ipp, EngineSetLauncher if local else self.engines,
-                                        self.workdir, self._guard)
-        if local:
-            threads = placement.threads_per_rank(os.cpu_count(), n) if not gpus else 0
-            self.pool = Pool(self.cluster, self._guard, gpus, threads, self.spares)
-            slots = [self.pool.launch(i) for i in range(n)]
-            self.pool.start_with(n)
-        else:
-            self.cluster.start_engines_sync(n=n)
-            for es in self.cluster.engines.values():   # the launcher's local process (mpiexec, ...)
-                if getattr(es, "pid", None):
-                    self._guard.watch(es.pid)
-        self.client = self.cluster.connect_client_sync()
-        self.client.wait_for_engines(n, timeout=self.start_timeout, interactive=False)
-        if self.pool is None:
-            return sorted(self.client.ids)
-        ids = [self.pool.await_engine(self.client, s, self.start_timeout) for s in slots]
-        if None in ids:
-            raise RuntimeError(f"{ids.count(None)} engine(s) did not register within "
-                               f"start_timeout={self.start_timeout:.0f} s")
-        return ids
-
-    def _count(self) -> tuple[int, list]:
-        """(ranks, GPU ids for local engines). GPUs are counted without initialising CUDA
-        in this process (the client needs no GPU)."""
-        gpus = placement.visible_gpus() if self.engines == "local" else []
-        n = self._n_requested or len(gpus) or 2
-        if gpus and n > len(gpus):
-            raise ConfigError(f"Lab(n={n}) but only {len(gpus)} GPUs are visible; one engine "
-                              "per GPU. Use n <= the GPU count.")
-        return n, gpus[:n]
-
     def _join(self, ids) -> None:
-        """Ranks from what the engines report, then one process group over them. Also how
-        a healed lab rejoins: survivors leave their old group inside engine.setup."""
-        idents = self._on(ids, placement.identity)
-        self.placements = placement.assign(dict(zip(ids, idents)))
-        by_eid = {p.engine_id: p for p in self.placements}
-        self._on(ids, placement.pin, args_for=lambda e: (by_eid[e].local_rank,))
-        infos = self._on(ids, process_group.info)
-        types = {i["device_type"] for i in infos}
-        if len(types) != 1:
-            raise RuntimeError(f"engines disagree on the device type: {types}; give every "
-                               "engine a GPU or none")
-        self.device_type = types.pop()
-        self.infos = {by_eid[e].rank: i for e, i in zip(ids, infos)}
-        self.rank_to_engine = {p.rank: p.engine_id for p in self.placements}
-        r0 = self.rank_to_engine[0]
-        addr = placement.master_addr(self.placements)
-        # rank 0 opens the store's socket on exactly that address (loopback on one host)
-        port = self.client[r0].apply_sync(process_group.listen, addr)
-        world = len(self.placements)
-        cpus = {p.rank: self.infos[p.rank]["cpus"] for p in self.placements}
-        args = {p.engine_id: (p.rank, world, addr, port,
-                              placement.threads_per_rank(cpus[p.rank], p.local_world)
-                              if self.device_type == "cpu" else 0,
-                              str(arguments.rank_cache(self.compile_cache or self.workdir
-                                                       / "inductor-cache", p,
-                                                       self.compile_cache_per)),
-                              self.pg_timeout) for p in self.placements}
-        self.setup_times = self._on(ids, process_group.setup, args_for=lambda e: args[e],
-                                    timeout=self.start_timeout)
-        self.world_size = world
-        if self.device_type == "cpu":
-            placement.say_oversubscribed(self, {p.engine_id: args[p.engine_id][4]
-                                                for p in self.placements}, cpus)
+        """Ranks, then one process group over them (nbtools.lab.start.join)."""
+        start.join(self, ids)
 
     def _on(self, ids, fn, args_for=None, timeout=120.0) -> list:
         """Call fn on every engine at once (collectives need all ranks inside together)."""
@@ -224,6 +153,7 @@ class Lab:
         return bool(self._replace) and self.pool is None and self.hosts is None
 
     def close(self) -> None:
+        """Stop every engine this lab started and remove its folders; history stays on disk."""
         self.closed = True
         self._stop(graceful=True)
         # the guard removes the lab's folders: per-lab inductor caches (1.3 GB after one
@@ -303,10 +233,27 @@ class Lab:
 
     def run(self, fn_or_cfg=None, cfg: Optional[StepConfig] = None, *, timeout=None,
             **changes) -> Run:
-        """lab.run(cfg), lab.run(workload, cfg), lab.run(my_step_fn, cfg),
-        lab.run(cfg, compile="default") or lab.run(lab.check(...)). Raises ConfigError
-        before dispatch, RunFailed / RunTimeout after (the run is kept in lab.history
-        either way)."""
+        """Run one config on every rank and bring back one Run (kept in ``lab.history``).
+
+        Args:
+            fn_or_cfg: a StepConfig, a Workload, your own step function ``fn(ctx)``, or
+                what ``lab.check(...)`` returned.
+            cfg: the StepConfig for a Workload or step function (default StepConfig()).
+            timeout: seconds for this run (default the lab's ``timeout``).
+            **changes: StepConfig fields to change first (``lab.run(cfg, batch=8)``).
+
+        Returns:
+            Run: every rank's steps, events, compile events and summary.
+
+        Raises:
+            ConfigError: before dispatch, when the config cannot run on these engines.
+            RunFailed: a rank raised (``.run`` holds the run, kept in history too).
+            RunTimeout: a rank did not finish in time; its engine is replaced.
+
+        Example:
+            >>> run = lab.run(StepConfig(scenario="tp-mlp-infer", compile="reduce-overhead"))
+            >>> run = lab.run(workload, StepConfig(autocast="bf16"), parallel="ddp")
+        """
         checked = self.check(fn_or_cfg, cfg, **changes)
         fn, cfg = checked.fn, checked.cfg
         timeout = arguments.check_seconds("timeout", timeout, allow_none=True)
@@ -360,16 +307,54 @@ class Lab:
 
     # -- conveniences ----------------------------------------------------------------------
     def compare(self, a, b):
-        """Two runs (or history ids); ``.verdict`` covers their steps only, no drift."""
+        """Compare two runs already made: one run a side, so the verdict covers their
+        steps only, not drift between runs (``ab`` runs rounds for that).
+
+        Args:
+            a: a Run, or a run id from ``lab.history``.
+            b: the other, read as B over A.
+
+        Returns:
+            Comparison: ``.verdict``, ``.table``, ``.plot()``.
+
+        Example:
+            >>> cmp = lab.compare(lab.history[-2], lab.history[-1])
+            >>> print(cmp.verdict)
+        """
         return Comparison(self._resolve(a, "a"), self._resolve(b, "b"))
 
     def ab(self, a, b, rounds: int = 5, metric: str = "step_ms", **kw):
-        """A/B in rounds of A B B A with a verdict and its interval; ``timeout``,
-        ``on_run`` and ``stop`` as in nbtools.lab.ab.ab."""
+        """A/B in interleaved rounds (A B B A, so a linear drift cancels in each round).
+
+        Args:
+            a: side A: a StepConfig, a (workload, cfg) pair or a (workload, {fields}) pair.
+            b: side B, in the same forms.
+            rounds: complete rounds to run, or "auto": stop when resolved (``max_rounds``).
+            metric: the summary metric the verdict judges (nbtools.analysis.metrics).
+            **kw: ``timeout``, ``on_run``, ``stop``, ``max_rounds``: nbtools.lab.ab.ab.
+
+        Returns:
+            Comparison: ``.verdict`` is B over A with its 95 % interval over the rounds.
+
+        Example:
+            >>> cmp = lab.ab(StepConfig(), StepConfig(compile="default"), rounds=5)
+            >>> cmp.verdict.resolved, cmp.verdict.ratio
+        """
         return ab_rounds.ab(self, a, b, rounds=rounds, metric=metric, **kw)
 
     def advise(self, run):
-        """[Suggestion] for a run (or history id), best first: nbtools.analysis.advice."""
+        """What a run's tables say to try, best first (nbtools.analysis.advice): hypotheses
+        until an A/B proves them.
+
+        Args:
+            run: a Run, or a run id from ``lab.history``.
+
+        Returns:
+            list[Suggestion]: each with ``change`` (StepConfig fields), evidence, why, code.
+
+        Example:
+            >>> for s in lab.advise(run): print(s.change, s.why)
+        """
         return self._resolve(run).advise()
 
     def _resolve(self, r, name: str = "run") -> Run:
@@ -381,10 +366,20 @@ class Lab:
         return self.history[r]
 
     def panel(self, cfg_or_workload=None, cfg: Optional[StepConfig] = None):
-        """The widgets, preset to ``cfg``: lab.panel(), lab.panel(cfg), or
-        lab.panel(workload[, cfg]) to toggle your own model (every run is
-        lab.run(workload, cfg)). In an export (NBTOOLS_STATIC) nothing could drive them:
-        the panel is its static summary and timeline instead."""
+        """The widgets (toggles, live timeline, history, A/B, export) driving this lab.
+
+        Args:
+            cfg_or_workload: a StepConfig to preset, or a Workload to toggle your own model
+                (every run is then ``lab.run(workload, cfg)``).
+            cfg: the preset when the first argument is a Workload.
+
+        Returns:
+            Panel: display it. In an export (NBTOOLS_STATIC) nothing could drive it, so it
+            is the last run's static summary and timeline instead.
+
+        Example:
+            >>> lab.panel(StepConfig(scenario="fsdp2-train"))
+        """
         workload = cfg_or_workload if isinstance(cfg_or_workload, Workload) else None
         if workload is None:
             cfg = cfg_or_workload or cfg

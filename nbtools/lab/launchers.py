@@ -32,12 +32,15 @@ class _Recording(psutil.Process):
 
 
 class EngineLauncher(LocalEngineLauncher):
+    """ipyparallel's local engine launcher, with the engine's pid recorded before its waiter
+    thread starts, so the reaper always knows it."""
     def _start_waiting(self):
         self.process = _Recording(self.process.pid)   # before the waiter thread starts
         super()._start_waiting()
 
 
 class EngineSetLauncher(LocalEngineSetLauncher):
+    """A set of EngineLaunchers (the lab's local engines)."""
     launcher_class = EngineLauncher
 
 
@@ -58,6 +61,7 @@ class SSHEngineLauncher(_ipp_launcher.SSHEngineLauncher):
 
     @property
     def ssh_sender(self):
+        """The one ssh command sender for this host and profile, kept on the launcher."""
         # kept on the launcher: once its lab has ended the sender, a late call must not
         # make a fresh one (and start ssh clients nobody would end)
         if self._ssh_sender is None:
@@ -88,6 +92,8 @@ class SSHEngineLauncher(_ipp_launcher.SSHEngineLauncher):
         self.loop.add_callback(lambda: self.notify_stop(stop_data))
 
     def start(self, hostname=None, user=None, port=None):
+        """Start the engine on its host: create the remote profile once per host and folder, send
+        the connection files, then start it through the shared ssh sender."""
         if hostname is not None:
             self.hostname = hostname
         if user is not None:
@@ -121,6 +127,7 @@ class SSHEngineLauncher(_ipp_launcher.SSHEngineLauncher):
 
 
 class SSHEngineSetLauncher(_ipp_launcher.SSHEngineSetLauncher):
+    """A set of SSHEngineLaunchers (a lab's engines on other hosts)."""
     launcher_class = SSHEngineLauncher
 
 

@@ -23,6 +23,8 @@ GLOBAL_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROC
 
 @dataclass(frozen=True)
 class Placement:
+    """Where a rank runs: its engine, host and pid, its global rank, and its local rank
+    among the ranks on that host."""
     engine_id: int
     host: str
     pid: int

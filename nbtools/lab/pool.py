@@ -49,6 +49,8 @@ class Slot:
 
 
 class Pool:
+    """A lab's local engines: one slot per started engine, plus warm spares that replace a
+    dead, hung or interrupted rank in about a second."""
     def __init__(self, cluster, guard, gpus: list, threads: int, spares: bool):
         self.cluster, self.guard = cluster, guard
         self.gpus, self.threads, self.want_spares = gpus, threads, spares
@@ -66,6 +68,7 @@ class Pool:
         self.bytecode_env = bytecode.engine_env()
 
     def launch(self, local_rank: int) -> Slot:
+        """Start one engine for ``local_rank`` (its GPU, or its CPU thread count) and return its slot."""
         env = {"NBTOOLS_LOCAL_RANK": str(local_rank), "PYTHONUNBUFFERED": "1",
                "NBTOOLS_CLIENT_PID": str(os.getpid()), "NBTOOLS_SLOT": uuid.uuid4().hex,
                "NBTOOLS_CONNECTION_FILE": self.cluster.controller.connection_files["engine"],
@@ -146,6 +149,7 @@ class Pool:
         return ok
 
     def await_engine(self, client, slot: Slot, timeout: float) -> Optional[int]:
+        """The engine id of ``slot`` once it registers; None when it exits or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.identify(client)
@@ -172,6 +176,7 @@ class Pool:
                 self.slots[pid].engine_id = e
 
     def by_engine(self, eid: int) -> Optional[Slot]:
+        """The slot of engine ``eid``, or None."""
         return next((s for s in self.slots.values() if s.engine_id == eid), None)
 
     def retire(self, eids) -> None:
@@ -183,4 +188,5 @@ class Pool:
             self.retired.add(s.engine_id)
 
     def all_pids(self) -> list:
+        """The pids of every engine started, spares included."""
         return [s.pid for s in self.slots.values()]

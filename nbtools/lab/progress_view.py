@@ -61,6 +61,7 @@ class Tracker:
             self.phase_s[p] = max(self.phase_s.get(p, 0.0), now - self.since[r])
 
     def finish(self, now: Optional[float] = None) -> None:
+        """Close every rank's current phase at ``now`` (the run's end)."""
         now = time.monotonic() if now is None else now
         for r in self.ranks:
             self._close_phase(r, now)
@@ -74,6 +75,7 @@ class Tracker:
         return min(seen, key=PHASES.index)
 
     def rank_text(self, r, now: Optional[float] = None) -> str:
+        """One rank's progress in words: phase, step of steps, seconds in it."""
         now = time.monotonic() if now is None else now
         st = self.state.get(r)
         if st is None:
@@ -82,6 +84,7 @@ class Tracker:
         return f"rank {r}: {st['phase']}{step} ({now - self.since[r]:.0f} s)"
 
     def text(self, now: Optional[float] = None) -> str:
+        """The run's phase and time, then every rank's progress, on one line."""
         now = time.monotonic() if now is None else now
         return (f"{self.phase()} · {now - self.t0:.0f} s · "
                 + " · ".join(self.rank_text(r, now) for r in self.ranks))
@@ -119,6 +122,8 @@ class View:
                 self.handle = display(TextLine(f"run {run_id}: start"), display_id=True)
 
     def update(self, states: dict) -> None:
+        """Show the ranks' new states: to the sink, the progress bars, a line updated in place,
+        or (a terminal) a line per phase and a heartbeat."""
         now = time.monotonic()
         changed = self.tracker.update(states, now)
         text = f"run {self.run_id}: {self.tracker.text(now)}"
@@ -166,6 +171,8 @@ def _secs(s: float) -> str:
 
 
 def position(st) -> float:
+    """How far a rank is, in phases (a step counts as a fraction of its phase): the progress
+    bar's value."""
     if not st or st.get("phase") not in PHASES:
         return 0.0
     i = PHASES.index(st["phase"])

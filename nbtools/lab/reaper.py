@@ -88,6 +88,8 @@ class Guard:
         self.pids: list = []
 
     def watch(self, pid: int) -> None:
+        """Have the reaper kill process ``pid`` if this one dies (its start time guards against
+        a reused pid)."""
         try:
             created = psutil.Process(pid).create_time()
         except psutil.Error:
@@ -96,6 +98,8 @@ class Guard:
         self._send(f"pid {pid} {created!r}")
 
     def folder(self, path) -> None:
+        """Have the guard process remove folder ``path`` when the lab closes or this process
+        dies, however it dies."""
         self._send(f"dir {path}")
 
     def close(self, timeout: float = 5.0) -> None:

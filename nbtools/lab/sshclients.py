@@ -24,6 +24,8 @@ class Ended(RuntimeError):
 
 
 class Sender(ShellCommandSend):
+    """ipyparallel's ssh command sender, keeping the ssh clients it starts so that they can
+    all be ended with the lab."""
     def __init__(self, *args, **kwargs):
         self.procs: set = set()
         self.ended = False

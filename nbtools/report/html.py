@@ -145,6 +145,7 @@ def scrub(text) -> str:
 
 
 def safe_env(env: dict) -> dict:
+    """The environment's reportable keys, formatted, with private paths and names scrubbed."""
     return {k: scrub(_fmt_value(env[k])) for k in ENV_KEYS if k in env}
 
 
@@ -173,6 +174,7 @@ def _scrub_cats(df: pd.DataFrame, cols) -> pd.DataFrame:
 
 # -- sections --------------------------------------------------------------------------
 def render_markdown(text: str) -> str:
+    """Notes (CommonMark with tables) as HTML; raw HTML in them is shown as text, never run."""
     from markdown_it import MarkdownIt
     # html=False: raw HTML in the notes is shown as text, never run
     return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)

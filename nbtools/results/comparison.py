@@ -24,12 +24,26 @@ _NOISY = {"host-busy": "on a busy host", "clock-low": "with the GPU clock low",
 
 @dataclass
 class Comparison:
-    """``a``/``b``: the runs whose tables and timelines are shown (under lab.ab, each side's
-    run nearest its median); ``runs_a``/``runs_b``: every complete round's runs in run order,
-    ``per_round`` of each side a round (A B B A: 2; None: one run a side, lab.compare);
-    ``metric``: what ``verdict`` judges; ``note``: why it holds fewer rounds than asked
-    (stopped, interrupted, a failure), said in the verdict; ``looks``: how many looks
-    ``rounds="auto"`` planned (its verdict's interval is widened for them)."""
+    """A against B: what changed in the config, in the numbers, and the verdict with its
+    interval. ``lab.ab`` makes it from rounds, ``lab.compare`` from two runs.
+
+    Attributes:
+        a: A's run whose tables and timelines are shown (under lab.ab, the run nearest
+            A's median).
+        b: B's, the same way.
+        runs_a: every complete round's A runs in run order (None: one run a side).
+        runs_b: B's, the same way.
+        metric: what ``verdict`` judges.
+        per_round: each side's runs in a round (A B B A: 2).
+        note: why it holds fewer rounds than asked (stopped, interrupted, a failure).
+        looks: the looks ``rounds="auto"`` planned (its interval is widened for them).
+
+    Example:
+        >>> cmp = lab.ab(StepConfig(), StepConfig(compile="default"), rounds=5)
+        >>> print(cmp.verdict)
+        >>> cmp.table                    # one row per metric: a, b, delta, ratio, interval
+        >>> cmp.config_diff, cmp.plot()
+    """
     a: Run
     b: Run
     runs_a: Optional[list] = None
@@ -41,11 +55,21 @@ class Comparison:
 
     @property
     def rounds(self) -> int:
+        """Complete rounds held (1 for two single runs)."""
         return len(self.runs_a) // self.per_round if self.runs_a is not None else 1
 
     @property
     def verdict(self) -> Verdict:
-        """B over A on ``metric`` with its 95 % interval and words (analysis/verdict.py)."""
+        """B over A on ``metric`` with its 95 % interval and words (analysis/verdict.py).
+
+        Returns:
+            Verdict: over the rounds (lab.ab), or from the two runs' steps (lab.compare:
+            no drift covered); its text carries the caveats.
+
+        Example:
+            >>> v = cmp.verdict
+            >>> f"{v.ratio:.3f} [{v.low:.3f}, {v.high:.3f}]", v.resolved
+        """
         return self.verdict_on(self.metric)
 
     def verdict_on(self, metric: str) -> Verdict:
@@ -99,19 +123,25 @@ class Comparison:
 
     @property
     def config_diff(self) -> dict:
+        """{field: (A's value, B's value)} for the config fields that differ ({} without configs)."""
         if self.a.config is None or self.b.config is None:
             return {}
         return self.a.config.diff(self.b.config)
 
     @property
     def table(self) -> pd.DataFrame:
-        """One row per metric (metrics.COMPARED): A and B, B - A, B / A, and the verdict's
-        interval ``low``-``high`` and ``resolved`` (a surface colours a change only where it
-        is resolved). Two single runs: each run's number as metrics.combine makes it from
-        the ranks. Under lab.ab: ``a`` and ``b`` are each side's geometric mean over the
-        rounds the verdict kept (a metric with zeros or negatives: the arithmetic mean over
-        every complete round), so ``ratio`` is ``b / a`` and the verdict's ratio at once.
-        Metrics neither run has are left out."""
+        """Every compared metric side by side, with its own verdict's interval.
+
+        Two single runs: each run's number as metrics.combine makes it from the ranks.
+        Under lab.ab: ``a`` and ``b`` are each side's geometric mean over the rounds the
+        verdict kept (a metric with zeros or negatives: the arithmetic mean over every
+        complete round), so ``ratio`` is ``b / a`` and the verdict's ratio at once.
+
+        Returns:
+            pandas.DataFrame: one row per metric (metrics.COMPARED) either run has: metric,
+            a, b, delta (B - A), ratio (B / A), low, high, resolved (a surface colours a
+            change only where it is resolved).
+        """
         rows = []
         for m in COMPARED:
             va, vb = self._sides(m)

@@ -33,6 +33,18 @@ def _is_history(folder: Path) -> bool:
 
 
 class History:
+    """The runs of a lab (``lab.history``) or of a folder: kept in memory and saved as each
+    completes, failed ones too, so they outlive the kernel and any stuck engine.
+
+    Index it by position or by run id; ``table()`` lists them; ``damaged``, ``nested`` and
+    ``skipped`` say what a ``load`` did not take and why.
+
+    Example:
+        >>> from nbtools import History
+        >>> h = History.load("nbtools-runs")
+        >>> h.table()[["run", "status", "label", "step_ms"]]
+        >>> h[-1], h["3f9a0c12"]         # the last run; a run by its id
+    """
     def __init__(self, folder=None):
         self.folder = Path(folder) if folder is not None else None
         self.runs: list[Run] = []
@@ -77,11 +89,27 @@ class History:
 
     @classmethod
     def load(cls, folder, nested: bool = False) -> "History":
-        """Every run in the folder, in order. A folder that cannot be loaded (no or damaged
-        run.json) goes to ``damaged`` with the reason; the others load. ``nested``: a
-        subfolder that is itself a history (the tutorials keep one each under
-        nbtools-runs/) adds its runs too, after the folder's own (``view`` reads them so;
-        a Lab never does: its panel lists its own folder's runs only)."""
+        """Every run saved in a folder, in order. One damaged run folder never costs the
+        others: it goes to ``damaged`` with the reason, and the rest load.
+
+        Args:
+            folder: where the runs were saved (``Lab(history=...)``, default nbtools-runs).
+                A folder that does not exist yet loads as an empty history.
+            nested: also load subfolders that are histories themselves (the tutorials keep
+                one each under nbtools-runs/), after the folder's own runs; ``view`` reads
+                them so, a Lab never does.
+
+        Returns:
+            History: its runs, bound to ``folder`` (runs added later are saved there).
+
+        Raises:
+            ConfigError: ``folder`` is not a str or Path.
+            NotADirectoryError: ``folder`` is a file.
+
+        Example:
+            >>> h = History.load("nbtools-runs", nested=True)
+            >>> len(h), h.damaged
+        """
         if not isinstance(folder, (str, os.PathLike)):
             from nbtools.config.step_config import ConfigError
             raise ConfigError(f"History.load({_short(folder)}): give the folder the runs were "

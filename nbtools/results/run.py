@@ -19,11 +19,27 @@ from nbtools.results.views import view
 
 @dataclass
 class Run:
+    """One run of one config on every rank: plain tables (all ranks in each), the config and
+    the environment that made them. ``lab.run`` returns it, ``load_traces`` makes one from
+    any PyTorch job's Kineto traces, ``Run.load`` reads a saved one.
+
+    Example:
+        >>> run = lab.run(StepConfig(compile="default"))
+        >>> run.summary[["rank", "step_ms", "recompiles"]]     # one row per rank
+        >>> run.compile_events.query("kind == 'recompile'")[["rank", "reason"]]
+        >>> run.plot()                                         # every rank's timeline
+        >>> run.to_perfetto("run.json")
+    """
     config: Optional[StepConfig]
+    """What ran (None for traces loaded from another job)."""
     steps: pd.DataFrame = field(default_factory=lambda: tables.empty(tables.STEP_COLUMNS))
+    """Every warm-up and measured step of every rank: rank, step, phase, ts_ns, dur_ns."""
     events: pd.DataFrame = field(default_factory=lambda: tables.empty(tables.EVENT_COLUMNS))
+    """The profiled steps' timeline, one row per event (docs/design.md, "Event schema")."""
     compile_events: pd.DataFrame = field(default_factory=lambda: tables.empty(tables.COMPILE_COLUMNS))
+    """Compiles, recompiles (with reason), graph breaks, CUDA-graph skips: rank, kind, ..."""
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """One row per rank: step_ms (median, p10, p90), compute_busy, exposed_comm, recompiles, ..."""
     memory: pd.DataFrame = field(default_factory=pd.DataFrame)
     """StepConfig(memory=True): rank, ts_ns, allocated, reserved, graph_pool (bytes)."""
     event_details: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
@@ -41,7 +57,9 @@ class Run:
     ranks: dict = field(default_factory=dict)
     """rank -> what that engine reported beside the tables (peak memory, check, ...)."""
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    """Eight hex digits: ``lab.history[run_id]`` finds it."""
     started: float = field(default_factory=time.time)
+    """When it started (seconds since the epoch)."""
     source: str = "lab"
     """lab | traces (made by load_traces)"""
     torch_trace_logs: dict = field(default_factory=dict, repr=False)
@@ -51,6 +69,7 @@ class Run:
 
     @property
     def ok(self) -> bool:
+        """True unless a rank failed or did not finish (``errors`` says why)."""
         return self.status == "ok"
 
     @property
@@ -66,6 +85,7 @@ class Run:
 
     @property
     def label(self) -> str:
+        """``#run_id title``, marked [failed] when it failed: how lists and legends name it."""
         return f"#{self.run_id} {self.title}" + ("" if self.ok else " [failed]")
 
     @property
@@ -76,6 +96,7 @@ class Run:
 
     @property
     def world_size(self) -> int:
+        """How many ranks ran it."""
         return int(self.env.get("world_size", len(self.ranks) or self.events["rank"].nunique()))
 
     def __repr__(self) -> str:
@@ -92,7 +113,20 @@ class Run:
         return advise(self)
 
     def plot(self, **kw):
-        """The per-rank timeline: a live widget in Jupyter, ``.layout`` for Bokeh."""
+        """Every rank's CUDA streams, CPU ops and compile events on one clock.
+
+        Args:
+            **kw: passed to the timeline (nbtools.ui.timeline.run_figure), e.g.
+                ``ranks=[0, 1]``.
+
+        Returns:
+            Figure: displays as a live widget in Jupyter; ``.layout`` is the Bokeh layout,
+            ``.save(path)`` writes it as standalone HTML.
+
+        Example:
+            >>> run.plot()                       # the last expression of a cell shows it
+            >>> run.plot().save("timeline.html")
+        """
         return view("run.plot")(self, **kw)
 
     def to_perfetto(self, path, force: bool = False) -> Path:
@@ -107,6 +141,8 @@ class Run:
 
     # -- persistence ---------------------------------------------------------------------
     def save(self, folder) -> Path:
+        """Write the tables (Parquet) and run.json into ``folder``; run.json goes last, so
+        its presence means the run is complete. Returns the folder."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         for name in ("steps", "events", "compile_events", "summary"):

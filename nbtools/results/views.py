@@ -33,6 +33,8 @@ def register(kind: str):
 
 
 def view(kind: str) -> Callable:
+    """The view registered for ``kind`` (e.g. "run.plot"), importing its provider first:
+    results never import the ui, the ui registers itself."""
     if kind not in _views:
         importlib.import_module(PROVIDERS[kind])
     return _views[kind]

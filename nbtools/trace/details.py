@@ -218,6 +218,7 @@ def add_detail(rows: dict, rank: int, e) -> None:
 
 
 def details_wire(rows: dict) -> dict:
+    """Event details rows (with Python stacks folded in) as wire columns for the client."""
     frames, ops, files = rows.pop("_frames", None), rows.pop("_ops", None), rows.pop("_files", {})
     if frames:
         _add_stacks(rows, frames, ops, files)

@@ -5,6 +5,7 @@ live profiler and Kineto JSON files) reduce their input to the raw columns of ``
 (Kineto category, name, pid, tid, ts, dur, correlation) and hand them to ``build``.
 
 Category decisions (documented here because analysis depends on them):
+
 - GPU kernels named ``nccl*``/``rccl*`` are communication, every other kernel is compute.
   Prefix only, so new NCCL kernel families (``ncclSymDevKernel_*``) need no update.
 - CPU-side collectives (``c10d::*``, ``_c10d_functional::*``, ``record_param_comms``,

@@ -93,6 +93,8 @@ class LiveBokehModel(BokehModel):
         super()._document_patched(event)
 
     def get_state(self, key=None, drop_defaults=False):
+        """The widget's state, with the render bundle refreshed only when the figure changed
+        since it was last sent (a fresh page asks every widget at once)."""
         if self._patched and (key is None or "render_bundle" in key):
             # set without notifying: the views that exist are patched already. Only when
             # something changed: a new page asks for every widget's state in one request

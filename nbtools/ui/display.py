@@ -80,6 +80,7 @@ class Figure:
         return document_bundle(bundle, self.layout)
 
     def save(self, path) -> str:
+        """Write the figure as standalone HTML (BokehJS inline, opens offline); returns the path."""
         from bokeh.io import save
         from bokeh.resources import INLINE
         return save(self.layout, filename=str(path), resources=INLINE, title="torch-nbtools")

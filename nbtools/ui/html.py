@@ -77,6 +77,8 @@ def summary_html(run, details: bool = False) -> str:
 
 
 def comparison_html(cmp) -> str:
+    """A comparison as HTML: the runs, the config diff, the metrics with the verdict, and
+    time per category."""
     diff = "".join(f"<li><code>{html.escape(k)}</code>: {html.escape(repr(a))} → "
                    f"{html.escape(repr(b))}</li>" for k, (a, b) in cmp.config_diff.items())
     cats = metric_rows([(r["category"], r) for r in cmp.category_deltas.to_dict("records")],

@@ -15,6 +15,7 @@ ROUTE = "nbtools/bokehjs"
 
 
 def bokehjs_dir() -> Path:
+    """The installed bokeh's BokehJS files, which the lab extension serves to JupyterLab."""
     from bokeh.util.paths import bokehjs_path
     return Path(bokehjs_path()) / "js"
 

@@ -328,6 +328,7 @@ def picture(layout, width: int = DEFAULT_W) -> Image.Image:
 
 
 def png(layout, width: int = DEFAULT_W) -> bytes:
+    """The layout as PNG bytes, drawn without a browser."""
     buf = io.BytesIO()
     picture(layout, width).save(buf, format="PNG", optimize=True)
     return buf.getvalue()

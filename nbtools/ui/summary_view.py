@@ -79,6 +79,8 @@ def _nan(v) -> bool:
 
 
 def header(col: str) -> str:
+    """A summary column's header cell: its name (with the unit where the name lacks it)
+    and what it means as the tooltip."""
     u = metrics.unit(col)
     name = col
     # the unit is already in names like step_ms; say it where it is not
@@ -88,6 +90,7 @@ def header(col: str) -> str:
 
 
 def table(summary: pd.DataFrame, cols: list) -> str:
+    """The summary's rows as an HTML table of ``cols``."""
     rows = summary.to_dict("records")
     body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(c, row.get(c), row))}</td>"
                                     for c in cols) + "</tr>" for row in rows)

@@ -17,12 +17,14 @@ def run_plot(run, **kw):
 
 @register("run.html")
 def run_html(run) -> str:
+    """A run as HTML: its summary, flags and environment (Run._repr_html_)."""
     from nbtools.ui.html import run_html as html
     return html(run)
 
 
 @register("comparison.plot")
 def comparison_plot(cmp, **kw):
+    """Both runs' timelines aligned at their first profiled step, with the category deltas."""
     from nbtools.ui.display import Figure
     from nbtools.ui.timeline import compare_figure
     return Figure(compare_figure(cmp.a, cmp.b, **kw))
@@ -30,5 +32,6 @@ def comparison_plot(cmp, **kw):
 
 @register("comparison.html")
 def comparison_html(cmp) -> str:
+    """A comparison as HTML (Comparison._repr_html_)."""
     from nbtools.ui.html import comparison_html as html
     return html(cmp)

@@ -171,9 +171,11 @@ class Panel:
 
     # -- controls ------------------------------------------------------------------------
     def values(self) -> dict:
+        """Every control's value by field name."""
         return {name: w.value for name, w in self.controls.items()}
 
     def config(self) -> StepConfig:
+        """The StepConfig the controls describe now (ConfigError when they cannot run)."""
         return config_from_values(self.values())
 
     def _refused(self, values: dict) -> str:
@@ -243,6 +245,7 @@ class Panel:
         return run
 
     def restart(self) -> None:
+        """Restart the lab's engines from the panel, saying how long it took or why it failed."""
         self.status.value = "<b>⏳ restarting engines…</b>"
         try:
             self.lab.restart()

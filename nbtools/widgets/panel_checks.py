@@ -82,6 +82,7 @@ class Guard:
         self.update()
 
     def update(self, change=None) -> None:
+        """Mark the choices that cannot run with the other values as they are, and say why."""
         if self._updating:
             return
         self._updating = True
@@ -138,6 +139,7 @@ class Guard:
 
 
 def export_list() -> W.SelectMultiple:
+    """The list of runs an export holds (several can be chosen)."""
     w = W.SelectMultiple(options=[], rows=5, description="runs",
                          layout=W.Layout(width="720px"))
     w.add_class("nbtools-export-runs")

@@ -67,6 +67,7 @@ class Comparer:
         return self.result
 
     def stop(self) -> None:
+        """Stop the A/B after the run in progress; its rounds so far make the verdict."""
         self._stop.set()
         self.stop_button.disabled = True
         self.stop_button.description = "stopping after this run…"

@@ -12,6 +12,7 @@ from nbtools.lab.progress_view import TextLine, Tracker, position
 
 
 class ProgressBars:
+    """A run's progress as widgets: a head line and one bar and label per rank."""
     def __init__(self, tracker: Tracker, run_id: str):
         self.tracker, self.run_id = tracker, run_id
         self.head = W.HTML(f"<b>run {run_id}</b>: start")
@@ -25,6 +26,7 @@ class ProgressBars:
         self.handle = display(self.widget, display_id=True)
 
     def update(self, now: float) -> None:
+        """Move every rank's bar and label to its state now."""
         self.head.value = (f"<b>run {self.run_id}</b>: {self.tracker.phase()} · "
                            f"{now - self.tracker.t0:.0f} s")
         for r in self.tracker.ranks:
@@ -33,6 +35,7 @@ class ProgressBars:
             self.labels[r].value = self.tracker.rank_text(r, now)
 
     def close(self, line: str) -> None:
+        """Replace the bars with the run's last ``line``."""
         if self.handle is not None:      # None outside a kernel: nothing was shown
             self.handle.update(TextLine(line))
         self.widget.close()

@@ -19,5 +19,6 @@ def lab_panel(lab, cfg=None, workload=None):
 
 @register("lab.progress")
 def lab_progress(tracker, run_id: str):
+    """Progress bars for a run in a live kernel (the lab finds them through results.views)."""
     from nbtools.widgets.progress import ProgressBars
     return ProgressBars(tracker, run_id)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Suggestion:
+    """One thing to try, from one rule, with the run's own numbers as evidence: a hypothesis
+    until an A/B (``lab.ab`` or ``lab.explore``) proves it."""
     rule: str
     """Which rule made it (recompile-shapes, module-int-guard, recompile-limit, ...)."""
     title: str

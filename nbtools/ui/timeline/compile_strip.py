@@ -41,6 +41,7 @@ def untimed(ce: pd.DataFrame) -> np.ndarray:
 
 
 def strip_origin(run) -> int:
+    """The compile strip's time zero: the first step or timed compile event of the run (ns)."""
     frames = [df for df in (run.steps, run.compile_events[~untimed(run.compile_events)])
               if len(df)]
     return min(int(df["ts_ns"].min()) for df in frames) if frames else 0
@@ -153,6 +154,7 @@ class CompileStrip:
         self.untimed = Div(text="", name="compile-untimed", **size)
 
     def update(self, run, ranks: list) -> None:
+        """Redraw the strip for ``run``'s ``ranks``: steps, compile spans, marks and axis cuts."""
         steps, spans, marks, html, ax = strip_data(run, ranks)
         self.steps_source.data, self.span_source.data = steps, spans
         self.mark_source.data = marks

@@ -200,6 +200,7 @@ def fmt_ns(ns) -> list:
 
 
 def lane_sort_key(lane: str):
+    """Sort key for lanes: CUDA streams first, then CPU threads, by their numbers."""
     kind, _, rest = lane.partition(":")
     nums = [int(p) if p.lstrip("-").isdigit() else 0 for p in rest.split(":") if p]
     return (0 if kind == "cuda" else 1, nums, lane)
@@ -214,6 +215,7 @@ def origin_ns(run) -> int:
 
 
 def first_profiled_ns(run) -> int:
+    """When the first profiled step started (ns); the timeline's origin where none was profiled."""
     prof = run.steps[run.steps["phase"] == "profiled"] if len(run.steps) else run.steps
     return int(prof["ts_ns"].min()) if len(prof) else origin_ns(run)
 

@@ -247,6 +247,7 @@ class Controls:
             self.flows.js_link("active", r, "visible")
 
     def update(self, events: pd.DataFrame) -> None:
+        """New events: recompute the per-name totals and clear the highlight."""
         self.agg_source.data = name_totals(events)
         self.hl_source.data = dict(left=[], right=[], y=[])
 

@@ -96,6 +96,7 @@ class MemoryLane:
         self.figure = fig
 
     def update(self, mem, ranks: list, t0: int) -> None:
+        """Redraw the memory lane for ``ranks`` from ``t0``; hidden when nothing was recorded."""
         self.source.data, labels = memory_data(mem, ranks, t0)
         fig = self.figure
         fig.visible = bool(labels)

@@ -149,6 +149,7 @@ class RegionTable:
                  "range.data = {x0: [], x1: []};"))
 
     def update(self, events: pd.DataFrame, t0: int) -> None:
+        """New events: the table's rows, with the selected region cleared."""
         self.events.data = region_events(events, t0)
         self.range.data = dict(x0=[], x1=[])
         self.shade.visible = False

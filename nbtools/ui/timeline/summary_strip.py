@@ -33,6 +33,7 @@ class SummaryStrip:
         self.figure = fig
 
     def update(self, summary: pd.DataFrame, ranks: list, head: str) -> None:
+        """Redraw the per-rank bars and their text for ``ranks``; hidden when nothing was measured."""
         fig = self.figure
         self.source.data = data = summary_data(summary, ranks)
         fig.visible = any(t for t in data["text"])   # nothing measured: no chart
