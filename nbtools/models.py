@@ -34,8 +34,7 @@ def llama(batch: int = 2, seq: int = 64, seed: int = 0, name: str = "llama", **c
     """``LlamaForCausalLM(LlamaConfig(**config))`` training on random tokens (next-token loss),
     ``batch`` x ``seq`` tokens a step on every rank; ``config``: LlamaConfig fields over
     LLAMA_TINY (``use_cache`` defaults to False here, unlike HF's default). Blocks: the
-    decoder layers (FSDP2
-    shards and compiles each); tp_plan: LLAMA_TP_PLAN."""
+    decoder layers (FSDP2 shards and compiles each); tp_plan: LLAMA_TP_PLAN."""
     require("transformers", why="nbtools.models.llama")
     # training needs no KV cache; use_cache=True stays possible because a person's model
     # often has it on (HF's default), and with per-block compile it recompiles every block
