@@ -108,6 +108,10 @@ def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, o
             raise
         except Exception as e:  # noqa: BLE001 - a change that fails is recorded and skipped
             row["seconds"], row["runs"] = time.perf_counter() - t, ends.runs
+            if stop is not None and stop.is_set() and ends.failed is None:
+                _add(ex, row, f"stopped: not kept ({ends.runs} run(s))", on_step)
+                ex.note = f"stopped during the A/B of {row['change']}"
+                return
             _add(ex, row, f"failed: {type(e).__name__}: {_line(e)}", on_step)
             continue
         row["seconds"] = time.perf_counter() - t
