@@ -71,6 +71,7 @@ class Advisor:
         self.suggestions = [s for s in advice if s.change]
         self.pick.options = [(f"{s.rank}. {s.title} ({change_text(s.change)})", i)
                              for i, s in enumerate(self.suggestions)]
+        self.pick.value = 0 if self.suggestions else None     # the first: the best ranked
         self.try_button.disabled = p._busy or not self.suggestions
         self.advice.value = (f"<p><b>advice for run #{html.escape(p.shown.run_id)}</b> "
                              f"({len(advice)}; Try runs one that changes a field)</p>"
