@@ -6,14 +6,15 @@ __version__ = "0.1.0"
 from nbtools.config.step_config import ConfigError, StepConfig  # noqa: E402  (torch-free)
 
 __all__ = ["Lab", "StepConfig", "Workload", "Run", "Comparison", "Verdict", "History",
-           "Suggestion", "load_traces", "export_html", "ConfigError", "RunFailed", "RunTimeout",
+           "Suggestion", "Exploration", "load_traces", "export_html", "ConfigError", "RunFailed", "RunTimeout",
            "LabClosed", "MissingExtra", "__version__"]
 
 # name -> module: every type and error a person meets after a call, importable from here.
 _LAZY = {"Comparison": "nbtools.results.comparison", "Verdict": "nbtools.analysis.verdict",
          "History": "nbtools.results.history", "RunFailed": "nbtools.lab.errors",
          "RunTimeout": "nbtools.lab.errors", "LabClosed": "nbtools.lab.errors",
-         "MissingExtra": "nbtools.common.extras", "Suggestion": "nbtools.analysis.advice"}
+         "MissingExtra": "nbtools.common.extras", "Suggestion": "nbtools.analysis.advice",
+         "Exploration": "nbtools.results.exploration"}
 
 
 def __getattr__(name):

@@ -212,3 +212,14 @@ class Checked:
     fn: Optional[Callable]
     cfg: StepConfig
     device_type: str
+
+
+def resolve_run(lab, r, name: str = "run"):
+    """A Run, or a run id looked up in lab.history; else ConfigError saying what to give."""
+    from nbtools.results.run import Run
+    if isinstance(r, Run):
+        return r
+    if not isinstance(r, str):
+        raise ConfigError(f"{name}={r!r}: give a Run or a run id from lab.history "
+                          "(e.g. lab.history[-1] or its run_id)")
+    return lab.history[r]

@@ -14,13 +14,13 @@ from nbtools.engine import process_group, runner as engine
 from nbtools.lab import gather, hosts, start
 from nbtools.lab.assemble import assemble, first_error
 from nbtools.lab import arguments, reaper
-from nbtools.lab.arguments import Checked
+from nbtools.lab.arguments import Checked, resolve_run
 from nbtools.lab import recovery
 from nbtools.analysis import machine
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.results.history import History
 from nbtools.results.run import Run
-from nbtools.lab.errors import LabClosed, RunFailed, RunTimeout  # noqa: F401  (users catch them here)
+from nbtools.lab.errors import LabClosed, RunFailed, RunTimeout, check_usable  # noqa: F401  (users catch them here)
 from nbtools.config.workload import Workload, check_run, to_payload
 from nbtools.results.comparison import Comparison
 from nbtools.lab import ab as ab_rounds
@@ -257,7 +257,7 @@ class Lab:
         checked = self.check(fn_or_cfg, cfg, **changes)
         fn, cfg = checked.fn, checked.cfg
         timeout = arguments.check_seconds("timeout", timeout, allow_none=True)
-        self._check_usable()
+        check_usable(self)
         recovery.before_run(self)
         run_id = uuid.uuid4().hex[:8]
         t0 = time.time()
@@ -292,19 +292,6 @@ class Lab:
     def _send(self, engine_id, cfg, run_id, payload, device_type):
         return self.client[engine_id].apply_async(engine.run, cfg, run_id, payload, device_type)
 
-    def _check_usable(self) -> None:
-        """Say why the lab cannot run, truthfully: closed by the user, or stopped. (Engines
-        left stuck or dead by a run are healed by recovery.before_run, not refused.)"""
-        where = (f" (the history is kept in {self.history.folder}: Lab(history=...) loads it)"
-                 if self.history.folder is not None else "")
-        if self.closed:
-            raise LabClosed("this lab is closed (lab.close() stopped its engines); start a "
-                            "new one with lab = Lab()" + where + ", or lab.restart() for "
-                            "fresh engines in this one")
-        if self.client is None:
-            raise RuntimeError("the lab's engines are stopped; call lab.restart() for fresh "
-                               "ones (history is kept)")
-
     # -- conveniences ----------------------------------------------------------------------
     def compare(self, a, b):
         """Compare two runs already made: one run a side, so the verdict covers their
@@ -321,7 +308,7 @@ class Lab:
             >>> cmp = lab.compare(lab.history[-2], lab.history[-1])
             >>> print(cmp.verdict)
         """
-        return Comparison(self._resolve(a, "a"), self._resolve(b, "b"))
+        return Comparison(resolve_run(self, a, "a"), resolve_run(self, b, "b"))
 
     def ab(self, a, b, rounds: int = 5, metric: str = "step_ms", **kw):
         """A/B in interleaved rounds (A B B A, so a linear drift cancels in each round).
@@ -355,15 +342,23 @@ class Lab:
         Example:
             >>> for s in lab.advise(run): print(s.change, s.why)
         """
-        return self._resolve(run).advise()
+        return resolve_run(self, run).advise()
 
-    def _resolve(self, r, name: str = "run") -> Run:
-        if isinstance(r, Run):
-            return r
-        if not isinstance(r, str):
-            raise ConfigError(f"{name}={r!r}: give a Run or a run id from lab.history "
-                              "(e.g. lab.history[-1] or its run_id)")
-        return self.history[r]
+    def explore(self, target, start=None, budget_s=600, rounds=5, **kw):
+        """Run ``start`` once, advise it, and try each suggestion that changes a field as an
+        A/B (lab.ab: ``rounds`` of A B B A, "auto" allowed) of the best so far against best
+        + change; keep it when B is resolved faster, re-advise the new best's run (changes
+        combine greedily). ``target``: a Workload, a step function (``start``: its
+        StepConfig or a dict of fields; default the defaults) or a StepConfig. Stops when
+        the suggestions or ``budget_s`` (wall seconds, checked before each A/B against an
+        estimate from the runs so far) run out. Returns an Exploration: ``steps`` (a table),
+        ``best``, ``verdict``, ``code()``, ``plot()``. ``also=[{fields}]``: changes to try
+        beside the advice; ``on_step(row)`` per A/B (then nothing is printed), ``on_run``,
+        ``stop``, ``timeout``, ``max_rounds``, ``width`` as in lab.ab. Every run stays in
+        the history; a failing change is recorded and skipped; Ctrl-C returns what finished
+        (nbtools/lab/explore.py)."""
+        from nbtools.lab.explore import explore
+        return explore(self, target, start, budget_s, rounds, **kw)
 
     def panel(self, cfg_or_workload=None, cfg: Optional[StepConfig] = None):
         """The widgets (toggles, live timeline, history, A/B, export) driving this lab.

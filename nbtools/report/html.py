@@ -24,6 +24,7 @@ from nbtools.common.privacy import scrub_home
 from nbtools.common.text import valid_text
 from nbtools.config.step_config import StepConfig
 from nbtools.results.comparison import Comparison
+from nbtools.results.exploration import Exploration
 from nbtools.results.run import Run
 from nbtools.ui.html import compared_html, errors_html, flags_html
 from nbtools.ui.summary_view import summary_table
@@ -61,10 +62,14 @@ _TEMPLATE = """{% from macros import embed %}
 
 
 def export_html(path, runs, notes: str = "", title: str = "torch-nbtools findings",
-                comparisons=(), *, width: int | None = None, backend: str = "canvas") -> Path:
+                comparisons=(), *, width: int | None = None, backend: str = "canvas",
+                explorations=()) -> Path:
     """Write one offline HTML file for ``runs`` (a Run, a list, or any iterable of Runs,
     such as ``lab.history``) and ``comparisons``: (run_a, run_b) pairs or Comparisons
-    (``lab.ab(...)``: its verdict over rounds with its interval)."""
+    (``lab.ab(...)``: its verdict over rounds with its interval). ``explorations``: an
+    Exploration or several (``lab.explore(...)``): each one's table of A/Bs, its verdict
+    and the winner's code."""
+    from nbtools.ui.exploration import exploration_html
     from nbtools.ui.timeline import Timeline, compare_figure
 
     runs, title = _as_runs(runs), scrub(title)
@@ -104,6 +109,16 @@ def export_html(path, runs, notes: str = "", title: str = "torch-nbtools finding
         lay.name = f"compare-{j}"
         roots.append(lay)
         parts.append(("root", lay.name))
+
+    explorations = [explorations] if isinstance(explorations, Exploration) else \
+        list(explorations or ())
+    if explorations:
+        parts.append(("html", "<h2>Explorations</h2>"))
+    for ex in explorations:
+        if not isinstance(ex, Exploration):
+            raise TypeError(f"export_html(explorations=...) needs Explorations (lab.explore's "
+                            f"result); got {type(ex).__name__}")
+        parts.append(("html", scrub(exploration_html(ex))))
 
     page = _page(title, parts, roots)
     out = Path(path).expanduser()

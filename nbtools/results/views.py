@@ -15,6 +15,7 @@ from typing import Callable
 # view -> the module that registers it when imported
 PROVIDERS = {"run.plot": "nbtools.ui.views", "run.html": "nbtools.ui.views",
              "comparison.plot": "nbtools.ui.views", "comparison.html": "nbtools.ui.views",
+             "exploration.plot": "nbtools.ui.views", "exploration.html": "nbtools.ui.views",
              "lab.panel": "nbtools.widgets.views", "lab.progress": "nbtools.widgets.views"}
 KINDS = tuple(PROVIDERS)
 

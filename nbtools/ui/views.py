@@ -35,3 +35,16 @@ def comparison_html(cmp) -> str:
     """A comparison as HTML (Comparison._repr_html_)."""
     from nbtools.ui.html import comparison_html as html
     return html(cmp)
+
+
+@register("exploration.plot")
+def exploration_plot(ex, **kw):
+    from nbtools.ui.display import Figure
+    from nbtools.ui.exploration import figure
+    return Figure(figure(ex, **kw))
+
+
+@register("exploration.html")
+def exploration_html(ex) -> str:
+    from nbtools.ui.exploration import exploration_html as html
+    return html(ex)

@@ -30,6 +30,7 @@ from nbtools.config.scenarios import SCENARIOS
 from nbtools.ui.timeline import Timeline
 from nbtools.report.html import export_html
 from nbtools.widgets import panel_checks
+from nbtools.widgets.panel_advice import Advisor
 from nbtools.widgets.panel_compare import Comparer
 from nbtools.widgets.panel_parts import _Ticker, _button, _control, _html
 from nbtools.widgets.panel_checks import (DEFAULT, _NONE_AS, _NUMBER_OR_DEFAULT,  # noqa: F401
@@ -132,6 +133,8 @@ class Panel:
                                                layout=W.Layout(width="130px"))
         self.comparison = None     # the last Comparison (its rounds go into the export)
         self.comparer = Comparer(self)
+        self.exploration = None    # the last Exploration (its table and code go into the export)
+        self.advisor = Advisor(self)     # Suggest / Try / Explore
         self.compare_rounds.add_class("nbtools-rounds")
         self.compare_html = _html("", "nbtools-comparison")
         self.compare_box, self.compare_view = W.VBox([]), None
@@ -158,6 +161,7 @@ class Panel:
             W.HBox([self.compare_a, self.compare_b, self.compare_rounds, self.compare_button]),
             W.HBox([self.comparer.stop_button, self.comparer.progress]),
             self.comparer.failures, self.compare_html, self.compare_box,
+            W.HTML("<b>advice</b>"), self.advisor.box,
             W.HTML("<b>export</b>"), self.export_runs,
             W.HBox([self.export_path, self.export_button, self.perfetto_button]),
             self.export_notes, self.export_status])
@@ -331,7 +335,8 @@ class Panel:
             with _Ticker(self.export_status, f"exporting {len(runs)} runs…") as tick:
                 out = export_html(path, runs, notes=self.export_notes.value,
                                   comparisons=[self.comparison] if self.comparison is not None
-                                  else [pair] if both else ())
+                                  else [pair] if both else (),
+                                  explorations=[self.exploration] if self.exploration else ())
         except Exception as e:  # noqa: BLE001
             self.export_status.value = ""
             self._set_error(f"export failed: {type(e).__name__}: {html.escape(str(e))}")

@@ -1,0 +1,203 @@
+"""widgets: the panel's advice. Suggest lists lab.advise of the run on screen with its
+evidence; Try runs the chosen suggestion as an A/B (lab.ab) of that run's config against
+it with the change; Explore runs lab.explore from that config with a table that grows as
+each A/B finishes. Try and Explore run in a background thread, as Compare does, with
+their progress, a Stop button, and everything they write kept in the panel
+(thread_output): nothing reaches the notebook or JupyterLab's Log Console."""
+from __future__ import annotations
+
+import html
+import threading
+from typing import Optional
+
+import ipywidgets as W
+
+from nbtools.lab.explore import explore
+from nbtools.results.exploration import Exploration, change_text
+from nbtools.ui.exploration import exploration_html, steps_html
+from nbtools.ui.html import comparison_html
+from nbtools.widgets.panel_parts import _button, _html, _Ticker
+from nbtools.widgets.thread_output import captured
+
+ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;padding:4px 8px;"
+               "white-space:pre-wrap;font-family:monospace;font-size:12px")
+
+
+class Advisor:
+    """Suggest / Try / Explore with their widgets (``box`` is what the panel shows)."""
+
+    def __init__(self, panel):
+        self.panel = panel
+        self.suggestions: list = []
+        self.suggest_button = _button("Suggest", self.suggest, "nbtools-suggest",
+                                      icon="lightbulb-o")
+        self.pick = W.Dropdown(options=[], description="suggestion",
+                               layout=W.Layout(width="520px"))
+        self.pick.add_class("nbtools-suggestion")
+        self.try_button = _button("Try", lambda: self.try_(wait=False), "nbtools-try",
+                                  icon="flask", disabled=True)
+        self.explore_button = _button("Explore", lambda: self.explore(wait=False),
+                                      "nbtools-explore", icon="search")
+        self.rounds = W.BoundedIntText(value=3, min=2, max=50, description="rounds",
+                                       layout=W.Layout(width="130px"))
+        self.budget = W.BoundedIntText(value=600, min=1, max=86_400, description="budget s",
+                                       layout=W.Layout(width="160px"))
+        self.stop_button = _button("Stop", self.stop, "nbtools-advice-stop", icon="stop",
+                                   button_style="danger",
+                                   layout=W.Layout(width="auto", display="none"))
+        self.progress = _html("", "nbtools-advice-status")
+        self.advice = _html("", "nbtools-advice")
+        self.table = _html("", "nbtools-explore-table")
+        self.result = _html("", "nbtools-advice-result")
+        self.box = W.VBox([
+            W.HBox([self.suggest_button, self.pick, self.try_button]),
+            W.HBox([self.explore_button, self.rounds, self.budget, self.stop_button,
+                    self.progress]),
+            self.advice, self.table, self.result])
+        self.thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+        self.exploration: Optional[Exploration] = None
+        self.comparison = None
+
+    # -- Suggest ---------------------------------------------------------------------------
+    def suggest(self):
+        """lab.advise of the run on screen: the table (evidence, why, code) and the picker
+        of those that change a field (Try runs one). Returns the Suggestions."""
+        p = self.panel
+        if p.shown is None:
+            p._set_error("no run on screen: run or pick one first, then Suggest")
+            return None
+        advice = p.lab.advise(p.shown)
+        self.suggestions = [s for s in advice if s.change]
+        self.pick.options = [(f"{s.rank}. {s.title} ({change_text(s.change)})", i)
+                             for i, s in enumerate(self.suggestions)]
+        self.pick.value = 0 if self.suggestions else None     # the first: the best ranked
+        self.try_button.disabled = p._busy or not self.suggestions
+        self.advice.value = (f"<p><b>advice for run #{html.escape(p.shown.run_id)}</b> "
+                             f"({len(advice)}; Try runs one that changes a field)</p>"
+                             + advice._repr_html_())
+        return advice
+
+    # -- Try and Explore (in a thread) -------------------------------------------------------
+    def try_(self, wait: bool = True):
+        """The chosen suggestion as an A/B: the shown run's config (A) against it with the
+        change (B), ``rounds`` rounds. Returns the Comparison when ``wait``."""
+        p = self.panel
+        if p._busy or p.shown is None or self.pick.value is None:
+            return None
+        s = self.suggestions[self.pick.value]
+        cfg = p.shown.config
+        a, b = self._side(cfg), self._side(cfg.replace(**s.change))
+        rounds = self.rounds.value
+
+        def work(tick):
+            def on_run(ev):
+                tick.text = (f"Try {change_text(s.change)}: round {ev['round']} of "
+                             f"{ev['rounds']} · {ev['side']} (run {ev['index']} of {ev['of']})")
+                if ev["run"] is not None:
+                    p.mine.append(ev["run"].run_id)
+            cmp = p.lab.ab(a, b, rounds=rounds, on_run=on_run, stop=self._stop)
+            self.comparison = p.comparison = cmp
+            self.result.value = (f"<p><b>Try {html.escape(change_text(s.change))}</b> "
+                                 f"({html.escape(s.title)})</p>" + comparison_html(cmp))
+            return cmp
+        return self._start("Try", work, wait)
+
+    def explore(self, wait: bool = True):
+        """lab.explore from the shown run's config (or the controls' when none is shown),
+        ``rounds`` a side per A/B, within ``budget`` seconds; the table grows per A/B.
+        Returns the Exploration when ``wait``."""
+        p = self.panel
+        if p._busy:
+            return None
+        cfg = p.shown.config if p.shown is not None and p.shown.config is not None \
+            else p.config()
+        target = p.step_fn if p.step_fn is not None else cfg
+        start = cfg if p.step_fn is not None else None
+        rounds, budget = self.rounds.value, self.budget.value
+        self.table.value = ""
+
+        def work(tick):
+            rows = []
+
+            def on_step(row):
+                rows.append(row)
+                self.table.value = steps_html(_Rows(rows))
+
+            def on_run(ev):
+                tick.text = (f"Explore {change_text(ev['change'])}: round {ev['round']} of "
+                             f"{ev['rounds']} · {ev['side']} (run {ev['index']} of {ev['of']})")
+                if ev["run"] is not None:
+                    p.mine.append(ev["run"].run_id)
+            ex = explore(p.lab, target, start, budget_s=budget, rounds=rounds,
+                         on_step=on_step, on_run=on_run, stop=self._stop)
+            self.exploration = p.exploration = ex
+            self.table.value = ""
+            self.result.value = exploration_html(ex)
+            return ex
+        return self._start("Explore", work, wait)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.stop_button.disabled = True
+        self.stop_button.description = "stopping after this run…"
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    def _side(self, cfg):
+        return (self.panel.step_fn, cfg) if self.panel.step_fn is not None else cfg
+
+    def _start(self, what: str, work, wait: bool):
+        p = self.panel
+        p._set_error("")
+        self._stop.clear()
+        self._set_busy(True)
+        out: dict = {}
+
+        def body():
+            try:
+                with captured(p.log.append_stdout), \
+                        _Ticker(self.progress, f"{what}: starting") as tick:
+                    shows = p.lab.progress
+                    p.lab.progress = tick.set_detail
+                    try:
+                        out["result"] = work(tick)
+                    finally:
+                        p.lab.progress = shows
+                where = "stopped: " if self._stop.is_set() else ""
+                self.progress.value = f"{where}{what} done in {tick.elapsed:.1f} s"
+            except BaseException as e:  # noqa: BLE001 - a thread's error has nowhere else to go
+                msg = html.escape(str(e).splitlines()[0] if str(e) else "")
+                self.progress.value = ""
+                self.result.value = (f"<div style='{ERROR_STYLE}'>{what} failed: "
+                                     f"{type(e).__name__}: {msg}</div>")
+            finally:
+                self._set_busy(False)
+                p._refresh_history()
+        self.thread = threading.Thread(target=body, name=f"nbtools-{what.lower()}", daemon=True)
+        self.thread.start()
+        if not wait:
+            return None
+        self.thread.join()
+        return out.get("result")
+
+    def _set_busy(self, busy: bool) -> None:
+        p = self.panel
+        p._busy = busy
+        for w in (self.suggest_button, self.explore_button, self.pick, self.rounds,
+                  self.budget, p.compare_button):
+            w.disabled = busy
+        self.try_button.disabled = busy or not self.suggestions
+        p.run_button.disabled = busy or bool(p.guard.reason)
+        self.stop_button.disabled = False
+        self.stop_button.description = "Stop"
+        self.stop_button.layout.display = "" if busy else "none"
+
+
+class _Rows:
+    """The rows so far, shaped as steps_html reads an Exploration."""
+
+    def __init__(self, rows):
+        self.rows = rows

@@ -1,0 +1,100 @@
+"""lab.explore on a real 2-rank gloo lab: a planted slow config whose advice really makes a
+difference (recompiles per length -> dynamic) is kept, a slower change is refused, a change
+whose runs fail is recorded and skipped; a tiny budget stops before any A/B; stop and
+Ctrl-C (KeyboardInterrupt in the loop) return what finished; code() is Python naming the
+kept change. Few steps and 2 rounds: the suite stays fast."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from nbtools import Exploration, Lab, StepConfig
+
+from explore_steps import SLOW, WORKLOAD  # noqa: E402  (tests/ is on sys.path)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with Lab(n=2, history=None, timeout=240, pg_timeout=120) as lab:
+        yield lab
+
+
+def test_keeps_the_faster_change_refuses_a_slower_one_and_skips_a_failing_one(lab, capsys):
+    n0 = len(lab.history)
+    ex = lab.explore(WORKLOAD, SLOW, rounds=2,
+                     also=[{"dynamic": "static"}, {"autocast": "bf16"}])
+    print(ex.steps.to_string())
+    assert isinstance(ex, Exploration) and ex.start == SLOW
+    rows = {r["change"]: r for r in ex.rows}
+    kept = rows["dynamic='dynamic'"]
+    assert kept["rule"] == "recompile-shapes" and kept["kept"] and kept["outcome"] == "kept"
+    assert kept["resolved"] and kept["ratio"] < 1 and kept["high"] < 1
+    assert ex.best == SLOW.replace(dynamic="dynamic") and ex.kept == [{"dynamic": "dynamic"}]
+    # back to static from the new best: the start again, slower, not kept
+    slower = rows["dynamic='static'"]
+    assert not slower["kept"] and slower["outcome"] == "not resolved faster"
+    failed = rows["autocast='bf16'"]
+    assert failed["outcome"].startswith("failed: ") and "float32 only" in failed["outcome"]
+    assert not failed["kept"] and 1 <= failed["runs"] < 8     # skipped at its first failure
+    # the verdict is the keeping A/B's; every run is in the history
+    assert ex.verdict == ex.comparisons[kept["ab"]].verdict and ex.verdict.good
+    made = sum(r["runs"] for r in ex.rows)
+    assert len(lab.history) - n0 >= 1 + made
+    code = ex.code()
+    compile(code, "explore-code", "exec")
+    assert "dynamic=True" in code and "torch.compile(model" in code and "# changed" in code
+    out = capsys.readouterr().out
+    assert "explore 1: dynamic='dynamic'" in out and "-> kept" in out   # a line per A/B
+    html = ex._repr_html_()
+    assert "dynamic=&#x27;dynamic&#x27;" in html and "float32 only" in html
+    fig = ex.plot().layout
+    assert fig.y_range.factors[-1].startswith("1. dynamic='dynamic'")
+
+
+def test_a_tiny_budget_stops_before_any_ab_and_says_over_budget(lab, capsys):
+    ex = lab.explore(WORKLOAD, SLOW, budget_s=0.5, rounds=2)
+    assert ex.rows and all(r["outcome"].startswith("over budget") for r in ex.rows
+                           if r["change"] != "(in your code)")
+    assert ex.comparisons == [] and ex.best == SLOW and not ex.kept
+    assert ex.verdict.text.startswith("nothing tried was resolved faster (0 A/Bs")
+    assert not ex.verdict.resolved
+    code = ex.code()
+    compile(code, "explore-code", "exec")
+    assert "nothing tried was resolved faster" in code
+
+
+def test_stop_and_ctrl_c_return_what_finished_and_on_step_prints_nothing(lab, capsys):
+    stop, rows = threading.Event(), []
+
+    def stop_after_first_run(ev):
+        if ev["phase"] == "done":
+            stop.set()
+    capsys.readouterr()
+    ex = lab.explore(WORKLOAD, SLOW, rounds=2, on_step=rows.append,
+                     on_run=stop_after_first_run, stop=stop)
+    assert capsys.readouterr().out == ""                    # on_step given: nothing printed
+    assert ex.note.startswith("stopped") and not ex.kept and ex.best == SLOW
+    assert rows and rows[-1]["outcome"].startswith("stopped") and not rows[-1]["kept"]
+
+    def interrupt(ev):      # Ctrl-C arrives as KeyboardInterrupt in the main thread
+        if ev["phase"] == "done" and ev["index"] == 2:
+            raise KeyboardInterrupt
+    ex = lab.explore(WORKLOAD, SLOW, rounds=2, on_step=lambda r: None, on_run=interrupt)
+    assert ex.note.startswith("interrupted") and not ex.kept
+    assert "interrupted" in ex.verdict.text and ex.start_run is not None
+
+
+def test_bad_arguments_are_refused_before_any_run(lab):
+    from nbtools import ConfigError
+    n = len(lab.history)
+    for kw in (dict(budget_s=0), dict(rounds=0), dict(also=["dynamic"]), dict(start=42)):
+        with pytest.raises(ConfigError):
+            lab.explore(WORKLOAD, **kw)
+    with pytest.raises(ConfigError, match="it is the start"):
+        lab.explore(StepConfig(scenario="tp-mlp-infer"), start=StepConfig(scenario="ddp-train"))
+    with pytest.raises(ConfigError, match="give a Workload"):
+        lab.explore(42)
+    assert len(lab.history) == n
