@@ -12,6 +12,9 @@ from nbtools.lab.progress_view import TextLine, _kernel
 
 
 class LiveLine:
+    """One progress line that rewrites itself in place while explore runs (a kernel's
+    display, or stderr on a terminal), fed by the lab's progress events."""
+
     def __init__(self, lab):
         self.lab, self.text, self.detail = lab, "", ""
         self.handle = None

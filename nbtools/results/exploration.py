@@ -26,6 +26,8 @@ NOTHING = "nothing tried was resolved faster"
 
 
 def change_text(change: dict) -> str:
+    """A change as a person writes it (``compile='default', dynamic=True``); an empty one is
+    a fix in the person's code."""
     return ", ".join(f"{k}={v!r}" for k, v in change.items()) or "(in your code)"
 
 
@@ -120,10 +122,12 @@ def summary_line(ex: Exploration) -> str:
 
 
 def row_label(row: dict) -> str:
+    """The name of a steps row on the plot's axis: its change."""
     return row.get("change") or "?"
 
 
 def finite(x) -> Optional[float]:
+    """``x`` as a float, or None when it is missing or not finite (a table cell, not NaN)."""
     try:
         x = float(x)
     except (TypeError, ValueError):

@@ -61,6 +61,8 @@ def exploration_html(ex) -> str:
 
 
 def steps_html(ex) -> str:
+    """The exploration's steps as an HTML table: change, rule, B / A with its interval,
+    verdict and outcome per A/B."""
     head = "".join(f"<th>{h}</th>" for h in ("#", "change", "rule", "B / A (95 %)",
                                                "verdict", "outcome"))
     body = []

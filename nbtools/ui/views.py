@@ -39,6 +39,7 @@ def comparison_html(cmp) -> str:
 
 @register("exploration.plot")
 def exploration_plot(ex, **kw):
+    """Exploration.plot(): each A/B's ratio and interval, as a displayable Figure."""
     from nbtools.ui.display import Figure
     from nbtools.ui.exploration import figure
     return Figure(figure(ex, **kw))
@@ -46,5 +47,6 @@ def exploration_plot(ex, **kw):
 
 @register("exploration.html")
 def exploration_html(ex) -> str:
+    """Exploration's HTML (verdict, steps table, the winner's code) for notebooks and reports."""
     from nbtools.ui.exploration import exploration_html as html
     return html(ex)

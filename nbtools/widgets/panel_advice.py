@@ -138,11 +138,13 @@ class Advisor:
         return self._start("Explore", work, wait)
 
     def stop(self) -> None:
+        """Ask the running Try/Explore to end after its current run (what finished is kept)."""
         self._stop.set()
         self.stop_button.disabled = True
         self.stop_button.description = "stopping after this run…"
 
     def wait(self, timeout: Optional[float] = None) -> None:
+        """Block until the running Try/Explore ends (tests; a person watches the panel)."""
         if self.thread is not None:
             self.thread.join(timeout)
 
