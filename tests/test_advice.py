@@ -274,6 +274,8 @@ def test_hf_llama_per_layer_compile_with_use_cache_says_use_cache_false(rec):
     s = advice[0]
     assert "use_cache = False" in s.code and "layer_idx" in s.evidence
     assert "seen: 0, 1, 2, 3, 4, 5, 6, 7" in s.evidence and "recompile limit" in s.evidence
+    # transformers' frame and its KV cache in the guards: the lab can try the fix itself
+    assert s.model_patch == {"config.use_cache": False}
 
 
 def test_hf_llama_per_layer_compile_without_the_cache_gets_none(rec):

@@ -89,6 +89,7 @@ def test_a_per_block_layer_idx_guard_names_the_attribute_and_the_limit(lab):
     assert got[:2] == ["module-int-guard", "recompile-limit"], got
     s = advice[0]
     assert s.change == {} and "use_cache = False" in s.code
+    assert s.model_patch == {}       # not an HF model: no config.use_cache to try for them
     assert "self.layer_idx" in s.evidence and "0, 1, 2, 3, 4, 5, 6, 7" in s.evidence
     assert "recompile limit" in s.evidence
     assert "allow_unspec_int_on_nn_module" in s.code

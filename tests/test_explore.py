@@ -98,3 +98,35 @@ def test_bad_arguments_are_refused_before_any_run(lab):
     with pytest.raises(ConfigError, match="give a Workload"):
         lab.explore(42)
     assert len(lab.history) == n
+
+
+def test_a_fix_in_an_hf_models_code_is_tried_on_the_model_itself(lab):
+    """The issue's Llama: per-block compile (FSDP2) with use_cache on recompiles per
+    layer_idx; the advice's fix lives in the person's code (config.use_cache = False), and
+    explore tries it on their model through a model patch: B's runs no longer recompile."""
+    from nbtools.models import llama
+    wl = llama(batch=1, seq=8, num_hidden_layers=3, use_cache=True)
+    start = StepConfig(scenario="custom", parallel="fsdp2", compile="default",
+                       backend="aot_eager", fsdp_compile="per-block", warmup=1, steps=2,
+                       profiled=1, reshard_after_forward=False)   # no reshard advice first
+    stop = threading.Event()
+
+    def on_step(row):                 # the patch's A/B is the point: stop after it
+        if row["rule"] == "module-int-guard":
+            stop.set()
+
+    ex = lab.explore(wl, start, rounds=2, on_step=on_step, stop=stop)
+    print(ex.steps.to_string())
+    row = next(r for r in ex.rows if r["rule"] == "module-int-guard")
+    assert row["change"] == "model.config.use_cache=False" and row["ab"] is not None, row
+    assert "B is A's model with model.config.use_cache=False set" in row["verdict"]
+    assert "different workloads" not in row["verdict"]
+    cmp = ex.comparisons[row["ab"]]
+    assert all(r.ok for r in cmp.runs_a + cmp.runs_b)
+    recompiles = [int((r.compile_events.kind == "recompile").sum()) for r in cmp.runs_b]
+    assert cmp.runs_b[0].config == cmp.runs_a[0].config and recompiles[0] == 0, recompiles
+    # A still recompiles per layer where it compiled anew (its first run may reuse the start
+    # run's graphs: same config, same model)
+    assert max(int((r.compile_events.kind == "recompile").sum()) for r in cmp.runs_a) > 0
+    if row["kept"]:
+        assert ex.best_workload is not wl and "model.config.use_cache = False" in ex.code()

@@ -3,8 +3,9 @@
     python3 benchmarks/gpu/advice_cases.py OUT_DIR [--rounds 5] [--cases llama,launch,explore]
 
 llama:   a person's Llama (transformers, ~1 B, FSDP2 over the ranks, per-block compile) with
-         use_cache on: what lab.advise says of its run, then the fix it names (use_cache
-         off) as an A/B in rounds, and per-block compile against eager for scale.
+         use_cache on: what lab.advise says of its run, then lab.explore from it (the fix it
+         names, use_cache off, tried on the model as a patch, in rounds); with "eager" in
+         --cases also per-block compile against eager (use_cache off) for scale.
 launch:  tp-mlp-infer at batch 1, eager: a launch-bound step; the advice, then eager against
          what it suggests (reduce-overhead / CUDA graphs) as an A/B.
 explore: lab.explore from tp-mlp-infer b16 eager within a budget, where it exists: the table,
@@ -30,6 +31,7 @@ def main() -> int:
     ap.add_argument("--cases", default="llama,launch,explore")
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--budget", type=float, default=150)
+    ap.add_argument("--llama-budget", type=float, default=300)
     ap.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny sizes, no bf16")
     a = ap.parse_args()
     rounds = a.rounds if a.rounds == "auto" else int(a.rounds)
@@ -64,15 +66,17 @@ def main() -> int:
             say("\n== llama, use_cache on, FSDP2 per-block compile:", run)
             say("\n".join(run.flags))
             say("-- lab.advise(run):\n" + str(lab.advise(run)))
-            cmp = lab.ab((cached, cfg), (plain, cfg), rounds=rounds)
-            say("-- A: use_cache on, B: use_cache off (both per-block compile):",
-                cmp.verdict.text)
-            say(cmp.table.to_string())
-            eager = cfg.replace(compile="off", backend="inductor")
-            cmp = lab.ab((plain, eager), (plain, cfg), rounds=rounds)
-            say("-- use_cache off, A: eager, B: per-block compile:", cmp.verdict.text)
-            cmp = lab.ab((cached, eager), (cached, cfg), rounds=rounds)
-            say("-- use_cache on, A: eager, B: per-block compile:", cmp.verdict.text)
+            ex = lab.explore(cached, cfg, budget_s=a.llama_budget, rounds=rounds,
+                             on_step=lambda row: say("   step:", row["change"], "->",
+                                                     row["outcome"], "|", row["verdict"]))
+            say("-- lab.explore(llama use_cache on, per-block compile):")
+            say(ex.steps.drop(columns=["verdict"]).to_string())
+            say("-- verdict:", ex.verdict.text)
+            say("-- code():\n" + ex.code())
+            if "eager" in cases:
+                eager = cfg.replace(compile="off", backend="inductor")
+                cmp = lab.ab((plain, eager), (plain, cfg), rounds=rounds)
+                say("-- use_cache off, A: eager, B: per-block compile:", cmp.verdict.text)
         if "launch" in cases:
             cfg = StepConfig(scenario="tp-mlp-infer", batch=1, warmup=5, steps=20, profiled=1)
             run = lab.run(cfg)
@@ -86,9 +90,11 @@ def main() -> int:
         if "explore" in cases and hasattr(lab, "explore"):
             start = StepConfig(scenario="tp-mlp-infer", batch=16, warmup=5, steps=20,
                                profiled=1)
-            ex = lab.explore(start, budget_s=a.budget, rounds=rounds)
+            ex = lab.explore(start, budget_s=a.budget, rounds=rounds,
+                             on_step=lambda row: say("   step:", row["change"], "->",
+                                                     row["outcome"], "|", row["verdict"]))
             say("\n== lab.explore(tp-mlp-infer b16 eager, budget", a.budget, "s):")
-            say(ex.steps.to_string())
+            say(ex.steps.drop(columns=["verdict"]).to_string())
             say("-- verdict:", ex.verdict.text if hasattr(ex.verdict, "text") else ex.verdict)
             say("-- code():\n" + ex.code())
     say(f"total {time.perf_counter() - t:.0f} s")

@@ -8,7 +8,9 @@ for this workload is a ConfigError there, never a silently different run.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Optional
 
 from nbtools.config.step_config import ConfigError, StepConfig
@@ -219,3 +221,39 @@ def from_payload(payload) -> tuple:
 
     import cloudpickle
     return cloudpickle.loads(payload), hashlib.sha256(payload).hexdigest()[:16]
+
+
+def patch_text(patch: dict) -> str:
+    """A model patch as the line a person writes: ``model.config.use_cache=False``."""
+    return ", ".join(f"model.{k}={v!r}" for k, v in patch.items())
+
+
+def with_model_patch(workload: Workload, patch: dict) -> Workload:
+    """The same Workload whose model gets ``patch`` (attribute path -> value) set right
+    after it is built, on every rank: how lab.explore tries a fix that lives in the
+    person's code (``{"config.use_cache": False}``) without them editing it first."""
+    if not isinstance(workload, Workload):
+        raise ConfigError("a model patch needs a Workload (a step function builds its own "
+                          "model where the lab cannot reach it)")
+    if not isinstance(patch, dict) or not patch or not all(
+            isinstance(k, str) and k and not k.startswith(".") for k in patch):
+        raise ConfigError(f"model patch {patch!r}: give {{'attribute.path': value}}, e.g. "
+                          "{'config.use_cache': False}")
+    return dataclasses.replace(workload, model=partial(patched_model, workload.model, dict(patch)),
+                               name=f"{workload.name} + {patch_text(patch)}")
+
+
+def patched_model(factory: Callable[[], Any], patch: dict):
+    """Build the model with ``factory``, then set each attribute path of ``patch`` on it
+    (runs on the engines; an attribute the model lacks is an error naming it, never a
+    silently unpatched run)."""
+    model = factory()
+    for path, value in patch.items():
+        obj, *parts = [model] + path.split(".")
+        for part in parts[:-1]:
+            obj = getattr(obj, part)
+        if not hasattr(obj, parts[-1]):
+            raise AttributeError(f"model patch {path}={value!r}: {type(obj).__name__} has no "
+                                 f"attribute {parts[-1]!r}; this fix does not apply to this model")
+        setattr(obj, parts[-1], value)
+    return model

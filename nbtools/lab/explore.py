@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from nbtools.analysis.advice import valid_change
 from nbtools.config.step_config import ConfigError, StepConfig
-from nbtools.config.workload import Workload
+from nbtools.config.workload import Workload, patch_text, with_model_patch
 from nbtools.lab import ab as ab_rounds
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.live_line import LiveLine
@@ -33,7 +33,7 @@ def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rou
         ab_rounds.check_rounds(rounds)
     lab.check(fn, start) if fn is not None else lab.check(start)   # ConfigError before a run
     t0 = time.perf_counter()
-    ex = Exploration(start=start, best=start, workload=fn, budget_s=budget_s)
+    ex = Exploration(start=start, best=start, workload=fn, best_workload=fn, budget_s=budget_s)
     line = None if on_step is not None else LiveLine(lab)
     run_s: list = []            # wall seconds of each run so far: the budget's estimate
     try:
@@ -67,22 +67,31 @@ def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, o
     budget_out = False
     while queue:
         s, change = queue.pop(0)
-        row = dict(change=change_text(change), rule=s.rule if s else "also", verdict="",
-                   ratio=math.nan, low=math.nan, high=math.nan, resolved=False, rounds=0,
-                   runs=0, seconds=0.0, kept=False, ab=None)
-        if not change:
+        # a fix in the person's code is tried on their model when the suggestion says how
+        # (a model patch such as HF's config.use_cache); otherwise it is theirs to make
+        patch = dict(s.model_patch) if s is not None and not change else {}
+        row = dict(change=change_text(change) if not patch else patch_text(patch),
+                   rule=s.rule if s else "also", verdict="", ratio=math.nan, low=math.nan,
+                   high=math.nan, resolved=False, rounds=0, runs=0, seconds=0.0, kept=False,
+                   ab=None)
+        if not change and not patch:
             _add(ex, row, IN_YOUR_CODE, on_step)
+            continue
+        if patch and not isinstance(ex.best_workload, Workload):
+            _add(ex, row, IN_YOUR_CODE + " (a step function's model is out of the lab's "
+                 "reach)", on_step)
             continue
         bad = valid_change(ex.best, change)
         if bad:
             _add(ex, row, f"not valid: {bad}", on_step)
             continue
         cand = ex.best.replace(**change)
-        if cand == ex.best:
+        if cand == ex.best and not patch:
             _add(ex, row, "already in the best config", on_step)
             continue
+        wl = with_model_patch(ex.best_workload, patch) if patch else ex.best_workload
         try:
-            a, b = _side(fn, ex.best), _side(fn, cand)
+            a, b = _side(ex.best_workload, ex.best), _side(wl, cand)
             lab.check(*a) if isinstance(a, tuple) else lab.check(a)
             lab.check(*b) if isinstance(b, tuple) else lab.check(b)
         except ConfigError as e:
@@ -98,7 +107,8 @@ def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, o
             ex.note = f"stopped after {_abs(ex)} A/B(s)"
             return
         ends = _Ends(stop)
-        events = _timer(run_s, on_run, change, line, len(ex.comparisons) + 1, ends)
+        events = _timer(run_s, on_run, change or {"model": patch_text(patch)}, line,
+                        len(ex.comparisons) + 1, ends)
         t = time.perf_counter()
         try:
             cmp = ab_rounds.ab(lab, a, b, rounds=n_rounds, timeout=timeout, on_run=events,
@@ -134,7 +144,11 @@ def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, o
             _add(ex, row, f"failed: {_first_error(failed[0])}", on_step)
             continue
         if v.good:
-            ex.best, ex.kept = cand, ex.kept + [dict(change)]
+            ex.best, ex.best_workload = cand, wl
+            ex.kept = ex.kept + [dict(change) if change else {f"model.{k}": v
+                                                             for k, v in patch.items()}]
+            if patch:
+                ex.patches = ex.patches + [(patch, s.code)]
             _add(ex, row, KEPT, on_step)
             # the new best's own advice: what the change exposed, tried on top of it
             queue = _suggested(cmp.b, seen) + queue
@@ -148,7 +162,10 @@ def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, o
 def _suggested(run, seen: set) -> list:
     out = []
     for s in run.advise():
-        if not s.change or _new(s.change, seen):
+        if s.model_patch and not s.change:
+            if _new({f"model.{k}": v for k, v in s.model_patch.items()}, seen):
+                out.append((s, {}))
+        elif not s.change or _new(s.change, seen):
             out.append((s, dict(s.change)))
     return out
 

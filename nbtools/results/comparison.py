@@ -109,6 +109,11 @@ class Comparison:
         if ca is not None and cb is not None and ca.scenario != cb.scenario:
             out.append(f"A and B are different workloads ({ca.scenario} and {cb.scenario}): "
                        "the ratio compares the workloads, not a setting")
+        elif wa and wb and wa != wb and wb.startswith(f"{wa} + model."):
+            # lab.explore's model patch (config/workload.with_model_patch): the one change
+            # is in the model, on purpose; say which, not that the workloads differ
+            out.append(f"B is A's model with {wb[len(wa) + 3:]} set (a fix in the model's "
+                       "code, tried on it)")
         elif wa and wb and wa != wb:
             out.append(f"A and B are different workloads ({wa} and {wb}): the ratio "
                        "compares the workloads, not a setting")

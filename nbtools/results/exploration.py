@@ -47,6 +47,11 @@ class Exploration:
     start_run: object = None
     note: str = ""
     workload: object = None
+    best_workload: object = None
+    """The Workload of the best config: ``workload`` with the model patches kept."""
+    patches: list = field(default_factory=list)
+    """The model patches kept (fixes in the person's code the lab tried for them): a list
+    of (patch, the suggestion's code)."""
     budget_s: float = math.inf
     elapsed_s: float = 0.0
     metric: str = "step_ms"
@@ -96,8 +101,12 @@ class Exploration:
         capture and torch._dynamo.config settings, the lines the exploration changed marked
         as such. Valid Python (names such as model, x and loss_fn are yours)."""
         step = self.workload is not None and not isinstance(self.workload, Workload)
-        return script_code(self.best, changed=tuple(self.changes), step=step,
+        code = script_code(self.best, changed=tuple(self.changes), step=step,
                            nothing=None if self.kept else NOTHING)
+        for patch, _ in self.patches:      # a fix in the model itself, proven on the model
+            code += "".join(f"\nmodel.{k} = {v!r}   # changed: proven by lab.explore"
+                            for k, v in patch.items())
+        return code
 
     def plot(self, **kw):
         """Each A/B's ratio (B over A) with its 95 % interval, kept changes marked (Bokeh)."""

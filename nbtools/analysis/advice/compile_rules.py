@@ -108,13 +108,14 @@ def module_int_guard(run) -> list[Suggestion]:
     if not len(ce):
         return []
     rows = ce[ce["kind"].isin(("recompile", "limit_hit"))]
-    found, attrs = [], {}
+    found, attrs, kv_cache = [], {}, False
     for i, reason in zip(rows.index, rows["reason"]):
         for m in _MODULE_INT.finditer(reason):
             found.append(i)
             attrs.setdefault((m.group(1), m.group(2)), set()).add(int(m.group(3)))
         for m in _CACHE_LAYER.finditer(reason):   # a KV cache indexed by layer_idx
             found.append(i)
+            kv_cache = True
             attrs.setdefault((m.group(1) + "[layer_idx]", "layer_idx"), set()).add(int(m.group(2)))
     if not found:
         return []
@@ -137,6 +138,10 @@ def module_int_guard(run) -> list[Suggestion]:
         title=(f"Stop forward reading the per-module int {attr!r}"
                + (" (use_cache=False for HF models)" if hf else "")),
         change={},
+        # HF models read config.use_cache when forward is not given it: the lab can try that
+        # where the guards show HF's KV cache or the frame is transformers' own
+        model_patch=({"config.use_cache": False} if hf and (
+            kv_cache or "transformers" in str(first["frame"])) else {}),
         evidence=(f"{int(rec.groupby('rank').size().max()) if len(rec) else 0} recompile(s) of "
                   f"{_frame(first)}, one per value of {path} (seen: "
                   f"{', '.join(map(str, sorted(values)))})"

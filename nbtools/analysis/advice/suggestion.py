@@ -33,6 +33,10 @@ class Suggestion:
     """1 for the first of the list (set by advise)."""
     ranks: tuple = field(default=())
     """The ranks whose tables show it."""
+    model_patch: dict = field(default_factory=dict)
+    """For a fix in the person's code that the lab can still try on their model: attribute
+    paths to set on the built model, e.g. ``{"config.use_cache": False}`` (Hugging Face
+    models read it in forward). lab.explore runs it as an A/B; {} when it cannot."""
 
     def __str__(self) -> str:
         change = (", ".join(f"{k}={v!r}" for k, v in self.change.items())
