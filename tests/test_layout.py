@@ -89,3 +89,60 @@ def test_every_type_and_error_a_person_meets_comes_from_the_top_package():
     from nbtools.results.comparison import Comparison
     assert nbtools.RunFailed is RunFailed and nbtools.RunTimeout is RunTimeout
     assert nbtools.Comparison is Comparison
+
+
+# What a notebook may import from nbtools: the top package and the tutorials' one public module.
+PUBLIC_MODULES = {"nbtools", "nbtools.tutorial"}
+
+
+def _notebook_code(path):
+    import ast
+    import json
+    for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        if cell["cell_type"] == "code":
+            src = "".join(cell["source"])
+            # IPython magics and shell lines are not Python; the rest of the cell is
+            src = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                            for line in src.splitlines())
+            yield i, ast.parse(src, filename=f"{path.name} cell {i}")
+
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem[:2])
+def test_notebooks_import_only_the_public_face(nb):
+    """A tutorial shows the API a person should use: ``from nbtools import ...`` (names in
+    ``nbtools.__all__``, or ``tutorial``) and ``nbtools.tutorial``; no deep imports (issue 35)."""
+    import ast
+
+    import nbtools
+    allowed_names = set(nbtools.__all__) | {"tutorial"}
+    bad = []
+    for i, tree in _notebook_code(nb):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                bad += [f"cell {i}: import {a.name}" for a in node.names
+                        if a.name.split(".")[0] == "nbtools" and a.name not in PUBLIC_MODULES]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "nbtools":
+                if node.module not in PUBLIC_MODULES:
+                    bad.append(f"cell {i}: from {node.module} import ...")
+                elif node.module == "nbtools":
+                    bad += [f"cell {i}: from nbtools import {a.name}" for a in node.names
+                            if a.name not in allowed_names]
+    assert NOTEBOOKS and not bad, f"{nb.name} imports past the public face: {bad}"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem[:2])
+def test_every_tutorial_name_a_notebook_uses_exists(nb):
+    """``X.name`` in a notebook (X = nbtools.tutorial) is a name the module exports."""
+    import ast
+
+    from nbtools import tutorial
+    used = {(i, node.attr) for i, tree in _notebook_code(nb) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "X"}
+    missing = sorted((i, a) for i, a in used if a not in tutorial.__all__)
+    assert not missing, f"{nb.name} uses names nbtools.tutorial does not export: {missing}"
+    for name in tutorial.__all__:
+        assert getattr(tutorial, name) is not None, name
