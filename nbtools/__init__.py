@@ -7,14 +7,14 @@ from nbtools.config.step_config import ConfigError, StepConfig  # noqa: E402  (t
 
 __all__ = ["Lab", "StepConfig", "Workload", "Run", "Comparison", "Verdict", "History",
            "Suggestion", "Exploration", "load_traces", "export_html", "ConfigError", "RunFailed", "RunTimeout",
-           "LabClosed", "MissingExtra", "__version__"]
+           "LabClosed", "MissingExtra", "SSH", "__version__"]
 
 # name -> module: every type and error a person meets after a call, importable from here.
 _LAZY = {"Comparison": "nbtools.results.comparison", "Verdict": "nbtools.analysis.verdict",
          "History": "nbtools.results.history", "RunFailed": "nbtools.lab.errors",
          "RunTimeout": "nbtools.lab.errors", "LabClosed": "nbtools.lab.errors",
          "MissingExtra": "nbtools.common.extras", "Suggestion": "nbtools.analysis.advice",
-         "Exploration": "nbtools.results.exploration"}
+         "SSH": "nbtools.lab.hosts", "Exploration": "nbtools.results.exploration"}
 
 
 def __getattr__(name):

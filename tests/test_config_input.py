@@ -11,17 +11,17 @@ from hypothesis.extra import numpy as hnp
 
 from nbtools.config import step_config as C
 from nbtools.config.step_config import ConfigError, StepConfig
-from nbtools.trace.read_json import _hashable
+from nbtools.trace.read_json import hashable
 
 # the strategies below list every valid value of every field: their repr is long, not wrong
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 
 FIELDS = C._FIELDS
-VALID = {name: list(allowed) for name, allowed in C._CHOICES.items() if allowed is not None}
+VALID = {name: list(allowed) for name, allowed in C.FIELD_CHOICES.items() if allowed is not None}
 VALID["scenario"] = list(C.SCENARIOS) + ["custom"]
 for _name in C._BOOLS:
     VALID[_name] = [True, False]
-for _name, (_lo, _hi) in C._INTS.items():
+for _name, (_lo, _hi) in C.INT_RANGES.items():
     VALID[_name] = [_lo, _lo + 1, 8, _hi]
 for _name in C._OPTIONAL:
     VALID[_name].append(None)
@@ -125,7 +125,7 @@ def test_replace_with_any_names_and_values(changes):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.one_of(ANY, st.dictionaries(st.one_of(ANY.filter(lambda k: _hashable(k)),
+@given(st.one_of(ANY, st.dictionaries(st.one_of(ANY.filter(lambda k: hashable(k)),
                                                 st.sampled_from(FIELDS)), ANY, max_size=3)))
 def test_from_dict_of_anything(d):
     try:

@@ -278,7 +278,7 @@ def test_killed_client_leaves_nothing_on_either_host(sim, tmp_path):
 
 
 def test_mpirun_over_ssh_starts_the_engines_on_both_hosts(sim, tmp_path):
-    """README's MPI recipe on the simulated hosts: ipcontroller on the ranks' network,
+    """docs/clusters.md's MPI recipe on the simulated hosts: ipcontroller on the ranks' network,
     OpenMPI's mpirun starting 2 engines per host over ssh, Lab(cluster=Client) attached:
     ranks in mpirun's order, local ranks from OpenMPI, one DDP step; the engines are
     mpirun's (close() leaves them), and ending mpirun leaves nothing on either host."""
@@ -328,14 +328,15 @@ def test_mpirun_over_ssh_starts_the_engines_on_both_hosts(sim, tmp_path):
             proc.wait()
 
 
-def _readme_sbatch() -> str:
-    text = (Path(__file__).parent.parent / "README.md").read_text()
+def _docs_sbatch() -> str:
+    text = (Path(__file__).parent.parent / "docs" / "clusters.md").read_text()
     part = text[text.index("**Slurm**"):]
     return part[part.index("```bash\n") + 8:part.index("```", part.index("```bash\n") + 8)]
 
 
-def test_readme_sbatch_script_on_a_two_node_slurm(sim, tmp_path):
-    """README's sbatch script, submitted to a Slurm cluster of the two simulated hosts:
+def test_docs_sbatch_script_on_a_two_node_slurm(sim, tmp_path):
+    """docs/clusters.md's sbatch script (the README links it), submitted to a Slurm cluster
+    of the two simulated hosts:
     ipcontroller on the first node's address, srun's engines on both, Lab(cluster=Client)
     attached in Slurm's rank order, one DDP step; scancel leaves only the slurmds. Without
     its GPU requests (no GPUs here) and with 2 tasks per node instead of 4."""
@@ -345,7 +346,7 @@ def test_readme_sbatch_script_on_a_two_node_slurm(sim, tmp_path):
     if slurm_why_not():
         pytest.skip(slurm_why_not())
     a, b = sim.names
-    script = _readme_sbatch()
+    script = _docs_sbatch()
     for gpu in ("#SBATCH --gpus-per-node=4\n", " --gpus-per-task=1"):
         assert gpu in script
         script = script.replace(gpu, "")

@@ -73,7 +73,7 @@ def test_every_type_and_error_a_person_meets_comes_from_the_top_package():
     import subprocess
     import sys
     names = ("Lab", "StepConfig", "Workload", "Run", "Comparison", "Verdict", "History",
-             "Suggestion",
+             "Suggestion", "SSH",
              "RunFailed", "RunTimeout", "LabClosed", "ConfigError", "MissingExtra",
              "load_traces", "export_html")
     code = ("import sys, nbtools; light = 'pandas' not in sys.modules and 'torch' not in "
@@ -89,3 +89,131 @@ def test_every_type_and_error_a_person_meets_comes_from_the_top_package():
     from nbtools.results.comparison import Comparison
     assert nbtools.RunFailed is RunFailed and nbtools.RunTimeout is RunTimeout
     assert nbtools.Comparison is Comparison
+
+
+# What a notebook may import from nbtools: the top package and the tutorials' one public module.
+PUBLIC_MODULES = {"nbtools", "nbtools.tutorial"}
+
+
+def _notebook_code(path):
+    import ast
+    import json
+    for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        if cell["cell_type"] == "code":
+            src = "".join(cell["source"])
+            # IPython magics and shell lines are not Python; the rest of the cell is
+            src = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                            for line in src.splitlines())
+            yield i, ast.parse(src, filename=f"{path.name} cell {i}")
+
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem[:2])
+def test_notebooks_import_only_the_public_face(nb):
+    """A tutorial shows the API a person should use: ``from nbtools import ...`` (names in
+    ``nbtools.__all__``, or ``tutorial``) and ``nbtools.tutorial``; no deep imports (issue 35)."""
+    import ast
+
+    import nbtools
+    allowed_names = set(nbtools.__all__) | {"tutorial"}
+    bad = []
+    for i, tree in _notebook_code(nb):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                bad += [f"cell {i}: import {a.name}" for a in node.names
+                        if a.name.split(".")[0] == "nbtools" and a.name not in PUBLIC_MODULES]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "nbtools":
+                if node.module not in PUBLIC_MODULES:
+                    bad.append(f"cell {i}: from {node.module} import ...")
+                elif node.module == "nbtools":
+                    bad += [f"cell {i}: from nbtools import {a.name}" for a in node.names
+                            if a.name not in allowed_names]
+    assert NOTEBOOKS and not bad, f"{nb.name} imports past the public face: {bad}"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem[:2])
+def test_every_tutorial_name_a_notebook_uses_exists(nb):
+    """``X.name`` in a notebook (X = nbtools.tutorial) is a name the module exports."""
+    import ast
+
+    from nbtools import tutorial
+    used = {(i, node.attr) for i, tree in _notebook_code(nb) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "X"}
+    missing = sorted((i, a) for i, a in used if a not in tutorial.__all__)
+    assert not missing, f"{nb.name} uses names nbtools.tutorial does not export: {missing}"
+    for name in tutorial.__all__:
+        assert getattr(tutorial, name) is not None, name
+
+
+# A module's _names are its own. Each exception says why it stays; keep this list short.
+PRIVATE_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _private_uses(path: Path):
+    return _private_uses_in(path.read_text(encoding="utf-8"), _module_name(path),
+                            path.name == "__init__.py")
+
+
+def _private_uses_in(source: str, me: str, is_package: bool):
+    """(line, module, name) for each private name of another nbtools module that module
+    ``me`` imports (``from nbtools.x import _y``, relative too) or reads (``x._y`` after
+    ``from nbtools import x`` / ``import nbtools.x as x``)."""
+    import ast
+    package = me if is_package else me.rpartition(".")[0]
+    tree = ast.parse(source)
+    modules = {}     # local name -> the nbtools module (or object) it stands for
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            if not base.startswith("nbtools"):
+                continue
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__") and base != me:
+                    yield node.lineno, base, a.name
+                else:
+                    modules[a.asname or a.name] = f"{base}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("nbtools") and a.asname:
+                    modules[a.asname] = a.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__") and isinstance(node.value, ast.Name)
+                and node.value.id in modules):
+            yield node.lineno, modules[node.value.id], node.attr
+
+
+def test_no_module_takes_another_modules_private_names():
+    """Split by job: a name another module needs is public in the module whose job it is
+    (issue 35 found 27 imports of other modules' ``_names``)."""
+    found = [f"{p.relative_to(ROOT)}:{line}: {mod}.{name}"
+             for p in sorted(PKG.rglob("*.py")) for line, mod, name in _private_uses(p)
+             if (_module_name(p), name) not in PRIVATE_ALLOWED]
+    assert not found, "private names used across modules:\n" + "\n".join(found)
+    assert len(PRIVATE_ALLOWED) <= 3 and all(PRIVATE_ALLOWED.values())
+
+
+def test_the_private_name_check_sees_every_spelling():
+    """The check above can fail: each way of reaching another module's _name is caught, and
+    a module's own _names and public names are not."""
+    probe = ("from nbtools.lab.sweeps import _describe, table\n"
+             "from .panel_parts import _x, ok\n"
+             "from ..engine import liveness\n"
+             "import nbtools.lab.keep_going as kg\n"
+             "from nbtools.widgets.panel import _mine\n"
+             "liveness._watch(1); kg._y; table._z; ok.fine; kg.__name__\n")
+    got = sorted((m, n) for _, m, n in _private_uses_in(probe, "nbtools.widgets.panel", False))
+    assert got == [("nbtools.engine.liveness", "_watch"), ("nbtools.lab.keep_going", "_y"),
+                   ("nbtools.lab.sweeps", "_describe"), ("nbtools.lab.sweeps.table", "_z"),
+                   ("nbtools.widgets.panel_parts", "_x")], got

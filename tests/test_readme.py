@@ -1,5 +1,6 @@
-"""The README's Python as a first-time user pastes it, run as written on this machine's
-CPU ranks (issue 26: its "In a notebook" snippet once called lab.panel(cfg) with no cfg)."""
+"""The README's Python as a first-time user pastes it, and every command it and its guide pages
+(docs/*.md it links) show, run as written on this machine's CPU ranks (issue 26: its "In a
+notebook" snippet once called lab.panel(cfg) with no cfg)."""
 from __future__ import annotations
 
 import os
@@ -35,10 +36,10 @@ class MyNet(torch.nn.Module):
 '''
 
 
-def python_blocks() -> list[tuple[str, str]]:
-    """(the heading above it, its code) for every ```python block of the README."""
+def python_blocks(text: str = README) -> list[tuple[str, str]]:
+    """(the heading above it, its code) for every ```python block of the README (or text)."""
     out, heading = [], ""
-    for m in re.finditer(r"^(#+ [^\n]*)$|^```python\n(.*?)^```", README, re.M | re.S):
+    for m in re.finditer(r"^(#+ [^\n]*)$|^```python\n(.*?)^```", text, re.M | re.S):
         if m.group(1):
             heading = m.group(1).lstrip("#").strip()
         else:
@@ -64,11 +65,13 @@ def run_as_user(code: str, cwd: Path):
     return r
 
 
-def test_every_python_block_of_the_readme_compiles():
-    blocks = python_blocks()
-    assert len(blocks) >= 3, [h for h, _ in blocks]
-    for heading, code in blocks:
-        compile(code, f"README.md ({heading})", "exec")
+def test_every_python_block_of_the_readme_and_its_guide_pages_compiles():
+    pages = {"README.md": README} | {f"docs/{p}.md": (ROOT / "docs" / f"{p}.md").read_text()
+                                     for p in GUIDE_PAGES}
+    blocks = [(name, h, code) for name, text in pages.items() for h, code in python_blocks(text)]
+    assert len(blocks) >= 4, [(n, h) for n, h, _ in blocks]
+    for name, heading, code in blocks:
+        compile(code, f"{name} ({heading})", "exec")
 
 
 def test_every_name_the_notebook_snippet_uses_is_defined_in_it():
@@ -115,10 +118,16 @@ NOT_RUN = {
 }
 
 
-def readme_commands() -> list[str]:
-    """Every `python -m nbtools ...` line of the README's shell blocks, comments cut."""
+# The pages the README hands its details to (issue 35: a short README, the rest in docs/):
+# a command a person is shown there is run here as if the README showed it.
+GUIDE_PAGES = ("install", "timeline", "ab", "notebooks", "cli", "clusters", "troubleshooting",
+               "testing")
+
+
+def shell_commands(text: str) -> list[str]:
+    """Every `python -m nbtools ...` line of a page's shell blocks, comments cut."""
     out, fence = [], None
-    for line in README.splitlines():
+    for line in text.splitlines():
         if line.startswith("```"):
             fence = None if fence is not None else (line[3:].strip() or "shell")
             continue
@@ -130,18 +139,39 @@ def readme_commands() -> list[str]:
     return out
 
 
+def readme_commands() -> list[str]:
+    """The README's commands, then its guide pages', each once, in that order."""
+    cmds = shell_commands(README)
+    for page in GUIDE_PAGES:
+        cmds += shell_commands((ROOT / "docs" / f"{page}.md").read_text())
+    return list(dict.fromkeys(cmds))
+
+
+def test_the_readme_links_every_guide_page_and_stays_short():
+    """The README gets a person to a first timeline, an A/B and an export; the rest is one
+    link away (issue 35: at most 250 lines)."""
+    assert len(README.splitlines()) <= 250
+    for page in GUIDE_PAGES:
+        assert f"](docs/{page}.md)" in README, page
+    quick = README[README.index("## Quickstart"):README.index("## Install")]
+    block = quick[quick.index("```\n") + 4:quick.index("```", quick.index("```\n") + 4)]
+    assert [ln.split("#")[0].strip() for ln in block.splitlines()] == [
+        "python3 dev.py demo", "python3 dev.py test"]
+
+
 def test_the_readme_shows_the_commands_this_test_runs():
     cmds = readme_commands()
     assert len(cmds) >= 12, cmds
-    assert "python -m nbtools view" in cmds           # the quickstart's, right after the demo
+    assert "python -m nbtools view" in cmds           # the demo's runs again
     assert "python -m nbtools --version" in cmds      # "Still stuck?"
+    assert "python -m nbtools run --help" in cmds     # docs/cli.md
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_every_nbtools_command_of_the_readme_runs_as_written(tmp_path):
     """issue 34: after the quickstart (the venv active, so `python` is this interpreter),
-    each command the README shows, in the README's order, in one folder: `view` finds the
+    each command the README and its guide pages show, in their order, in one folder: `view` finds the
     runs the demo and `run` saved; the trace commands read a job's traces (the committed
     2 x H200 ones) in traces/, before/ and after/."""
     import shutil
@@ -155,7 +185,7 @@ def test_every_nbtools_command_of_the_readme_runs_as_written(tmp_path):
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     ran = []
     cmds = readme_commands()
-    # the quickstart's bare `view` follows its demo: here, after the README's run and demo
+    # the bare `view` reads what the demo saved: here, after every run and demo
     cmds = [c for c in cmds if c != "python -m nbtools view"] + ["python -m nbtools view"]
     for cmd in cmds:
         if any(cmd.startswith(k) for k in NOT_RUN):

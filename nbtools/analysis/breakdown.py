@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.keyed import lookup, pair_codes
-from nbtools.analysis.step_metrics import _columns, per_rank, per_step, step_times
+from nbtools.analysis.step_metrics import event_columns, per_rank, per_step, step_times
 
 PARTS = ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms", "idle_ms", "syncs")
 """Per profiled step and rank: means over the rank's profiled steps."""
@@ -134,7 +134,7 @@ def rank_table(events: pd.DataFrame, steps: pd.DataFrame, *,
     # the per-row columns and the step ranges once, not once per part (8 ms of a 40k-event
     # trace's load)
     ranges = step_times(events, spans=False) if _ranges is None else _ranges
-    c, spans = _columns(events), step_times(events, _ranges=ranges)
+    c, spans = event_columns(events), step_times(events, _ranges=ranges)
     pr = per_rank(events, _c=c, _ranges=ranges)
     bd = breakdown(events, steps, _c=c, _spans=spans)
     if np.array_equal(pr["rank"].to_numpy(), bd["rank"].to_numpy()):

@@ -41,7 +41,7 @@ def _lane_is_gpu(events: pd.DataFrame) -> np.ndarray:
     return np.append(np.asarray(lanes.str.startswith("cuda:"), bool), False)[codes]
 
 
-def _columns(events: pd.DataFrame) -> dict:
+def event_columns(events: pd.DataFrame) -> dict:
     """Per-row numpy views the metrics share: category masks, lane kind, ends."""
     code, names = string_codes(events["category"])
 
@@ -178,12 +178,12 @@ def per_rank(events: pd.DataFrame, *, _c: dict | None = None,
              _ranges: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per rank: PER_RANK_COLUMNS, then device (gpu | cpu: what was measured),
     cpu_busy_pct, annotated_steps and annotated_step_ms (median of the step ranges).
-    ``_c`` / ``_ranges``: ``_columns(events)`` / ``step_times(events, spans=False)`` when
+    ``_c`` / ``_ranges``: ``event_columns(events)`` / ``step_times(events, spans=False)`` when
     the caller has them already (breakdown.rank_table)."""
     if len(events) == 0:
         return pd.DataFrame(columns=PER_RANK_COLUMNS + ["device", "cpu_busy_pct",
                                                         "annotated_steps", "annotated_step_ms"])
-    c = _columns(events) if _c is None else _c
+    c = event_columns(events) if _c is None else _c
     group, ranks = pd.factorize(c["rank"], sort=True)   # np.unique's inverse sorts: 4x slower
     out = pd.DataFrame({"rank": ranks, **_metrics(c, group.astype(np.int64), len(ranks))})
     st = step_times(events, spans=False) if _ranges is None else _ranges
@@ -201,10 +201,10 @@ def per_step(events: pd.DataFrame, *, _c: dict | None = None,
              _spans: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (rank, step >= 0): step_ms plus the per_rank metrics inside that step
     (GPU events belong to the step of the CPU call that launched them). ``_c`` /
-    ``_spans``: ``_columns(events)`` / ``step_times(events)`` when the caller has them."""
+    ``_spans``: ``event_columns(events)`` / ``step_times(events)`` when the caller has them."""
     if len(events) == 0:
         return pd.DataFrame(columns=["rank", "step", "step_ms"] + PER_RANK_COLUMNS[1:])
-    c = _columns(events) if _c is None else _c
+    c = event_columns(events) if _c is None else _c
     step = events["step"].to_numpy(np.int64)
     codes, rank, pstep = pair_codes(c["rank"], step)
     m = _metrics(c, np.where(step >= 0, codes, -1).astype(np.int64), len(rank))
@@ -272,7 +272,7 @@ def idle_gaps(events: pd.DataFrame, min_us: float = 0.0) -> pd.DataFrame:
     least ``min_us``: rank, ts_ns (where the GPU went idle), dur_ns, step (of the activity
     before the gap). CPU-only ranks have none. Their sum per rank is per_rank's idle_ms."""
     cols = ["rank", "ts_ns", "dur_ns", "step"]
-    c = _columns(events) if len(events) else None
+    c = event_columns(events) if len(events) else None
     if c is None or not (c["gpu"] & c["busy"]).any():
         return pd.DataFrame({k: np.zeros(0, np.int64) for k in cols})
     rows = np.flatnonzero(c["gpu"] & c["busy"])
@@ -317,7 +317,7 @@ def collective_skew(events: pd.DataFrame) -> pd.DataFrame:
     cols = ["name", "k", "ranks", "first_rank", "last_rank", "skew_us", "ts_ns", "step"]
     if len(events) == 0:
         return pd.DataFrame(columns=cols)
-    c = _columns(events)
+    c = event_columns(events)
     mask = c["gpu"] & c["comm"]
     if not mask.any():
         mask = ~c["gpu"] & c["comm"]
@@ -341,7 +341,7 @@ def top_kernels(events: pd.DataFrame, n: int = 20) -> pd.DataFrame:
     cols = ["name", "category", "count", "total_ms", "mean_us", "max_us", "pct", "ranks"]
     if len(events) == 0:
         return pd.DataFrame(columns=cols)
-    c = _columns(events)
+    c = event_columns(events)
     mask = c["kernel"] if c["kernel"].any() else (~c["gpu"] & c["cpu_op"])
     ev = events[mask][["name", "category", "dur_ns", "rank"]].copy()
     ev["name"] = ev["name"].astype(str)

@@ -11,8 +11,9 @@ profiles of ``recorded_h200``). ``sweep``, ``run_reporting``, ``engine_log`` and
 Engine side: the step classes and the buffers they report into live in
 ``nbtools.claims.steps`` (re-exported here, so notebooks write ``X.DDPAccumStep``).
 
-This module only gathers them: notebooks import one name (``from nbtools.claims import
-helpers as X``) while the code lives in modules with one job each: nbtools/lab/sweeps.py
+Notebooks now import ``nbtools.tutorial`` (the public module that re-exports these and
+the rest of what a tutorial uses); this path stays for scripts and tests that import it.
+This module only gathers them: the code lives in modules with one job each: nbtools/lab/sweeps.py
 (sweeps and their tables), nbtools/analysis/counts.py (counts read off one run),
 claims/studies.py (the per-claim studies that run a claims/steps.py step on the lab) and
 claims/recorded.py (the shipped H200 profiles).

@@ -29,7 +29,9 @@ class _Collect(logging.Handler):
             pass
 
 
-def _log_start(name: str, level: int) -> None:
+def log_start(name: str, level: int) -> None:
+    """Start keeping logger ``name``'s records at ``level`` on this engine (read them with
+    ``log_stop``)."""
     log = logging.getLogger(name)
     if name not in _HANDLERS:
         h = _Collect(name)
@@ -39,7 +41,8 @@ def _log_start(name: str, level: int) -> None:
     log.propagate = False      # ours only: INFO lines would otherwise reach stderr
 
 
-def _log_stop(name: str) -> list:
+def log_stop(name: str) -> list:
+    """Stop keeping logger ``name``'s records; returns the lines kept since ``log_start``."""
     import os
     h, level, propagate = _HANDLERS.pop(name, (None, None, None))
     if h is not None:

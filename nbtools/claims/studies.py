@@ -13,7 +13,7 @@ import logging
 import numpy as np
 import pandas as pd
 
-from nbtools.claims.steps import DDP_OPTIMIZER_LOG, DDPAccumStep, DtypeProbeStep, _log_start, _log_stop
+from nbtools.claims.steps import DDP_OPTIMIZER_LOG, DDPAccumStep, DtypeProbeStep, log_start, log_stop
 from nbtools.config.step_config import StepConfig
 from nbtools.analysis.counts import collectives
 from nbtools.analysis.metrics import combine
@@ -41,11 +41,11 @@ class engine_log:
                 for _, e in sorted(self.lab.rank_to_engine.items())]
 
     def __enter__(self):
-        self._each(_log_start, self.name, self.level)
+        self._each(log_start, self.name, self.level)
         return self
 
     def __exit__(self, *exc):
-        rows = [r for rs in self._each(_log_stop, self.name) for r in rs]
+        rows = [r for rs in self._each(log_stop, self.name) for r in rs]
         if rows:
             self.records = pd.DataFrame(rows)
         return False

@@ -42,7 +42,7 @@ def field_docs() -> dict[str, str]:
 
 def allowed_values() -> dict[str, tuple]:
     """field -> the values it accepts: the tuples __post_init__ checks against."""
-    out = {k: tuple(v) for k, v in config._CHOICES.items() if v is not None}
+    out = {k: tuple(v) for k, v in config.FIELD_CHOICES.items() if v is not None}
     out["scenario"] = tuple(SCENARIOS)   # "custom" needs a step function: notebooks only
     return out
 
@@ -56,8 +56,8 @@ def values_text(name: str) -> str:
         vals = list(map(str, allowed_values()[name]))
     elif "bool" in kind:
         vals = ["true", "false"]
-    elif name in config._INTS:
-        low, high = config._INTS[name]
+    elif name in config.INT_RANGES:
+        low, high = config.INT_RANGES[name]
         vals = [f"an integer {low}..{high}"]
     elif "int" in kind:
         vals = ["an integer"]

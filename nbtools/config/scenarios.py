@@ -43,17 +43,17 @@ def scenario_spec(name: str) -> ScenarioSpec:
     return SCENARIOS[name]
 
 
-class _DefaultScenario(str):
+class DefaultScenario(str):
     """The scenario of a StepConfig that chose none. It runs when the config runs alone
     (lab.run(cfg)); its rules (strategies, train or inference, sequence dim) judge the config
     only then (check_scenario, from workload.check_run), never a Workload's or a step
     function's run, which the person may have written StepConfig(parallel="ddp") for."""
 
     def __reduce__(self):
-        return _DefaultScenario, (str(self),)
+        return DefaultScenario, (str(self),)
 
 
-DEFAULT_SCENARIO = _DefaultScenario("tp-mlp-infer")
+DEFAULT_SCENARIO = DefaultScenario("tp-mlp-infer")
 
 
 def check_scenario(cfg, error) -> None:

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional
 
-from nbtools.config.scenarios import (DEFAULT_SCENARIO, SCENARIOS, _DefaultScenario,  # noqa: F401
+from nbtools.config.scenarios import (DEFAULT_SCENARIO, SCENARIOS, DefaultScenario,  # noqa: F401
                                       check_scenario, scenario_spec)
-from nbtools.config.values import (ConfigError, _as_bool, _as_int, _as_str,  # noqa: F401
-                                   _show)
+from nbtools.config.values import (ConfigError, as_bool, as_int, as_str,  # noqa: F401
+                                   show_value)
 
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Modes under which inductor itself captures CUDA graphs (cudagraph trees).
@@ -39,7 +39,7 @@ SIZES = ("auto", "small", "large")
 
 # Field -> allowed strings (None: any string). Every field has exactly one of the three
 # kinds below; _OPTIONAL ones may also be None (the scenario's default).
-_CHOICES = {"scenario": None, "compile": COMPILE_MODES, "backend": BACKENDS, "dynamic": DYNAMIC,
+FIELD_CHOICES = {"scenario": None, "compile": COMPILE_MODES, "backend": BACKENDS, "dynamic": DYNAMIC,
             "autocast": AUTOCAST, "autocast_scope": AUTOCAST_SCOPES, "cudagraph": CUDAGRAPH,
             "parallel": PARALLEL, "cache": CACHE_POLICIES, "ddp_wrap": DDP_WRAP,
             "optimize_ddp": OPTIMIZE_DDP, "fsdp_compile": FSDP_COMPILE,
@@ -47,7 +47,7 @@ _CHOICES = {"scenario": None, "compile": COMPILE_MODES, "backend": BACKENDS, "dy
 _BOOLS = ("fullgraph", "reshard_after_forward", "check", "torch_trace", "memory", "stack")
 # Bounds: generous for any real job, finite so a typo (an extra 000, a seed from the wrong
 # variable) is caught here and not as an overflow or an hour-long run on the engines.
-_INTS = {"warmup": (0, 100_000), "steps": (1, 1_000_000), "profiled": (0, 1_000),
+INT_RANGES = {"warmup": (0, 100_000), "steps": (1, 1_000_000), "profiled": (0, 1_000),
          "batch": (1, 1 << 20), "seq_len": (1, 1 << 20), "seed": (0, 2**32 - 1)}
 _OPTIONAL = frozenset({"parallel", "seq_schedule", "batch", "seq_len"})
 @dataclass(frozen=True)
@@ -165,17 +165,17 @@ class StepConfig:
         # The one place a StepConfig is checked (the constructor, replace and from_dict all
         # come here): every field's type and range first, so the cross-field rules below
         # only ever see well-typed values.
-        for name, allowed in _CHOICES.items():
-            v = _as_str(name, getattr(self, name), allowed, optional=name in _OPTIONAL)
+        for name, allowed in FIELD_CHOICES.items():
+            v = as_str(name, getattr(self, name), allowed, optional=name in _OPTIONAL)
             object.__setattr__(self, name, v)
         if self.scenario != "custom" and self.scenario not in SCENARIOS:
             raise ConfigError(
                 f"scenario={self.scenario!r} is unknown; use one of {', '.join(SCENARIOS)} "
                 "or lab.run(my_step_fn, cfg) for your own step")
         for name in _BOOLS:
-            object.__setattr__(self, name, _as_bool(name, getattr(self, name)))
-        for name, (low, high) in _INTS.items():
-            object.__setattr__(self, name, _as_int(name, getattr(self, name), low, high,
+            object.__setattr__(self, name, as_bool(name, getattr(self, name)))
+        for name, (low, high) in INT_RANGES.items():
+            object.__setattr__(self, name, as_int(name, getattr(self, name), low, high,
                                                    optional=name in _OPTIONAL))
         self._check_combination()
 
@@ -245,7 +245,7 @@ class StepConfig:
     @property
     def scenario_unchosen(self) -> bool:
         """True for a config that never named a scenario (StepConfig's default one)."""
-        return type(self.scenario) is _DefaultScenario
+        return type(self.scenario) is DefaultScenario
 
     def check_scenario(self) -> None:
         """The scenario's own rules (its strategies, train or inference, sequence dim);
@@ -328,7 +328,7 @@ class StepConfig:
         """The inverse of ``to_dict`` (a run.json's ``config``)."""
         if not isinstance(d, Mapping):
             raise ConfigError(f"StepConfig.from_dict expects a dict of field -> value (what "
-                              f"to_dict() gives), got a {type(d).__name__}: {_show(d)}")
+                              f"to_dict() gives), got a {type(d).__name__}: {show_value(d)}")
         return cls(**_refuse_unknown("StepConfig.from_dict", d))
 
     def label(self) -> str:
@@ -350,7 +350,7 @@ def _refuse_unknown(where: str, changes: Mapping) -> dict:
         hints = []
         for k in bad:
             close = difflib.get_close_matches(k, _FIELDS, 1) if isinstance(k, str) else []
-            hints.append(f"{_show(k)}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            hints.append(f"{show_value(k)}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         raise ConfigError(f"{where}: unknown StepConfig field(s) {', '.join(hints)}; the "
                           f"fields are {', '.join(_FIELDS)}")
     return dict(changes)

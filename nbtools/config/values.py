@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 import reprlib
 
-from nbtools.config.scenarios import _DefaultScenario
+from nbtools.config.scenarios import DefaultScenario
 
 
 class ConfigError(ValueError):
@@ -23,7 +23,7 @@ _WHY_BOUND = {
 }
 
 
-def _show(value) -> str:
+def show_value(value) -> str:
     """A bounded repr for messages: a user may pass a million-element array or an object
     whose repr fails."""
     try:
@@ -32,31 +32,34 @@ def _show(value) -> str:
         return f"<{type(value).__name__}>"
 
 
-def _as_str(name: str, value, allowed, optional: bool):
+def as_str(name: str, value, allowed, optional: bool):
+    """Field ``name`` as one of ``allowed`` (None when optional), else a ConfigError naming
+    the choices."""
     if value is None and optional:
         return None
     if not isinstance(value, str):
         none = " or None" if optional else ""
         what = "a name (str)" if allowed is None else f"one of {', '.join(map(repr, allowed))}"
-        raise ConfigError(f"{name}={_show(value)} is a {type(value).__name__}; give {what}{none}")
+        raise ConfigError(f"{name}={show_value(value)} is a {type(value).__name__}; give {what}{none}")
     if allowed is not None and value not in allowed:
         raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
-    if type(value) is _DefaultScenario:
+    if type(value) is DefaultScenario:
         return value    # not chosen: kept so that replace() and pickling still know it
     return str(value)   # numpy.str_ -> str, so the config pickles and compares as plain data
 
 
-def _as_bool(name: str, value) -> bool:
+def as_bool(name: str, value) -> bool:
+    """Field ``name`` as a real boolean (numpy's included), else a ConfigError."""
     # Only a real boolean: "no", 0/1 or [1] would otherwise count by truthiness ("no" is True).
     if isinstance(value, bool):
         return value
     if getattr(getattr(value, "dtype", None), "kind", None) == "b" \
             and getattr(value, "shape", None) == ():
         return bool(value)   # numpy.bool_ (e.g. read from a DataFrame of a sweep)
-    raise ConfigError(f"{name}={_show(value)} is a {type(value).__name__}; give True or False")
+    raise ConfigError(f"{name}={show_value(value)} is a {type(value).__name__}; give True or False")
 
 
-def _as_int(name: str, value, low: int, high: int, optional: bool):
+def as_int(name: str, value, low: int, high: int, optional: bool):
     """A whole number in [low, high]. numpy integers (np.int64(8) out of a DataFrame or an
     arange) are what a user means by an int and are accepted as int; floats (8.0), strings
     and booleans are not: the config would silently differ from what was typed."""
@@ -72,7 +75,7 @@ def _as_int(name: str, value, low: int, high: int, optional: bool):
             pass
     none = " or None" if optional else ""
     if v is None:
-        raise ConfigError(f"{name}={_show(value)} is a {type(value).__name__}; give a whole "
+        raise ConfigError(f"{name}={show_value(value)} is a {type(value).__name__}; give a whole "
                           f"number from {low} to {high:,}{none}")
     if not low <= v <= high:
         why = _WHY_BOUND.get(name, "")

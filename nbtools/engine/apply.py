@@ -13,7 +13,7 @@ from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.engine.materialize import Built, output_tensor, tp_parallelize
 from nbtools.engine import workload_errors as blame
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _OPTIMIZE_DDP = {"ddp_optimizer": "ddp_optimizer", "python_reducer": "python_reducer", "off": False}
 
 
@@ -100,7 +100,7 @@ def autocast_ctxs(cfg: StepConfig, device: torch.device):
     if cfg.autocast == "off":
         null = contextlib.nullcontext
         return null, null, null
-    ac = lambda: torch.autocast(device.type, dtype=_DTYPES[cfg.autocast])  # noqa: E731
+    ac = lambda: torch.autocast(device.type, dtype=AUTOCAST_DTYPES[cfg.autocast])  # noqa: E731
     null = contextlib.nullcontext
     scope = cfg.autocast_scope
     return ac, (ac if scope in ("forward+loss", "step") else null), (ac if scope == "step" else null)

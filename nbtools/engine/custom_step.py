@@ -66,7 +66,7 @@ class StepContext:
         """Autocast as the config asks (a null context when autocast='off')."""
         if self.cfg.autocast == "off":
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=apply._DTYPES[self.cfg.autocast])
+        return torch.autocast(self.device.type, dtype=apply.AUTOCAST_DTYPES[self.cfg.autocast])
 
 
 def prepare_custom(user_fn, cfg: StepConfig, engine_state, source_key: str):

@@ -61,4 +61,4 @@ def _hold(sock) -> None:
 
 def _die() -> None:
     from nbtools.engine import liveness
-    liveness._die()
+    liveness.die_with_children()

@@ -126,10 +126,12 @@ def _watch(pid: int) -> None:
     from nbtools.engine.quiet import poll_interval
     while client_alive(pid):
         time.sleep(poll_interval(POLL_S))
-    _die()
+    die_with_children()
 
 
-def _die() -> None:
+def die_with_children() -> None:
+    """Kill this engine's child processes, then the engine itself (SIGKILL): the end for
+    an engine whose client is gone."""
     try:
         import psutil
         for child in psutil.Process().children(recursive=True):

@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 from nbtools.analysis import metrics
 from nbtools.config.step_config import ConfigError, StepConfig
-from nbtools.lab.sweeps import _run_one, check_rounds, round_order
+from nbtools.lab.sweeps import run_one, check_rounds, round_order
 from nbtools.results.comparison import Comparison
 
 PER_ROUND = 2       # runs of each side in a round: A B B A
@@ -75,7 +75,7 @@ def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
                 if on_run is not None:
                     on_run(dict(event, phase="start", run=None,
                                 elapsed_s=time.perf_counter() - t0))
-                run = _run_one(lab, f"{side} {checked.cfg.label()}", checked,
+                run = run_one(lab, f"{side} {checked.cfg.label()}", checked,
                                f" round {k + 1}/{rounds}", timeout, echo=on_run is None)
                 runs[side].append(run)
                 if on_run is not None:
@@ -196,8 +196,8 @@ def verdicts(runs: list, metric: str = "step_ms", baseline=None):
     config's two runs of round k against the baseline's two). One row per other config: its
     varying fields, ratio (B over A), low, high, resolved, rounds, text."""
     import pandas as pd
-    from nbtools.lab.sweeps import _by_config, varying_fields
-    groups = _by_config(runs)
+    from nbtools.lab.sweeps import group_by_config, varying_fields
+    groups = group_by_config(runs)
     base = next((g for g in groups if g[0].config == baseline), groups[0]) if groups else []
     fields = varying_fields(runs)
     rows = []

@@ -77,8 +77,8 @@ def check_rounds(rounds) -> int:
 
 def _in_rounds(lab, todo, rounds: int) -> list:
     if rounds == 1:     # one pass, nothing to pair: one run each
-        return [_run_one(lab, what, checked, "") for what, checked in todo]
-    return [_run_one(lab, what, checked, f" round {k + 1}/{rounds}")
+        return [run_one(lab, what, checked, "") for what, checked in todo]
+    return [run_one(lab, what, checked, f" round {k + 1}/{rounds}")
             for k in range(rounds) for what, checked in round_order(todo)]
 
 
@@ -91,7 +91,9 @@ def round_order(todo: list) -> list:
     return list(todo) + list(reversed(todo))
 
 
-def _run_one(lab, what: str, checked, tag: str, timeout=None, echo: bool = True):
+def run_one(lab, what: str, checked, tag: str, timeout=None, echo: bool = True):
+    """One run of a sweep or of a round (a failed one kept, see ``run_or_keep``); with
+    ``echo``, one line: ``tag``, ``what`` and its step time or its error."""
     t = time.perf_counter()
     run = run_or_keep(lab, checked, timeout=timeout)
     if echo:
@@ -176,7 +178,7 @@ def counts_as_ints(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _by_config(runs) -> list:
+def group_by_config(runs) -> list:
     """Runs grouped by identical config, in first-seen order."""
     groups: dict = {}
     for run in runs:
@@ -192,7 +194,7 @@ def _range_pct(v: pd.Series) -> float:
 def _combined(runs, columns, fields) -> pd.DataFrame:
     fields = varying_fields(runs) if fields is None else list(fields)
     rows = []
-    for same in _by_config(runs):
+    for same in group_by_config(runs):
         ok = [r for r in same if r.ok] or same
         t = table(ok, columns, fields=fields)
         row = {f: t[f].iloc[0] for f in fields}
@@ -241,7 +243,7 @@ def spread(runs, column: str = "step_ms", fields=None) -> pd.DataFrame:
     ok = [r for r in runs if r.ok]
     fields = varying_fields(ok) if fields is None else list(fields)
     rows = []
-    for same in _by_config(ok):
+    for same in group_by_config(ok):
         t = table(same, [column], fields=fields)
         v = pd.to_numeric(t[column], errors="coerce")
         head = {f: t[f].iloc[0] for f in fields} or {"config": "all"}  # one config only

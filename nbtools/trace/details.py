@@ -100,7 +100,7 @@ def trace_file_details(path, rank: int) -> dict:
     so they join to that file's events. Reads the whole file: for traces of a few MB."""
     import gzip
     from pathlib import Path
-    from nbtools.trace.read_json.columns import _to_ns
+    from nbtools.trace.read_json.columns import to_ns
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as fh:
@@ -127,7 +127,7 @@ def trace_file_details(path, rank: int) -> dict:
             rows["name"].append(str(e.get("name", "")))
             rows["detail"].append(text)
     # µs -> ns as the reader converts them, so the details join to that file's events
-    ns, bad = _to_ns(rows["ts_ns"], {}, "ts", "dropped")
+    ns, bad = to_ns(rows["ts_ns"], {}, "ts", "dropped")
     keep = ~bad
     rows = {k: [v for v, ok in zip(col, keep) if ok] for k, col in rows.items()}
     rows["ts_ns"] = (ns[keep] + base).tolist()

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from nbtools.common.outputs import not_a_file, written_by_nbtools
-from nbtools.trace.read_json import TraceError, _short
+from nbtools.trace.read_json import TraceError, short_repr
 
 SUFFIXES = (".json", ".json.gz")
 
@@ -23,7 +23,7 @@ def trace_files(path) -> tuple[list, list]:
         try:
             p = Path(item).expanduser()
         except TypeError:
-            raise TraceError(f"{_short(item)} is not a path: give a file, a folder or a list "
+            raise TraceError(f"{short_repr(item)} is not a path: give a file, a folder or a list "
                              "of them") from None
         if p.is_dir():
             found, passed = _in_folder(p)

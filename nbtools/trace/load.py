@@ -23,7 +23,7 @@ from nbtools.trace.details import add_detail
 from nbtools.trace.files import trace_files
 from nbtools.trace.kineto import GPU_KINDS, RAW, build
 from nbtools.trace.kineto import classify  # noqa: F401  (re-exported: tests import it from here)
-from nbtools.trace.read_json import MAX_GB, RankUnknown, TraceError, _short, read_trace  # TraceError: users catch it here
+from nbtools.trace.read_json import MAX_GB, RankUnknown, TraceError, short_repr, read_trace  # TraceError: users catch it here
 
 __all__ = ["TraceError", "classify", "events_from_profiler", "read_traces"]
 
@@ -183,7 +183,7 @@ def _absolute_times(f: Path, r: int, meta: dict, raw: dict, problems: dict, flag
         else None
     if over is None or isinstance(base, bool) or over.sum() * 2 > len(over):
         # most events past the year 2262: the base is what is damaged, not the events
-        flags.append(f"rank {r}: {f.name}: baseTimeNanoseconds={_short(base)} is not an "
+        flags.append(f"rank {r}: {f.name}: baseTimeNanoseconds={short_repr(base)} is not an "
                      "epoch time in ns (not a whole number, or it pushes the times past "
                      "int64); it is ignored, so this rank's times are relative and will not "
                      "line up with other ranks")
@@ -222,13 +222,13 @@ def _rank_of(f: Path, meta: dict, rank, flags: list) -> int:
     if rank is not None:
         r = _whole(rank, 0, _MAX_RANK)
         if r is None:
-            raise TraceError(f"rank={_short(rank)}: give a whole number from 0 to {_MAX_RANK}")
+            raise TraceError(f"rank={short_repr(rank)}: give a whole number from 0 to {_MAX_RANK}")
         return r
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and info.get("rank") is not None:
         r = _whole(info["rank"], 0, _MAX_RANK)
         if r is None:
-            raise TraceError(f"{f}: distributedInfo.rank is {_short(info['rank'])}, not a whole "
+            raise TraceError(f"{f}: distributedInfo.rank is {short_repr(info['rank'])}, not a whole "
                              f"number from 0 to {_MAX_RANK}; pass load_traces(file, rank=N)")
         if named and _whole(named.group(1), 0, _MAX_RANK) != r:
             flags.append(f"{f.name}: file name says rank {named.group(1)}, distributedInfo "
@@ -252,7 +252,7 @@ def _info(f: Path, meta: dict, n: int, flags: list) -> dict:
     if di.get("world_size") is not None:
         world = _whole(di["world_size"], 1, _MAX_RANK + 1)
         if world is None:
-            flags.append(f"{f.name}: distributedInfo.world_size={_short(di['world_size'])} is "
+            flags.append(f"{f.name}: distributedInfo.world_size={short_repr(di['world_size'])} is "
                          "not a whole number >= 1; ignored (the world size is the ranks loaded)")
         else:
             out["world_size"] = world
@@ -265,7 +265,7 @@ def _info(f: Path, meta: dict, n: int, flags: list) -> dict:
             out[key] = meta[key]
     devices = meta.get("deviceProperties")
     if isinstance(devices, list):
-        out["devices"] = [_short(d.get("name")) if not isinstance(d.get("name"), str)
+        out["devices"] = [short_repr(d.get("name")) if not isinstance(d.get("name"), str)
                           else d["name"] for d in devices if isinstance(d, dict)]
     return out
 

@@ -32,8 +32,8 @@ from nbtools.report.html import export_html
 from nbtools.widgets import panel_checks
 from nbtools.widgets.panel_advice import Advisor
 from nbtools.widgets.panel_compare import Comparer
-from nbtools.widgets.panel_parts import _Ticker, _button, _control, _html
-from nbtools.widgets.panel_checks import (DEFAULT, _NONE_AS, _NUMBER_OR_DEFAULT,  # noqa: F401
+from nbtools.widgets.panel_parts import Ticker, button, control, html_widget
+from nbtools.widgets.panel_checks import (DEFAULT, NONE_AS, NUMBER_OR_DEFAULT,  # noqa: F401
                                           config_from_values, values_from_config)
 
 CHOICES = {
@@ -95,21 +95,21 @@ class Panel:
         self._quiet = False        # True while the panel sets controls itself (no auto-run)
         self._busy = False
         self.shown = None          # the Run in the timeline
-        self.controls = {name: _control(name, value, choices)
+        self.controls = {name: control(name, value, choices)
                          for name, value in values_from_config(cfg).items()}
         self.controls["scenario"].disabled = step_fn is not None
         for w in self.controls.values():
             w.observe(self._changed, "value")
 
-        self.run_button = _button("Run", self.run, "nbtools-run", button_style="primary",
+        self.run_button = button("Run", self.run, "nbtools-run", button_style="primary",
                                   icon="play")
         self.auto = W.Checkbox(value=False, description="auto re-run on change", indent=False)
-        self.status = _html("ready", "nbtools-status")
-        self.error = _html("", "nbtools-error")
-        self.restart_button = _button("Restart engines", self.restart, button_style="warning",
+        self.status = html_widget("ready", "nbtools-status")
+        self.error = html_widget("", "nbtools-error")
+        self.restart_button = button("Restart engines", self.restart, button_style="warning",
                                       layout=W.Layout(display="none"))
-        self.flags = _html()
-        self.summary = _html("<i>no run yet: press Run</i>", "nbtools-summary")
+        self.flags = html_widget()
+        self.summary = html_widget("<i>no run yet: press Run</i>", "nbtools-summary")
         self.log = W.Output(layout=W.Layout(max_height="240px", overflow="auto"))
         # Built once; each run replaces its sources' data, which the BokehModel sends as
         # a PATCH-DOC (no re-render, zoom and tools stay).
@@ -121,11 +121,11 @@ class Panel:
                                      layout=W.Layout(width="720px"))
         self.history_list.add_class("nbtools-history")
         self.history_list.observe(self._picked, "value")
-        self.load_button = _button("Load its config", self.load_config, icon="upload")
+        self.load_button = button("Load its config", self.load_config, icon="upload")
         # A, B, rounds and the button in one row of a 1280-px notebook, the label whole
         self.compare_a = W.Dropdown(options=[], description="A", layout=W.Layout(width="320px"))
         self.compare_b = W.Dropdown(options=[], description="B", layout=W.Layout(width="320px"))
-        self.compare_button = _button("Compare A / B", lambda: self.compare(wait=False),
+        self.compare_button = button("Compare A / B", lambda: self.compare(wait=False),
                                       "nbtools-compare",
                                       icon="columns", layout=W.Layout(width="auto", flex="0 0 auto"))
         # 1: the two runs as they are; more: their configs again in ABBA rounds (lab.ab)
@@ -136,16 +136,16 @@ class Panel:
         self.exploration = None    # the last Exploration (its table and code go into the export)
         self.advisor = Advisor(self)     # Suggest / Try / Explore
         self.compare_rounds.add_class("nbtools-rounds")
-        self.compare_html = _html("", "nbtools-comparison")
+        self.compare_html = html_widget("", "nbtools-comparison")
         self.compare_box, self.compare_view = W.VBox([]), None
         self.export_path = W.Text(value=str(export_path), description="export to",
                                   layout=W.Layout(width="520px"))
         self.export_notes = W.Textarea(placeholder="notes for the report (Markdown)",
                                        layout=W.Layout(width="720px", height="60px"))
-        self.export_button = _button("Export HTML", self.export, icon="download")
-        self.perfetto_button = _button("Save Perfetto trace", self.save_perfetto, icon="share",
+        self.export_button = button("Export HTML", self.export, icon="download")
+        self.perfetto_button = button("Save Perfetto trace", self.save_perfetto, icon="share",
                                        layout=W.Layout(width="auto", flex="0 0 auto"))
-        self.export_status = _html()
+        self.export_status = html_widget()
         self.export_runs, self.mine = panel_checks.export_list(), []   # runs of this panel
 
         groups = [W.VBox([W.HTML(f"<b>{title}</b>")] + [self.controls[n] for n in names])
@@ -221,7 +221,7 @@ class Panel:
         self.log.clear_output()
         run, err = None, None
         try:
-            with _Ticker(self.status, RUNNING) as tick, self.log:
+            with Ticker(self.status, RUNNING) as tick, self.log:
                 shows = self.lab.progress
                 self.lab.progress = tick.set_detail     # phases and steps into the status
                 # Caught inside: Output's context would swallow an exception in IPython.
@@ -332,7 +332,7 @@ class Panel:
         pair = (self.compare_a.value, self.compare_b.value)
         both = all(pair) and pair[0] != pair[1] and set(pair) <= set(ids)
         try:
-            with _Ticker(self.export_status, f"exporting {len(runs)} runs…") as tick:
+            with Ticker(self.export_status, f"exporting {len(runs)} runs…") as tick:
                 out = export_html(path, runs, notes=self.export_notes.value,
                                   comparisons=[self.comparison] if self.comparison is not None
                                   else [pair] if both else (),

@@ -17,8 +17,8 @@ from nbtools.config.step_config import ConfigError, StepConfig
 
 DEFAULT = DEFAULT_WORD       # widget value standing for None (the scenario decides): the CLI's word
 # Fields whose None (the scenario's default) a widget shows as this value.
-_NONE_AS = {"parallel": DEFAULT, "seq_schedule": DEFAULT, "batch": DEFAULT, "seq_len": DEFAULT}
-_NUMBER_OR_DEFAULT = ("batch", "seq_len")
+NONE_AS = {"parallel": DEFAULT, "seq_schedule": DEFAULT, "batch": DEFAULT, "seq_len": DEFAULT}
+NUMBER_OR_DEFAULT = ("batch", "seq_len")
 
 MARK = "✗ "
 RUN_TIP = "run this config on every rank"
@@ -28,8 +28,8 @@ RUN_TIP = "run this config on every rank"
 def config_from_values(values: dict) -> StepConfig:
     """Widget values (``values_from_config``'s form) -> a validated StepConfig.
     Raises ConfigError for a combination that cannot run."""
-    return StepConfig.from_dict({k: None if k in _NONE_AS and v in (_NONE_AS[k], None, "") else
-                                 _whole(k, v) if k in _NUMBER_OR_DEFAULT else v
+    return StepConfig.from_dict({k: None if k in NONE_AS and v in (NONE_AS[k], None, "") else
+                                 _whole(k, v) if k in NUMBER_OR_DEFAULT else v
                                  for k, v in values.items()})
 
 
@@ -43,8 +43,8 @@ def _whole(name: str, v):
 
 def values_from_config(cfg: StepConfig) -> dict:
     """StepConfig -> one value per control (None becomes DEFAULT; numbers are text)."""
-    return {k: _NONE_AS[k] if v is None and k in _NONE_AS else
-            str(v) if k in _NUMBER_OR_DEFAULT else v for k, v in cfg.to_dict().items()}
+    return {k: NONE_AS[k] if v is None and k in NONE_AS else
+            str(v) if k in NUMBER_OR_DEFAULT else v for k, v in cfg.to_dict().items()}
 
 
 def refusals(values: dict, check: Callable[[dict], str], choices: dict) -> dict:

@@ -16,7 +16,7 @@ from nbtools.lab.ab import compare_in_rounds
 from nbtools.ui.bokehjs import LiveBokehModel
 from nbtools.ui.html import comparison_html
 from nbtools.ui.timeline import compare_figure
-from nbtools.widgets.panel_parts import _button, _html, _Ticker
+from nbtools.widgets.panel_parts import button, html_widget, Ticker
 from nbtools.widgets.thread_output import captured
 
 ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;padding:4px 8px;"
@@ -29,9 +29,9 @@ class Comparer:
 
     def __init__(self, panel):
         self.panel = panel
-        self.progress = _html("", "nbtools-compare-status")
-        self.failures = _html("", "nbtools-compare-failures")
-        self.stop_button = _button("Stop", self.stop, "nbtools-stop", icon="stop",
+        self.progress = html_widget("", "nbtools-compare-status")
+        self.failures = html_widget("", "nbtools-compare-failures")
+        self.stop_button = button("Stop", self.stop, "nbtools-stop", icon="stop",
                                    button_style="danger",
                                    layout=W.Layout(width="auto", display="none"))
         self.stop_button.tooltip = STOP_TIP
@@ -93,7 +93,7 @@ class Comparer:
         p, lab = self.panel, self.panel.lab
         failed = []
         p.log.outputs = ()          # engine output of these runs, by rank
-        with _Ticker(self.progress, f"Compare: round 1 of {rounds}") as tick:
+        with Ticker(self.progress, f"Compare: round 1 of {rounds}") as tick:
             def on_run(ev):
                 tick.text = (f"Compare: round {ev['round']} of {ev['rounds']} · {ev['side']} "
                              f"(run {ev['index']} of {ev['of']})")

@@ -9,14 +9,16 @@ from typing import Callable
 
 import ipywidgets as W
 
-from nbtools.widgets.panel_checks import DEFAULT, _NUMBER_OR_DEFAULT
+from nbtools.widgets.panel_checks import DEFAULT, NUMBER_OR_DEFAULT
 
 
-def _control(name: str, value, choices: dict) -> W.Widget:
+def control(name: str, value, choices: dict) -> W.Widget:
+    """The panel's widget for StepConfig field ``name``, set to ``value``: a dropdown of
+    ``choices[name]``, a number-or-default box, a checkbox or a number box."""
     # 4 x 290 px wrap in rows rather than clip in a 1280-px notebook; 150 px keeps
     # "reshard_after_forward" whole
     style, layout = {"description_width": "150px"}, W.Layout(width="290px")
-    if name in _NUMBER_OR_DEFAULT:      # a number, or the word every default is shown as
+    if name in NUMBER_OR_DEFAULT:      # a number, or the word every default is shown as
         w = W.Combobox(value=value, options=[DEFAULT], ensure_option=False, description=name,
                        style=style, layout=layout)
         w.tooltip = f"a whole number, or {DEFAULT}: the scenario's own"
@@ -33,7 +35,8 @@ def _control(name: str, value, choices: dict) -> W.Widget:
     return w
 
 
-def _button(description: str, action: Callable, cls: str = "", **kw) -> W.Button:
+def button(description: str, action: Callable, cls: str = "", **kw) -> W.Button:
+    """A button that calls ``action()`` on click, with CSS class ``cls``."""
     b = W.Button(description=description, **kw)
     b.on_click(lambda _: action())
     if cls:
@@ -41,14 +44,15 @@ def _button(description: str, action: Callable, cls: str = "", **kw) -> W.Button
     return b
 
 
-def _html(value: str = "", cls: str = "") -> W.HTML:
+def html_widget(value: str = "", cls: str = "") -> W.HTML:
+    """An HTML widget holding ``value``, with CSS class ``cls``."""
     w = W.HTML(value)
     if cls:
         w.add_class(cls)
     return w
 
 
-class _Ticker:
+class Ticker:
     """Shows the elapsed time in a widget while the with-block runs (from a thread: the
     kernel is busy in the block and cannot update it itself)."""
 

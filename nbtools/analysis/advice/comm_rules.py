@@ -7,7 +7,7 @@ from nbtools.analysis.advice.suggestion import Suggestion
 from nbtools.analysis.straggler import attribute, sentence
 
 # Exposed communication below this share of the profiled step is not worth a field change:
-# on 2 x H200 identical runs already differ by 8-30 % (README, A/B with a verdict)
+# on 2 x H200 identical runs already differ by 8-30 % (docs/ab.md)
 EXPOSED_SHARE = 0.10
 
 

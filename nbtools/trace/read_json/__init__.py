@@ -3,7 +3,7 @@ columns (kineto.RAW), batch by batch, so parsed dicts never outlive their batch 
 stays near the size of the columns. Plain or gzip, object or bare-array format.
 
 Damaged input is either refused with a TraceError that says what is wrong, or loaded with
-the damage counted in ``_Columns.problems`` (load_traces turns them into the run's flags).
+the damage counted in ``Columns.problems`` (load_traces turns them into the run's flags).
 Bounds: every scan is linear in the file (scan.py), the decompressed size is capped
 (``max_gb``), leading blanks are capped (scan.MAX_BLANK), and what is kept is seven numeric
 columns of the span ('X') events."""
@@ -22,8 +22,8 @@ try:   # ISA-L's inflate: the same API as zlib's, twice as fast (0.027 s vs 0.05
 except ImportError:  # pragma: no cover - isal is a dependency
     _zlib, _ZLIB_ERRORS = zlib, (zlib.error,)
 
-from nbtools.trace.read_json.columns import _Columns, _hashable, _short, parse  # noqa: F401
-from nbtools.trace.read_json.scan import RankUnknown, TraceError, _Cutter, _Head, _loads  # noqa: F401
+from nbtools.trace.read_json.columns import Columns, hashable, short_repr, parse  # noqa: F401
+from nbtools.trace.read_json.scan import RankUnknown, TraceError, Cutter, Head, json_loads  # noqa: F401
 
 MAX_GB = 4.0
 """Default cap on a trace's decompressed size: far above what torch.profiler writes for one
@@ -76,7 +76,7 @@ def _pieces(path: Path, problems: dict):
                     # (its CRC checked), the tail is not read further
                     rest = len(data) + len(fh.read(1 << 20))
                     problems["bytes after the end of the gzip data"] = [
-                        rest, _short(data[:16]), "ignored (the trace before them is complete)"]
+                        rest, short_repr(data[:16]), "ignored (the trace before them is complete)"]
                     return
                 d = _zlib.decompressobj(31)
             else:
@@ -85,13 +85,13 @@ def _pieces(path: Path, problems: dict):
             raise EOFError("the compressed data ends early (truncated .gz)")
 
 
-def read_trace(path, max_gb: float = MAX_GB) -> tuple[dict, _Columns]:
+def read_trace(path, max_gb: float = MAX_GB) -> tuple[dict, Columns]:
     """One Kineto JSON file -> (top-level metadata, raw columns), streaming: the events
     array is cut at event boundaries into small batches, each parsed and reduced to columns
     before the next is read, so memory stays near the size of the columns."""
     path = Path(path)
-    cols = _Columns()
-    head, buf, streaming, finder, cutter = None, bytearray(), True, _Head(), _Cutter(cols.add, parse)
+    cols = Columns()
+    head, buf, streaming, finder, cutter = None, bytearray(), True, Head(), Cutter(cols.add, parse)
     max_bytes = max_gb * 2**30 if math.isfinite(max_gb) else math.inf
     was_enabled = gc.isenabled()
     gc.disable()   # batches are acyclic dicts: collections would rescan them for nothing
@@ -137,7 +137,7 @@ def _parse(path: Path, text: bytes, cut: bool, blank: int = 0):
     lone surrogates) and the NaN/Infinity Python's json writes; the standard library reads
     those, so only what it refuses too is called invalid, with where and why."""
     try:
-        return _loads(text)
+        return json_loads(text)
     except ValueError:
         pass
     try:

@@ -11,7 +11,7 @@ from typing import Annotated, Union
 import numpy as np
 
 from nbtools.trace.kineto import RAW
-from nbtools.trace.read_json.scan import _loads_view
+from nbtools.trace.read_json.scan import json_loads_view
 
 try:
     import msgspec
@@ -78,10 +78,11 @@ def parse(view):
             xs = list(compress(events, map(is_, map(type, events), repeat(_Span))))
             # the batch's size last: a trace with no spans can then say what it held
             return (*(list(map(g, xs)) for g in _SPAN_GETS), len(events))
-    return _loads_view(view)
+    return json_loads_view(view)
 
 
-def _hashable(v) -> bool:
+def hashable(v) -> bool:
+    """Whether ``v`` can be a dict key (a trace's args may hold lists)."""
     try:
         hash(v)
         return True
@@ -92,11 +93,12 @@ def _hashable(v) -> bool:
 def _count(problems: dict, what: str, n: int, example, fate: str) -> None:
     """problems[what] = [events, an example value, what became of them]."""
     if n:
-        seen = problems.setdefault(what, [0, _short(example), fate])
+        seen = problems.setdefault(what, [0, short_repr(example), fate])
         seen[0] += int(n)
 
 
-def _short(v) -> str:
+def short_repr(v) -> str:
+    """A bounded repr of a value out of a trace, for messages."""
     # type first: a deeply nested list would make repr recurse
     if isinstance(v, (list, dict)):
         return f"a {type(v).__name__}"
@@ -133,10 +135,10 @@ class _Table:
         try:
             new = dict.fromkeys(values)
         except TypeError:   # a list or dict where a name belongs: keep the event, say so
-            bad = [v for v in values if not _hashable(v)]
+            bad = [v for v in values if not hashable(v)]
             _count(problems, f"{self.what} is not text", len(bad), bad[0],
                    "shown as <invalid ...>")
-            values = [v if _hashable(v) else f"<invalid {self.what}: {type(v).__name__}>"
+            values = [v if hashable(v) else f"<invalid {self.what}: {type(v).__name__}>"
                       for v in values]
             new = dict.fromkeys(values)
         for v in new:
@@ -154,7 +156,7 @@ def _text(v) -> str:
     return "<no name>" if v is None else str(v)
 
 
-class _Columns:
+class Columns:
     """Raw columns accumulated batch by batch, so parsed dicts never outlive their batch."""
 
     def __init__(self):
@@ -177,8 +179,8 @@ class _Columns:
                 return
             cat, name, pid, tid, ts, dur, corr = parts
         p = self.problems
-        ts_ns, bad_ts = _to_ns(ts, p, "ts", "dropped")
-        dur_ns, _ = _to_ns(dur, p, "dur", "taken as 0")
+        ts_ns, bad_ts = to_ns(ts, p, "ts", "dropped")
+        dur_ns, _ = to_ns(dur, p, "dur", "taken as 0")
         neg = dur_ns < 0
         if neg.any():   # an end before the start: no width on a timeline, and said so
             _count(p, "dur is negative", int(neg.sum()), dur[int(np.argmax(neg))], "taken as 0")
@@ -229,7 +231,7 @@ class _Columns:
         if phless:   # without its phase an event cannot be placed ('X' is a span)
             _count(p, "ph (the event's phase) is missing", len(phless),
                    phless[0].get("name"), "skipped")
-        odd = [e["ph"] for e in objs if "ph" in e and not (_hashable(e["ph"])
+        odd = [e["ph"] for e in objs if "ph" in e and not (hashable(e["ph"])
                                                            and e["ph"] in _PHASES)]
         if odd:
             _count(p, "ph is not a Trace Event Format phase", len(odd), odd[0], "skipped")
@@ -313,7 +315,7 @@ def _ints(values, problems: dict, what: str) -> np.ndarray:
     return out
 
 
-def _to_ns(values, problems: dict, what: str, fate: str) -> tuple[np.ndarray, np.ndarray]:
+def to_ns(values, problems: dict, what: str, fate: str) -> tuple[np.ndarray, np.ndarray]:
     """Microseconds (int or float) -> (ns, bad). Integer and fraction are converted
     separately so epoch-µs floats keep what float64 holds (about 0.25 µs in 2024) instead of
     losing more in ts*1000. Bad: not a finite number within int64 ns, or not a number at all

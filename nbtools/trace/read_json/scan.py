@@ -7,11 +7,11 @@ import re
 
 try:
     import orjson
-    _loads = _loads_view = orjson.loads
+    json_loads = json_loads_view = orjson.loads
 except ImportError:  # pragma: no cover - orjson is a dependency; json is the slow fallback
-    _loads = json.loads
+    json_loads = json.loads
 
-    def _loads_view(view):
+    def json_loads_view(view):
         return json.loads(bytes(view))
 
 
@@ -39,7 +39,7 @@ MAX_BLANK = 256 << 20
 _SEP, _SEP_MAX = re.compile(rb"[ \t\r\n]{0,64},[ \t\r\n]{0,64}\{"), 130
 
 
-class _Head:
+class Head:
     """Finds where the top-level "traceEvents" array starts. Strings and nesting are
     followed (a "traceEvents" key inside the metadata is not the events: 19,888 fake events
     loaded as real before), each byte once: every search resumes where the last chunk's
@@ -104,7 +104,7 @@ class _Head:
                 self.depth -= 1
 
 
-class _Cutter:
+class Cutter:
     """Parses the longest prefix of the buffer ('[' + events) that ends at an event
     boundary, in place: the separator byte after the last '}' becomes ']' for the parse,
     then the one before the next '{' becomes the new '['. A '}' followed by ', {' inside a
@@ -112,7 +112,7 @@ class _Cutter:
     Candidates that failed stay failed (their bytes do not change), so each call only looks
     at what the last chunk added: a long run without a boundary is read once, not per chunk."""
 
-    def __init__(self, add, parse=_loads_view):
+    def __init__(self, add, parse=json_loads_view):
         # parse: bytes of '[' + events + ']' -> what add takes; ValueError if not JSON
         self.add, self.parse, self.tried_to, self.misses = add, parse, 0, 0
 
