@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from nbtools.lab.progress_view import TextLine, _kernel
+from nbtools.lab.progress_view import TextLine, in_kernel
 
 
 class LiveLine:
@@ -24,7 +24,7 @@ class LiveLine:
         self._shows = self.lab.progress
         if self._shows is True:
             self.lab.progress = self._detail
-        if _kernel():
+        if in_kernel():
             from IPython.display import display
             self.handle = display(TextLine("explore: starting"), display_id=True)
         return self

@@ -113,7 +113,7 @@ class View:
         self.tracker, self.run_id, self.sink = Tracker(ranks), run_id, sink
         self.bars = self.handle = None
         self._last_line, self._last_phase = 0.0, None
-        if sink is None and _kernel():
+        if sink is None and in_kernel():
             if _widgets():
                 # a bar per rank: the widgets room draws it (nbtools/widgets/progress.py)
                 self.bars = view("lab.progress")(self.tracker, run_id)
@@ -181,7 +181,8 @@ def position(st) -> float:
     return float(i)
 
 
-def _kernel() -> bool:
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (progress then goes to a display, not to stderr)."""
     try:
         from IPython import get_ipython
     except ImportError:

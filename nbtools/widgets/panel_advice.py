@@ -16,7 +16,7 @@ from nbtools.lab.explore import explore
 from nbtools.results.exploration import Exploration, change_text
 from nbtools.ui.exploration import exploration_html, steps_html
 from nbtools.ui.html import comparison_html
-from nbtools.widgets.panel_parts import _button, _html, _Ticker
+from nbtools.widgets.panel_parts import Ticker, button, html_widget
 from nbtools.widgets.thread_output import captured
 
 ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;padding:4px 8px;"
@@ -29,26 +29,26 @@ class Advisor:
     def __init__(self, panel):
         self.panel = panel
         self.suggestions: list = []
-        self.suggest_button = _button("Suggest", self.suggest, "nbtools-suggest",
+        self.suggest_button = button("Suggest", self.suggest, "nbtools-suggest",
                                       icon="lightbulb-o")
         self.pick = W.Dropdown(options=[], description="suggestion",
                                layout=W.Layout(width="520px"))
         self.pick.add_class("nbtools-suggestion")
-        self.try_button = _button("Try", lambda: self.try_(wait=False), "nbtools-try",
+        self.try_button = button("Try", lambda: self.try_(wait=False), "nbtools-try",
                                   icon="flask", disabled=True)
-        self.explore_button = _button("Explore", lambda: self.explore(wait=False),
+        self.explore_button = button("Explore", lambda: self.explore(wait=False),
                                       "nbtools-explore", icon="search")
         self.rounds = W.BoundedIntText(value=3, min=2, max=50, description="rounds",
                                        layout=W.Layout(width="130px"))
         self.budget = W.BoundedIntText(value=600, min=1, max=86_400, description="budget s",
                                        layout=W.Layout(width="160px"))
-        self.stop_button = _button("Stop", self.stop, "nbtools-advice-stop", icon="stop",
+        self.stop_button = button("Stop", self.stop, "nbtools-advice-stop", icon="stop",
                                    button_style="danger",
                                    layout=W.Layout(width="auto", display="none"))
-        self.progress = _html("", "nbtools-advice-status")
-        self.advice = _html("", "nbtools-advice")
-        self.table = _html("", "nbtools-explore-table")
-        self.result = _html("", "nbtools-advice-result")
+        self.progress = html_widget("", "nbtools-advice-status")
+        self.advice = html_widget("", "nbtools-advice")
+        self.table = html_widget("", "nbtools-explore-table")
+        self.result = html_widget("", "nbtools-advice-result")
         self.box = W.VBox([
             W.HBox([self.suggest_button, self.pick, self.try_button]),
             W.HBox([self.explore_button, self.rounds, self.budget, self.stop_button,
@@ -161,7 +161,7 @@ class Advisor:
         def body():
             try:
                 with captured(p.log.append_stdout), \
-                        _Ticker(self.progress, f"{what}: starting") as tick:
+                        Ticker(self.progress, f"{what}: starting") as tick:
                     shows = p.lab.progress
                     p.lab.progress = tick.set_detail
                     try:

@@ -70,6 +70,7 @@ class Ticker:
                 return
 
     def set_detail(self, text: str) -> None:
+        """The run's own progress line, shown after the elapsed seconds."""
         self.detail = text
 
     def __enter__(self):

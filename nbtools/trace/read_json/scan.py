@@ -12,6 +12,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency; json is the sl
     json_loads = json.loads
 
     def json_loads_view(view):
+        """json.loads of a memoryview (orjson takes one as it is; json needs bytes)."""
         return json.loads(bytes(view))
 
 
