@@ -68,7 +68,7 @@ def _coloured(page: str) -> bool:
 
 def test_every_surface_shows_the_same_verdict(lab, ab, tmp_path, capsys):
     from nbtools import export_html
-    from nbtools.lab.ab import pair_from_runs
+    from nbtools import Comparison
     from nbtools.ui.html import comparison_html
     from nbtools.widgets.panel import Panel
 
@@ -91,7 +91,7 @@ def test_every_surface_shows_the_same_verdict(lab, ab, tmp_path, capsys):
     # the CLI's `run --rounds`: the runs in their A B B A order give the same verdict
     order = [r for k in range(3) for r in (ab.runs_a[2 * k], ab.runs_b[2 * k],
                                            ab.runs_b[2 * k + 1], ab.runs_a[2 * k + 1])]
-    assert pair_from_runs(order).verdict == ab.verdict
+    assert Comparison.from_runs(order).verdict == ab.verdict
 
     # the panel's Compare with rounds: the picked runs' configs again in ABBA rounds
     panel = Panel(lab, A, export_path=tmp_path / "p.html")
@@ -210,7 +210,7 @@ def test_ctrl_c_part_way_returns_the_finished_rounds_and_the_lab_goes_on(lab):
 
 
 def test_different_workloads_and_busy_hosts_are_said_in_the_verdict(lab, ab):
-    from nbtools.lab.ab import pair
+    from nbtools import Comparison
     other = StepConfig(scenario="tp-mlp-infer", warmup=1, steps=3, profiled=0)
     cmp = lab.ab(A, other, rounds=1)
     assert "A and B are different workloads (ddp-train and tp-mlp-infer)" in cmp.verdict.text
@@ -219,7 +219,7 @@ def test_different_workloads_and_busy_hosts_are_said_in_the_verdict(lab, ab):
     runs = [copy.copy(r) for r in ab.runs_b]
     runs[0].flags = list(runs[0].flags) + ["host busy: load 3.1 per core on box while rank(s) "
                                            "0, 1 timed steps"]
-    v = pair(ab.runs_a, runs).verdict
+    v = Comparison.from_rounds(ab.runs_a, runs).verdict
     assert "runs on a busy host (see their flags)" in v.text and v.caveats
 
 

@@ -332,7 +332,7 @@ def test_odd_history_values_are_flagged_and_kept_out_of_verdicts(tmp_path, capsy
 def test_an_absurd_step_time_is_left_out_of_the_verdict(tmp_path, lab_like_run):
     """A B B A rounds saved and loaded back, one B run's step_ms edited to 1e308: the verdict
     drops that round and says so (it read "B/A within 1.00-9.19e+305")."""
-    from nbtools.lab.ab import pair
+    from nbtools import Comparison
     a, b = StepConfig(compile="off"), StepConfig(compile="default")
     h = History(tmp_path / "h")
     for i, (cfg, ms) in enumerate([(a, 2.5), (b, 2.0), (b, 1e308), (a, 2.6),
@@ -342,7 +342,8 @@ def test_an_absurd_step_time_is_left_out_of_the_verdict(tmp_path, lab_like_run):
         s["step_ms"] = ms
         h.add(dataclasses.replace(lab_like_run, run_id=f"r{i}", config=cfg, summary=s))
     runs = History.load(tmp_path / "h").runs
-    v = pair([r for r in runs if r.config == a], [r for r in runs if r.config == b]).verdict
+    v = Comparison.from_rounds([r for r in runs if r.config == a],
+                               [r for r in runs if r.config == b]).verdict
     assert "1 of 3 rounds dropped" in v.text and "e+" not in v.text, v.text
     assert v.high < 10
 

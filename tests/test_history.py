@@ -135,7 +135,7 @@ def test_one_damaged_run_never_costs_the_others(tmp_path, base_run, name):
     for r in others.values():   # whole, as saved
         assert not r.damage and r.config == StepConfig(compile="default")
         pd.testing.assert_frame_equal(_plain(r.events), _plain(base_run.events))
-    table = h.table()
+    table = h.table
     if shows == "damaged":
         assert [n for n, _ in h.damaged] == [_folder_of(folder, "r1").name]
         assert words in h.damaged[0][1], h.damaged[0][1]
@@ -227,7 +227,7 @@ def test_numbers_continue_after_damaged_and_loaded_runs(tmp_path, base_run):
 
 def test_missing_folder_is_an_empty_history(tmp_path):
     h = History.load(tmp_path / "nothing-here")
-    assert len(h) == 0 and not h.damaged and h.table().empty
+    assert len(h) == 0 and not h.damaged and h.table.empty
 
 
 @pytest.mark.slow

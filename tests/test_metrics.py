@@ -196,6 +196,6 @@ def test_every_surface_shows_the_same_numbers(pair, tmp_path):
         for row, value in zip(cli, ref[c]):
             assert _cli_close(c, row[c], value), ("cli", c, row[c], value)
 
-    h = lab.history.table().set_index("run")
+    h = lab.history.table.set_index("run")
     for c in metrics.HISTORY:
         assert [h.loc[r.run_id, c] for r in (a, b)] == pytest.approx(list(ref[c])), c

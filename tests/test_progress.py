@@ -53,7 +53,7 @@ def test_tracker_names_the_phase_the_run_waits_on():
     assert "rank 1: warm-up/compile step 1/2" in t.text(now=70.0)
     assert "(68 s)" in t.rank_text(1, now=70.0)
     t.update({1: dict(phase="done", phases={"start": 1.5, "warm-up/compile": 68.0})}, now=70.0)
-    line = t.summary("done", now=71.0)
+    line = t.line("done", now=71.0)
     assert line.startswith("done in 71.0 s") and "warm-up/compile 68.0 s" in line
     assert "start 1.5 s" in line
 

@@ -208,7 +208,7 @@ TRACE_CLI = ("profiled_window_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "
 """The CLI table of traces from a person's own job (``python -m nbtools view TRACES``): no
 lab timed their steps, so the profiled step and its parts instead of step_ms and the rest."""
 HISTORY = ("step_ms", "recompiles")
-"""``lab.history.table()``, beside id, status and label."""
+"""``lab.history.table``, beside id, status and label."""
 
 # Short headers (the CLI's) to the column they stand for.
 ABBREVIATIONS = {m.short: m.name for m in _ALL if m.short}

@@ -333,7 +333,7 @@ def _parse_params(items) -> dict:
 
 
 def _cmd_run(args) -> int:
-    from nbtools.lab.ab import pair_from_runs
+    from nbtools.results.comparison import Comparison
     from nbtools.lab.lab import Lab
     from nbtools.lab.sweeps import round_order
     need_folder(args.history, "history folder", must_exist=False)
@@ -367,7 +367,7 @@ def _cmd_run(args) -> int:
         print(spread(runs).round(3).to_string(index=False))
         if len({r.config for r in runs}) == 2:   # an A/B: the verdict every surface shows
             print("\nA/B verdict (step_ms, B over A, 95 % interval over rounds): "
-                  + pair_from_runs(runs).verdict.text)
+                  + Comparison.from_runs(runs).verdict.text)
     if args.html:
         from nbtools.cli.view import write_html
         write_html(args.html, runs)

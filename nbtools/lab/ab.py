@@ -83,7 +83,8 @@ def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
                                 elapsed_s=time.perf_counter() - t0))
             done_rounds = k + 1
             if auto and done_rounds >= FIRST_LOOK:
-                v = pair(runs["A"], runs["B"], metric, looks=looks).verdict
+                v = Comparison.from_rounds(runs["A"], runs["B"], metric, looks=looks,
+                                           per_round=PER_ROUND).verdict
                 if v.resolved or (width is not None and np.isfinite(v.low)
                                   and v.high / v.low < 1 + width):
                     break
@@ -100,46 +101,37 @@ def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
         said = f"lab.ab: {note} before both sides ran; nothing to compare (the runs made " \
             "are in lab.history)"
         raise KeyboardInterrupt(said) if note.startswith("interrupted") else RuntimeError(said)
-    return pair(runs["A"], runs["B"], metric, rounds=done_rounds, note=note, looks=looks)
+    return Comparison.from_rounds(runs["A"], runs["B"], metric, rounds=done_rounds, note=note,
+                                  looks=looks, per_round=PER_ROUND)
 
 
 class _Stopped(Exception):
     """stop was set: end the rounds where they are."""
 
 
-def pair(runs_a: list, runs_b: list, metric: str = "step_ms", rounds: Optional[int] = None,
-         note: str = "", looks: int = 1) -> Comparison:
-    """A Comparison of two sides' runs in run order, PER_ROUND of each a round; only whole
-    rounds (``rounds`` of them, default as many as both sides have) enter the verdict. Its
-    A and B are each side's run nearest its median, for the tables and the timelines."""
-    n = min(len(runs_a), len(runs_b)) // PER_ROUND if rounds is None else rounds
-    return Comparison(_typical(runs_a, metric), _typical(runs_b, metric),
-                      list(runs_a[:n * PER_ROUND]), list(runs_b[:n * PER_ROUND]), metric,
-                      PER_ROUND, note, looks)
+def compare(lab, a, b, rounds: int = 1, metric: str = "step_ms", workload=None,
+            **kw) -> Comparison:
+    """Lab.compare: two runs (Runs or history ids). ``rounds`` 1 compares them as they are
+    (a verdict from their steps, no drift covered); more runs their configs again in that
+    many A B B A rounds (ab) and compares those; a custom step's runs need its
+    ``workload``. ``kw`` goes to ab (on_run, stop, timeout)."""
+    from nbtools.lab.arguments import resolve_run
+    run_a, run_b = resolve_run(lab, a, "a"), resolve_run(lab, b, "b")
+    _check_metric(metric)
+    if rounds == 1:
+        return Comparison(run_a, run_b, metric=metric)
 
-
-def pair_from_runs(runs: list, metric: str = "step_ms") -> Comparison:
-    """Runs of two configs in A B B A rounds (the CLI's ``run --rounds``): A is the config
-    that ran first."""
-    first = runs[0].config
-    return pair([r for r in runs if r.config == first], [r for r in runs if r.config != first],
-                metric)
-
-
-def ab_of_runs(lab, run_a, run_b, rounds: int, workload=None, **kw) -> Comparison:
-    """The panel's Compare with rounds > 1: the configs of two runs picked from the history,
-    again in rounds (a custom step's runs with the panel's ``workload``); ``kw`` goes to
-    ``ab`` (on_run, stop, timeout)."""
     def side(run):
         if run.config is None:
             raise ConfigError(f"run {run.run_id} has no config to run again")
         if run.config.scenario == "custom":
             if workload is None:
-                raise ConfigError(f"run {run.run_id} ran your own step: open the panel with "
-                                  "it (lab.panel(workload)) to run it again in rounds")
+                raise ConfigError(f"run {run.run_id} ran your own step: give it "
+                                  "(lab.compare(a, b, rounds, workload=...), or open the "
+                                  "panel with it: lab.panel(workload)) to run it again")
             return (workload, run.config)
         return run.config
-    return ab(lab, side(run_a), side(run_b), rounds=rounds, **kw)
+    return ab(lab, side(run_a), side(run_b), rounds=rounds, metric=metric, **kw)
 
 
 def _args(x, name: str) -> tuple:
@@ -170,26 +162,6 @@ def _check_metric(metric) -> None:
         raise ConfigError(f"metric={metric!r} is not a summary number; pick one of: {known}")
 
 
-def _typical(runs: list, metric: str):
-    ok = [r for r in runs if r.ok] or list(runs)
-    vals = [metrics.combine(r.summary, metric, r.config) for r in ok]
-    good = [(v, r) for v, r in zip(vals, ok) if v == v]
-    if not good:
-        return ok[0]
-    good.sort(key=lambda vr: vr[0])
-    return good[(len(good) - 1) // 2][1]
-
-
-def compare_in_rounds(lab, a, b, rounds: int = 1, workload=None, **kw) -> Comparison:
-    """Two runs picked from the history (ids or Runs): ``rounds`` 1 compares them as they are
-    (lab.compare: a verdict from their steps, no drift covered); more runs their configs again
-    in that many ABBA rounds (lab.ab) and compares those."""
-    if rounds == 1:
-        return lab.compare(a, b)
-    run_a, run_b = (x if not isinstance(x, str) else lab.history[x] for x in (a, b))
-    return ab_of_runs(lab, run_a, run_b, rounds, workload, **kw)
-
-
 def verdicts(runs: list, metric: str = "step_ms", baseline=None):
     """Runs of several configs made in rounds (``rounds``/``sweep(rounds=)``): each config's
     verdict against ``baseline`` (default: the config that ran first), round by round (a
@@ -204,7 +176,7 @@ def verdicts(runs: list, metric: str = "step_ms", baseline=None):
     for g in groups:
         if g is base:
             continue
-        v = pair(base, g, metric).verdict
+        v = Comparison.from_rounds(base, g, metric, per_round=PER_ROUND).verdict
         rows.append({**{f: getattr(g[0].config, f) for f in fields},
                      **{k: x for k, x in v.to_dict().items() if k != "metric"}})
     return pd.DataFrame(rows)

@@ -54,10 +54,7 @@ def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rou
         ex.note = ex.note or (f"interrupted (Ctrl-C) after {_abs(ex)} A/B(s): what finished "
                               "is kept")
     ex.elapsed_s = time.perf_counter() - t0
-    if on_step is None:
-        print(f"explore: {_abs(ex)} A/B(s) in {ex.elapsed_s:.0f} s"
-              + (f" ({ex.note})" if ex.note else "") + f"; {ex.verdict.text}")
-    return ex
+    return ex          # the caller shows it (its repr and HTML carry the verdict)
 
 
 def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, on_step,

@@ -340,7 +340,7 @@ def _stop_waiting(launcher) -> None:
         event.set()
 
 
-def summary(placements) -> str:
+def describe(placements) -> str:
     """'4 ranks on 2 hosts: node1 (ranks 0-1), node2 (ranks 2-3)'."""
     by_host: dict = {}
     for p in sorted(placements, key=lambda p: p.rank):

@@ -113,7 +113,7 @@ class Lab:
                 ids = start.launch(self, ipp)
             self._join(ids)
             if len({p.host for p in self.placements}) > 1 or self._external is not None:
-                print(hosts.summary(self.placements), file=sys.stderr)
+                print(hosts.describe(self.placements), file=sys.stderr)
             if self.pool is not None:
                 self.pool.fill_spares(max(p.local_world for p in self.placements))
                 self.pool.ready(self.client, self.start_timeout)
@@ -293,13 +293,18 @@ class Lab:
         return self.client[engine_id].apply_async(engine.run, cfg, run_id, payload, device_type)
 
     # -- conveniences ----------------------------------------------------------------------
-    def compare(self, a, b):
-        """Compare two runs already made: one run a side, so the verdict covers their
-        steps only, not drift between runs (``ab`` runs rounds for that).
+    def compare(self, a, b, rounds: int = 1, metric: str = "step_ms", **kw):
+        """Compare two runs already made. With ``rounds=1`` (the default) one run a side:
+        the verdict covers their steps only, not drift between runs. With more, their
+        configs run again in that many A B B A rounds (as ``ab``) and those are compared.
 
         Args:
             a: a Run, or a run id from ``lab.history``.
             b: the other, read as B over A.
+            rounds: 1, or the rounds to run the two configs again in.
+            metric: the summary metric the verdict judges.
+            **kw: ``workload`` (for runs of your own step: the Workload or step to run
+                again), and ``timeout``, ``on_run``, ``stop`` as in ``ab``.
 
         Returns:
             Comparison: ``.verdict``, ``.table``, ``.plot()``.
@@ -307,8 +312,9 @@ class Lab:
         Example:
             >>> cmp = lab.compare(lab.history[-2], lab.history[-1])
             >>> print(cmp.verdict)
+            >>> again = lab.compare(lab.history[-2], lab.history[-1], rounds=5)
         """
-        return Comparison(resolve_run(self, a, "a"), resolve_run(self, b, "b"))
+        return ab_rounds.compare(self, a, b, rounds, metric, **kw)
 
     def ab(self, a, b, rounds: int = 5, metric: str = "step_ms", **kw):
         """A/B in interleaved rounds (A B B A, so a linear drift cancels in each round).

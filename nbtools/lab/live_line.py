@@ -47,8 +47,9 @@ class LiveLine:
         self._show()
 
     def said(self, text: str) -> None:
-        """A step that finished: a line that stays."""
-        print(text, flush=True)
+        """A step that finished: a line that stays (none when the lab's progress is off)."""
+        if self._shows is not False:
+            print(text, flush=True)
 
     def _show(self) -> None:
         if self.handle is not None:

@@ -89,7 +89,7 @@ class Tracker:
         return (f"{self.phase()} · {now - self.t0:.0f} s · "
                 + " · ".join(self.rank_text(r, now) for r in self.ranks))
 
-    def summary(self, outcome: str, now: Optional[float] = None) -> str:
+    def line(self, outcome: str, now: Optional[float] = None) -> str:
         """One line that stays: how long the run took and where the time went (the
         engines' own phase times, slowest rank; else what was seen here)."""
         now = time.monotonic() if now is None else now
@@ -143,7 +143,7 @@ class View:
     def close(self, outcome: str) -> str:
         """Leave one line saying how the run went (in place of the bars). Returns it."""
         self.tracker.finish()
-        line = f"run {self.run_id}: {self.tracker.summary(outcome)}"
+        line = f"run {self.run_id}: {self.tracker.line(outcome)}"
         if self.sink is not None:
             self.sink(line)
         elif self.bars is not None:

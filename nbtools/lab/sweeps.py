@@ -96,7 +96,7 @@ def run_one(lab, what: str, checked, tag: str, timeout=None, echo: bool = True):
     ``echo``, one line: ``tag``, ``what`` and its step time or its error."""
     t = time.perf_counter()
     run = run_or_keep(lab, checked, timeout=timeout)
-    if echo:
+    if echo and getattr(lab, "progress", True) is not False:   # progress off: silent
         s = run.summary
         step = metrics.combine(s, "step_ms", run.config) if run.ok else float("nan")
         ms = f", {step:.3g} ms/step" if step == step else ""

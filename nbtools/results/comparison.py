@@ -53,6 +53,29 @@ class Comparison:
     note: str = ""
     looks: int = 1              # looks planned when rounds="auto" chose when to stop
 
+    @classmethod
+    def from_rounds(cls, runs_a: list, runs_b: list, metric: str = "step_ms",
+                    rounds: Optional[int] = None, note: str = "", looks: int = 1,
+                    per_round: int = 2) -> "Comparison":
+        """Two sides' runs made in A B B A rounds, each in run order, ``per_round`` of each
+        a round; only whole rounds (``rounds`` of them, default as many as both sides
+        have) enter the verdict. Its ``a`` and ``b`` are each side's run nearest its median
+        on ``metric``, for the tables and the timelines. (lab.ab makes it this way.)"""
+        n = min(len(runs_a), len(runs_b)) // per_round if rounds is None else rounds
+        return cls(_typical(runs_a, metric), _typical(runs_b, metric),
+                   list(runs_a[:n * per_round]), list(runs_b[:n * per_round]), metric,
+                   per_round, note, looks)
+
+    @classmethod
+    def from_runs(cls, runs: list, metric: str = "step_ms") -> "Comparison":
+        """Runs of two configs in their A B B A order (the CLI's ``run --rounds``, a
+        ``sweep(rounds=)`` of two): A is the config that ran first."""
+        if not runs:
+            raise ValueError("Comparison.from_runs: no runs")
+        first = runs[0].config
+        return cls.from_rounds([r for r in runs if r.config == first],
+                               [r for r in runs if r.config != first], metric)
+
     @property
     def rounds(self) -> int:
         """Complete rounds held (1 for two single runs)."""
@@ -235,3 +258,14 @@ def slowest_rank_steps(run: Run) -> np.ndarray:
     ms = m.groupby("rank")["dur_ns"].apply(lambda d: d.to_numpy(np.float64) / 1e6)
     slow = max(ms.index, key=lambda r: np.median(ms[r]))
     return ms[slow]
+
+
+def _typical(runs: list, metric: str):
+    """The run nearest the median of ``metric`` among the ok runs (any run when none is)."""
+    ok = [r for r in runs if r.ok] or list(runs)
+    vals = [combine(r.summary, metric, r.config) for r in ok]
+    good = [(v, r) for v, r in zip(vals, ok) if v == v]
+    if not good:
+        return ok[0]
+    good.sort(key=lambda vr: vr[0])
+    return good[(len(good) - 1) // 2][1]

@@ -42,7 +42,7 @@ class History:
     Example:
         >>> from nbtools import History
         >>> h = History.load("nbtools-runs")
-        >>> h.table()[["run", "status", "label", "step_ms"]]
+        >>> h.table[["run", "status", "label", "step_ms"]]
         >>> h[-1], h["3f9a0c12"]         # the last run; a run by its id
     """
     def __init__(self, folder=None):
@@ -168,6 +168,7 @@ class History:
     def __iter__(self):
         return iter(self.runs)
 
+    @property
     def table(self):
         """One row per run: id, status, label, then metrics.HISTORY (step_ms, recompiles),
         each the run's number as every other surface combines its ranks (metrics.combine);
@@ -191,7 +192,7 @@ class History:
         return f"<History {len(self.runs)} runs{bad} in {self.folder}>"
 
     def _repr_html_(self):
-        return self.table().to_html(index=False)
+        return self.table.to_html(index=False)
 
 
 def _short(v) -> str:

@@ -12,7 +12,6 @@ from typing import Optional
 
 import ipywidgets as W
 
-from nbtools.lab.ab import compare_in_rounds
 from nbtools.ui.bokehjs import LiveBokehModel
 from nbtools.ui.html import comparison_html
 from nbtools.ui.timeline import compare_figure
@@ -55,7 +54,7 @@ class Comparer:
         p._set_error("")
         self.failures.value = ""
         if rounds == 1:          # no runs: the two runs' steps as they are
-            return self._finish(a, b, lambda: compare_in_rounds(p.lab, a, b, 1))
+            return self._finish(a, b, lambda: p.lab.compare(a, b))
         self._stop.clear()
         self._set_busy(True)
         self.thread = threading.Thread(target=self._rounds, args=(a, b, rounds),
@@ -111,8 +110,8 @@ class Comparer:
             shows = lab.progress
             lab.progress = tick.set_detail      # the run's phase into the progress line
             try:
-                cmp = self._finish(a, b, lambda: compare_in_rounds(
-                    lab, a, b, rounds, p.step_fn, on_run=on_run, stop=self._stop))
+                cmp = self._finish(a, b, lambda: p.lab.compare(
+                    a, b, rounds, workload=p.step_fn, on_run=on_run, stop=self._stop))
             finally:
                 lab.progress = shows
         where = "stopped: " if self._stop.is_set() else ""
