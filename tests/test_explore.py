@@ -24,7 +24,7 @@ def lab():
 
 def test_keeps_the_faster_change_refuses_a_slower_one_and_skips_a_failing_one(lab, capsys):
     n0 = len(lab.history)
-    ex = lab.explore(WORKLOAD, SLOW, rounds=2,
+    ex = lab.explore(WORKLOAD, SLOW, rounds=3,     # t at 2 df: 2 rounds need t(1) = 12.7
                      also=[{"dynamic": "static"}, {"autocast": "bf16"}])
     print(ex.steps.to_string())
     assert isinstance(ex, Exploration) and ex.start == SLOW
