@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from nbtools.engine import process_group, runner as engine
-from nbtools.lab import gather, hosts, placement
+from nbtools.lab import gather, hosts, placement, preload as preloading
 from nbtools.lab.assemble import assemble, first_error
 from nbtools.lab import arguments, reaper
 from nbtools.lab.arguments import Checked
@@ -54,7 +54,8 @@ class Lab:
     they are folded to one line per kind with a count). "host busy" is said once per lab:
     when it starts, where its ranks have more threads than the cores they share (``notes``),
     else by the first run that finds the host busy (``said_once``; every run keeps its
-    host_load).
+    host_load). ``preload``: engines import a Workload's modules in the background as soon
+    as the lab sees it (lab/preload.py); ``lab.preloads()`` says what, and how long it took.
     """
     progress = True
     closed = False
@@ -62,7 +63,8 @@ class Lab:
     def __init__(self, n: Optional[int] = None, engines: str = "local", cluster=None,
                  history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
                  echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0,
-                 compile_cache=None, spares: bool = True, compile_cache_per: str = "host"):
+                 compile_cache=None, spares: bool = True, compile_cache_per: str = "host",
+                 preload: bool = True):
         arguments.check_cluster(cluster)
         if cluster is None:
             arguments.check_engines(engines)
@@ -90,6 +92,7 @@ class Lab:
         self.engine_warnings: dict = {}     # rank -> the last run's library warnings, in full
         self.notes: list = []               # what the lab said once (analysis.machine)
         self.said_once: set = set()         # ids of the once-per-lab flags said (host-busy)
+        self._preloader = preloading.Preloader(self) if preload else None
         try:
             self._start()
         except BaseException:
@@ -120,6 +123,8 @@ class Lab:
                 self._stop(graceful=False)  # (an external cluster's engines are the user's)
             raise
         self.startup_s = time.perf_counter() - t0
+        if self._preloader is not None:
+            self._preloader.attach()
 
     def _launch(self, ipp) -> list:
         """Controller and engines on this lab's own profile folder (inside workdir, so the
@@ -128,7 +133,7 @@ class Lab:
             spec = self.engines if isinstance(self.engines, hosts.SSH) else hosts.SSH(self.engines)
             self.hosts = hosts.Hosts(self, spec)
             return self.hosts.launch(ipp)
-        n, gpus = self._count()
+        n, gpus = placement.count(self.engines, self._n_requested)
         from nbtools.lab.launchers import EngineSetLauncher, start_controller
         local = self.engines == "local"
         self.cluster = start_controller(ipp, EngineSetLauncher if local else self.engines,
@@ -152,16 +157,6 @@ class Lab:
             raise RuntimeError(f"{ids.count(None)} engine(s) did not register within "
                                f"start_timeout={self.start_timeout:.0f} s")
         return ids
-
-    def _count(self) -> tuple[int, list]:
-        """(ranks, GPU ids for local engines). GPUs are counted without initialising CUDA
-        in this process (the client needs no GPU)."""
-        gpus = placement.visible_gpus() if self.engines == "local" else []
-        n = self._n_requested or len(gpus) or 2
-        if gpus and n > len(gpus):
-            raise ConfigError(f"Lab(n={n}) but only {len(gpus)} GPUs are visible; one engine "
-                              "per GPU. Use n <= the GPU count.")
-        return n, gpus[:n]
 
     def _join(self, ids) -> None:
         """Ranks from what the engines report, then one process group over them. Also how
@@ -225,6 +220,8 @@ class Lab:
 
     def close(self) -> None:
         self.closed = True
+        if self._preloader is not None:
+            self._preloader.detach()
         self._stop(graceful=True)
         # the guard removes the lab's folders: per-lab inductor caches (1.3 GB after one
         # max-autotune run on H200) and ipyparallel's profile; a compile_cache folder is
@@ -299,6 +296,8 @@ class Lab:
         if changes:
             cfg = cfg.replace(**changes)
         check_run(fn, cfg, self.device_type)
+        if isinstance(fn, Workload) and self._preloader is not None:
+            self._preloader.seen(fn)      # at the latest: the engines import what it needs
         return Checked(fn, cfg, self.device_type)
 
     def run(self, fn_or_cfg=None, cfg: Optional[StepConfig] = None, *, timeout=None,
@@ -359,6 +358,10 @@ class Lab:
                                "ones (history is kept)")
 
     # -- conveniences ----------------------------------------------------------------------
+    def preloads(self) -> dict:
+        """rank -> the engine's early imports: name, ok (None: still importing), seconds, error."""
+        return self._preloader.records() if self._preloader is not None else {}
+
     def compare(self, a, b):
         """Two runs (or history ids); ``.verdict`` covers their steps only, no drift."""
         return Comparison(self._resolve(a, "a"), self._resolve(b, "b"))
