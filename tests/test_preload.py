@@ -3,6 +3,7 @@ first run does not wait for them. What a Workload imports is found on the client
 importing it (config/imports.py); a real 2-rank CPU lab imports it in the background
 (engine/preload.py), answers meanwhile, and a name that does not import breaks nothing."""
 import functools
+import os
 import importlib
 import sys
 import threading
@@ -92,10 +93,33 @@ def test_engine_importer_takes_a_name_a_module_gives_out():
 
 # -- on real engines ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with Lab(n=2, history=None, timeout=600, echo=False) as lab:
-        lab.progress = False
-        yield lab
+def mods(tmp_path_factory):
+    """A folder on the engines' path with a module whose import blocks until the test
+    creates ``release`` and notes each execution of it in ``execs``."""
+    folder = tmp_path_factory.mktemp("mods")
+    (folder / "nbt_slowmod.py").write_text(
+        "import os, time\n"
+        f"with open({str(folder / 'execs')!r}, 'a') as f:\n"
+        "    f.write(f'{os.getpid()}\\n')\n"
+        "deadline = time.monotonic() + 120\n"
+        f"while not os.path.exists({str(folder / 'release')!r}) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def lab(mods):
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(mods), old) if p)
+    try:
+        with Lab(n=2, history=None, timeout=600, echo=False) as lab:
+            lab.progress = False
+            yield lab
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
 
 
 def _wait_for(lab, name, done=True, timeout=300.0):
@@ -123,27 +147,7 @@ def test_lab_started_after_the_workload_imports_it_before_any_run(lab):
     assert len(lab.history) == 0
 
 
-def _add_path(folder):
-    import sys
-    sys.path.insert(0, folder)
-
-
-def _execs():
-    import builtins
-    return getattr(builtins, "NBT_SLOWMOD_EXECS", 0)
-
-
-def test_engine_answers_while_importing_and_the_run_waits_for_it(lab, tmp_path):
-    release = tmp_path / "release"
-    (tmp_path / "nbt_slowmod.py").write_text(
-        "import builtins, os, time\n"
-        "builtins.NBT_SLOWMOD_EXECS = getattr(builtins, 'NBT_SLOWMOD_EXECS', 0) + 1\n"
-        "deadline = time.monotonic() + 120\n"
-        f"while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:\n"
-        "    time.sleep(0.05)\n")
-    ids = list(lab.rank_to_engine.values())
-    lab.client[ids].apply_sync(_add_path, str(tmp_path))
-
+def test_engine_answers_while_importing_and_the_run_waits_for_it(lab, mods):
     def model():
         import nbt_slowmod  # noqa: F401  (the run's own import: must find it done)
         return nn.Linear(8, 8)
@@ -153,14 +157,15 @@ def test_engine_answers_while_importing_and_the_run_waits_for_it(lab, tmp_path):
     started = _wait_for(lab, "nbt_slowmod", done=False)
     # the engines answered (lab.preloads() is a request to each) while the import ran
     assert all(x["ok"] is None for x in started.values()), started
-    threading.Timer(1.0, release.touch).start()
+    threading.Timer(1.0, (mods / "release").touch).start()
     run = lab.run(wl, FAST)
     assert run.ok
     for r in lab.rank_to_engine:
         rec = [x for x in run.ranks[r]["preload"]["imported"] if x["name"] == "nbt_slowmod"]
         assert rec and rec[0]["ok"], run.ranks[r]["preload"]
     # one import per engine: the run waited for the background one, it did not import again
-    assert lab.client[ids].apply_sync(_execs) == [1, 1]
+    pids = (mods / "execs").read_text().split()
+    assert len(pids) == len(set(pids)) == 2, pids
 
 
 def test_a_module_that_does_not_exist_breaks_nothing(lab):

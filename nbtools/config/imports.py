@@ -33,7 +33,8 @@ _MAX_DEPTH = 6        # closures of closures of ...: a Workload's functions are 
 _MAX_ITEMS = 64       # a captured list of a million ints is data, not imports
 
 _watchers: list = []                 # weakref.WeakMethod or weakref.ref to callables
-_recent: "weakref.WeakSet" = weakref.WeakSet()
+_recent: list = []                  # weakref.ref to Workloads (a dataclass with eq is
+_RECENT_MAX = 32                     # unhashable: no WeakSet); the newest last
 
 
 def workload_imports(wl) -> tuple:
@@ -61,10 +62,7 @@ def unwatch(fn) -> None:
 
 def created(wl) -> None:
     """Workload.__post_init__ calls this: a watcher's failure never fails a Workload."""
-    try:
-        _recent.add(wl)
-    except TypeError:
-        pass
+    _recent[:] = [r for r in _recent if r() is not None][-_RECENT_MAX + 1:] + [weakref.ref(wl)]
     for ref in list(_watchers):
         fn = ref()
         if fn is None:
@@ -76,7 +74,7 @@ def created(wl) -> None:
 
 
 def recent() -> list:
-    return list(_recent)
+    return [wl for wl in (r() for r in _recent) if wl is not None]
 
 
 def _wanted(name: str) -> bool:
