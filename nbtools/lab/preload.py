@@ -13,6 +13,8 @@ Nothing here blocks the notebook: a send is one small ipyparallel message per en
 """
 from __future__ import annotations
 
+import threading
+
 from nbtools.config import imports
 from nbtools.engine import preload as engine_preload
 
@@ -24,18 +26,27 @@ class Preloader:
     def __init__(self, lab):
         self.lab = lab
         self.sent: dict = {}
+        self.thread = None
 
     def attach(self) -> None:
         """After the lab's engines joined: learn of new Workloads, and preload the ones
         already made (a notebook that makes its Workload before its Lab)."""
         self.sent = {}
-        imports.unwatch(self.seen)
-        imports.watch(self.seen)
+        self.thread = threading.get_ident()
+        imports.unwatch(self.made)
+        imports.watch(self.made)
         for wl in imports.recent():
             self.seen(wl)
 
     def detach(self) -> None:
-        imports.unwatch(self.seen)
+        imports.unwatch(self.made)
+
+    def made(self, wl) -> None:
+        """A Workload was made in this process. Sent only from the thread that started the
+        lab: ipyparallel's client (its zmq sockets) is not for two threads at once, and a
+        Workload made elsewhere (a widget's thread) is sent by lab.check at the latest."""
+        if threading.get_ident() == self.thread:
+            self.seen(wl)
 
     def seen(self, wl) -> int:
         """Send the Workload's imports to every engine that does not have them; how many
