@@ -189,3 +189,7 @@ def test_a_run_whose_model_needs_the_missing_module_raises_as_before(lab):
         lab.run(wl, FAST)
     assert lab.run(LLAMA, FAST).ok     # the lab goes on (and llama's import was done)
 
+
+def test_lab_preload_must_be_true_or_false():
+    with pytest.raises(ConfigError, match="preload='yes'"):
+        Lab(preload="yes")

@@ -65,6 +65,7 @@ class Lab:
                  echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0,
                  compile_cache=None, spares: bool = True, compile_cache_per: str = "host",
                  preload: bool = True):
+        self._preloader = preloading.for_lab(self, preload)     # checked before anything starts
         arguments.check_cluster(cluster)
         if cluster is None:
             arguments.check_engines(engines)
@@ -92,7 +93,6 @@ class Lab:
         self.engine_warnings: dict = {}     # rank -> the last run's library warnings, in full
         self.notes: list = []               # what the lab said once (analysis.machine)
         self.said_once: set = set()         # ids of the once-per-lab flags said (host-busy)
-        self._preloader = preloading.Preloader(self) if preload else None
         try:
             self._start()
         except BaseException:

@@ -16,7 +16,16 @@ from __future__ import annotations
 import threading
 
 from nbtools.config import imports
+from nbtools.config.step_config import ConfigError
 from nbtools.engine import preload as engine_preload
+
+
+def for_lab(lab, preload):
+    """The lab's Preloader, or None for Lab(preload=False)."""
+    if not isinstance(preload, bool):
+        raise ConfigError(f"Lab(preload={preload!r}): give True (the engines import a "
+                          "Workload's modules as soon as the lab sees it) or False")
+    return Preloader(lab) if preload else None
 
 
 class Preloader:
@@ -54,7 +63,10 @@ class Preloader:
         lab = self.lab
         if lab.closed or lab.client is None or not getattr(lab, "rank_to_engine", None):
             return 0
-        names = imports.workload_imports(wl)
+        try:
+            names = imports.workload_imports(wl)
+        except Exception:   # noqa: BLE001 - an odd object in a closure; the run imports it
+            return 0
         if not names:
             return 0
         n = 0
