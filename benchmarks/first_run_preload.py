@@ -16,7 +16,8 @@ imports (torch, ipyparallel, the run's modules): only the Workload's own imports
 
 Prints per trial: Lab() seconds, the first run's wall seconds, its "start" phase (the lab's
 progress clock, slowest rank), how long its ranks waited for the background import, and
-the import's own seconds; then medians per side.
+the import's own seconds, and the host's load average (1 min) when the run began; then
+medians per side.
 """
 from __future__ import annotations
 
@@ -52,14 +53,14 @@ def trial(preload: bool, pause: float, ranks: int) -> dict:
         lab.progress = texts.append
         wl = llama(batch=1, seq=16)      # the person's next cell, after Lab()
         time.sleep(pause)                # ... and the one after it, typed
-        t = time.perf_counter()
+        t, load = time.perf_counter(), os.getloadavg()[0]
         run = lab.run(wl, CFG)
         run_s = time.perf_counter() - t
         waited = max(r["preload"]["waited_s"] for r in run.ranks.values())
         imported = [x for r in run.ranks.values() for x in r["preload"]["imported"]]
         import_s = max((x["seconds"] for x in imported), default=0.0)
         failed = sorted({x["name"] for x in imported if not x["ok"]})
-    return dict(preload=preload, lab_s=lab_s, run_s=run_s, start_s=_start_s(texts),
+    return dict(preload=preload, load=load, lab_s=lab_s, run_s=run_s, start_s=_start_s(texts),
                 waited_s=waited, import_s=import_s, failed=failed)
 
 
@@ -105,7 +106,8 @@ def main() -> int:
             rows.append(r)
             print(f"trial {i + 1} preload={'on ' if on else 'off'}: Lab() {r['lab_s']:.1f} s, "
                   f"first run {r['run_s']:.1f} s (start {r['start_s']:.1f} s; waited for the "
-                  f"background import {r['waited_s']:.1f} s, which took {r['import_s']:.1f} s)"
+                  f"background import {r['waited_s']:.1f} s, which took {r['import_s']:.1f} s; "
+                  f"load {r['load']:.1f})"
                   + (f" failed: {r['failed']}" if r["failed"] else ""), flush=True)
             if not a.warm_bytecode:
                 shutil.rmtree(tmp / f"trial{i}", ignore_errors=True)
