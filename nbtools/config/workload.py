@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Optional
 
+from nbtools.config import imports
 from nbtools.config.step_config import ConfigError, StepConfig
 
 # Plan strings (as in transformers' tp_plan) -> torch.distributed.tensor.parallel styles.
@@ -45,6 +46,14 @@ class Workload:
     the built-in scenarios' optimizer.
     ``name``: shown in the run's notes. ``shapes``: ``callable(step) -> str`` for the
     steps table; default: the inputs' shapes.
+    ``imports``: modules the engines import as soon as a Lab sees this Workload, beside
+    those the lab finds in its functions itself (``from transformers import
+    LlamaForCausalLM`` inside ``model``): ``("transformers.models.llama.modeling_llama",)``
+    or ``("mypkg.LazyName",)`` for a name a module gives out. A Lab open when the Workload
+    is made (or made after it) imports them on its engines in the background, so a first
+    run does not wait for them (``Lab(preload=False)`` turns that off; ``lab.preloads()``
+    says what was imported and how long it took). A name that fails to import there is
+    only recorded: the run's own import says what is wrong.
 
     Defined in a notebook cell, it travels to the engines by value (cloudpickle), with the
     functions and globals it uses; a redefined Workload is rebuilt on the next run.
@@ -61,6 +70,7 @@ class Workload:
     optimizer: Optional[Callable] = None
     name: str = "workload"
     shapes: Optional[Callable[[int], str]] = None
+    imports: tuple = ()
 
     def __post_init__(self):
         for f in ("model", "batch"):
@@ -88,6 +98,14 @@ class Workload:
             raise ConfigError(f"Workload(dynamic_dims={self.dynamic_dims!r}): give (input index, "
                               "dim) pairs, e.g. ((0, 1),) for the sequence dim of input 0")
         self.dynamic_dims = dims
+        names = (self.imports,) if isinstance(self.imports, str) else self.imports
+        if not isinstance(names, (tuple, list)) or not all(
+                isinstance(n, str) and n and all(p.isidentifier() for p in n.split("."))
+                for n in names):
+            raise ConfigError(f"Workload(imports={self.imports!r}): give module names, e.g. "
+                              "imports=('transformers.models.llama.modeling_llama',)")
+        self.imports = tuple(names)
+        imports.created(self)     # a Lab open in this process starts importing them now
 
     @property
     def train(self) -> bool:

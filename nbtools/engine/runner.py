@@ -92,6 +92,10 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
     # Lab() returns before its engines' background import (torch._dynamo, this run's
     # modules) is done: finish it first, so none of it runs beside a timed step
     _S.finish_warm_import()
+    # the lab's early import of this Workload's modules (engine/preload.py): finished
+    # before the run imports anything itself, never beside it
+    from nbtools.engine import preload
+    preload_wait_s = preload.wait()
     import torch
     from nbtools.engine import capture
     from nbtools.analysis.compile_counts import outcome
@@ -144,7 +148,8 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
         rss_mb=_rss_mb(), items_per_step=sum(items["real"]) / max(1, len(items["real"])),
         step_items=items, flops_per_step=wl.flops_per_step,
         shapes=wl.shapes(0), unused=list(cfg.unused_on(dev.type)),
-        env=_env(), host=socket.gethostname(), reports=list(_S.reports))
+        env=_env(), host=socket.gethostname(), reports=list(_S.reports),
+        preload=dict(waited_s=preload_wait_s, imported=preload.take_new()))
     _S.run_count += 1
     return result
 

@@ -43,7 +43,8 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
                                          "model_built_at",
                                          "peak_mem_mb", "shapes", "engine_s", "parse_s",
                                          "last_value", "unused", "warnings",
-                                         "step_items", "machine", "graph_pool_mb")}
+                                         "step_items", "machine", "graph_pool_mb",
+                                         "preload")}
              for r, rep in reports.items()}
     for p in lab.placements:    # where each rank ran: the timeline's per-host lanes
         ranks.setdefault(p.rank, {})["host"] = p.host

@@ -25,7 +25,16 @@ def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rou
             width: Optional[float] = None, also=(), timeout=None,
             on_step: Optional[Callable[[dict], None]] = None,
             on_run: Optional[Callable[[dict], None]] = None, stop=None) -> Exploration:
-    """See Lab.explore."""
+    """Lab.explore: run ``start`` once, advise it, and try each suggestion that changes a
+    field (or carries a model patch) as an A/B (lab.ab: ``rounds`` of A B B A, "auto"
+    allowed) of the best so far against best + change; keep it when B is resolved faster
+    and re-advise the new best's run (changes combine greedily). ``target``: a Workload, a
+    step function (``start``: its StepConfig or a dict of fields) or a StepConfig. Stops
+    when the suggestions or ``budget_s`` (wall seconds, checked before each A/B against an
+    estimate from the runs so far) run out. ``also=[{fields}]``: changes to try beside the
+    advice; ``on_step(row)`` per A/B; ``on_run``, ``stop``, ``timeout``, ``max_rounds``,
+    ``width`` as in lab.ab. Every run stays in the history; a failing change is recorded
+    and skipped; Ctrl-C returns what finished."""
     fn, start = _target(target, start)
     budget_s = _budget(budget_s)
     extra = _also(also)

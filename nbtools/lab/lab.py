@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from nbtools.engine import process_group, runner as engine
-from nbtools.lab import gather, hosts, start
+from nbtools.lab import gather, hosts, start, preload as preloading
 from nbtools.lab.assemble import assemble, first_error
 from nbtools.lab import arguments, reaper
 from nbtools.lab.arguments import Checked, resolve_run
@@ -49,6 +49,9 @@ class Lab:
         echo: say what the lab does on stderr. ``progress`` (attribute): each rank's phase
             while a run runs; False for none, or a callable that gets the text.
 
+        preload: engines import a Workload's modules in the background as soon as the lab
+            sees it (lab/preload.py); ``lab.preloads()`` says what, and how long it took.
+
     ``engine_warnings`` holds the last run's library warnings per rank in full (the run folds
     them to one line per kind); "host busy" is said once per lab (``notes``, ``said_once``).
 
@@ -64,7 +67,9 @@ class Lab:
     def __init__(self, n: Optional[int] = None, engines: str = "local", cluster=None,
                  history="nbtools-runs", timeout: float = 600.0, pg_timeout: float = 300.0,
                  echo: bool = True, start_timeout: float = 120.0, peer_grace: float = 5.0,
-                 compile_cache=None, spares: bool = True, compile_cache_per: str = "host"):
+                 compile_cache=None, spares: bool = True, compile_cache_per: str = "host",
+                 preload: bool = True):
+        self._preloader = preloading.for_lab(self, preload)     # checked before anything starts
         arguments.check_cluster(cluster)
         if cluster is None:
             arguments.check_engines(engines)
@@ -122,6 +127,8 @@ class Lab:
                 self._stop(graceful=False)  # (an external cluster's engines are the user's)
             raise
         self.startup_s = time.perf_counter() - t0
+        if self._preloader is not None:
+            self._preloader.attach()
 
     def _join(self, ids) -> None:
         """Ranks, then one process group over them (nbtools.lab.start.join)."""
@@ -155,6 +162,8 @@ class Lab:
     def close(self) -> None:
         """Stop every engine this lab started and remove its folders; history stays on disk."""
         self.closed = True
+        if self._preloader is not None:
+            self._preloader.detach()
         self._stop(graceful=True)
         # the guard removes the lab's folders: per-lab inductor caches (1.3 GB after one
         # max-autotune run on H200) and ipyparallel's profile; a compile_cache folder is
@@ -229,6 +238,8 @@ class Lab:
         if changes:
             cfg = cfg.replace(**changes)
         check_run(fn, cfg, self.device_type)
+        if isinstance(fn, Workload) and self._preloader is not None:
+            self._preloader.seen(fn)      # at the latest: the engines import what it needs
         return Checked(fn, cfg, self.device_type)
 
     def run(self, fn_or_cfg=None, cfg: Optional[StepConfig] = None, *, timeout=None,
@@ -293,6 +304,10 @@ class Lab:
         return self.client[engine_id].apply_async(engine.run, cfg, run_id, payload, device_type)
 
     # -- conveniences ----------------------------------------------------------------------
+    def preloads(self) -> dict:
+        """rank -> the engine's early imports: name, ok (None: still importing), seconds, error."""
+        return self._preloader.records() if self._preloader is not None else {}
+
     def compare(self, a, b, rounds: int = 1, metric: str = "step_ms", **kw):
         """Compare two runs already made. With ``rounds=1`` (the default) one run a side:
         the verdict covers their steps only, not drift between runs. With more, their
@@ -310,8 +325,7 @@ class Lab:
             Comparison: ``.verdict``, ``.table``, ``.plot()``.
 
         Example:
-            >>> cmp = lab.compare(lab.history[-2], lab.history[-1])
-            >>> print(cmp.verdict)
+            >>> print(lab.compare(lab.history[-2], lab.history[-1]).verdict)
             >>> again = lab.compare(lab.history[-2], lab.history[-1], rounds=5)
         """
         return ab_rounds.compare(self, a, b, rounds, metric, **kw)
@@ -351,18 +365,11 @@ class Lab:
         return resolve_run(self, run).advise()
 
     def explore(self, target, start=None, budget_s=600, rounds=5, **kw):
-        """Run ``start`` once, advise it, and try each suggestion that changes a field as an
-        A/B (lab.ab: ``rounds`` of A B B A, "auto" allowed) of the best so far against best
-        + change; keep it when B is resolved faster, re-advise the new best's run (changes
-        combine greedily). ``target``: a Workload, a step function (``start``: its
-        StepConfig or a dict of fields; default the defaults) or a StepConfig. Stops when
-        the suggestions or ``budget_s`` (wall seconds, checked before each A/B against an
-        estimate from the runs so far) run out. Returns an Exploration: ``steps`` (a table),
-        ``best``, ``verdict``, ``code()``, ``plot()``. ``also=[{fields}]``: changes to try
-        beside the advice; ``on_step(row)`` per A/B (then nothing is printed), ``on_run``,
-        ``stop``, ``timeout``, ``max_rounds``, ``width`` as in lab.ab. Every run stays in
-        the history; a failing change is recorded and skipped; Ctrl-C returns what finished
-        (nbtools/lab/explore.py)."""
+        """Advise ``start``'s run and try each suggestion as an A/B (``rounds`` of A B B A)
+        of the best so far against best + change, keeping what is resolved faster, within
+        ``budget_s`` wall seconds. ``target``: a Workload, a step, or a StepConfig. Returns an
+        Exploration (``steps``, ``best``, ``verdict``, ``code()``, ``plot()``); keywords and
+        the rest: nbtools.lab.explore.explore and docs/ab.md."""
         from nbtools.lab.explore import explore
         return explore(self, target, start, budget_s, rounds, **kw)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from nbtools.config.step_config import ConfigError
+
 # Launchers' local-rank variables, most specific first.
 LOCAL_RANK_VARS = ("NBTOOLS_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                    "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
@@ -137,3 +139,14 @@ def say_oversubscribed(lab, threads: dict, cpus: dict) -> None:
         print(note, file=sys.stderr)
         lab.notes.append(note)
         lab.said_once.add("host-busy")
+
+
+def count(engines: str, n_requested) -> tuple[int, list]:
+    """(ranks, GPU ids for local engines). GPUs are counted without initialising CUDA
+    in this process (the client needs no GPU)."""
+    gpus = visible_gpus() if engines == "local" else []
+    n = n_requested or len(gpus) or 2
+    if gpus and n > len(gpus):
+        raise ConfigError(f"Lab(n={n}) but only {len(gpus)} GPUs are visible; one engine "
+                          "per GPU. Use n <= the GPU count.")
+    return n, gpus[:n]
