@@ -24,6 +24,7 @@ import functools
 import uuid
 
 from jupyter_bokeh import BokehModel
+from traitlets import Unicode
 
 from nbtools.common.display_mode import static_mode
 
@@ -87,9 +88,27 @@ class LiveBokehModel(BokehModel):
     before each display."""
 
     _patched = False     # a patch went out since the bundle was last taken
+    _repicture = None    # pictured=True: keeps the saved notebook's picture current
+    _nbtools_picture = Unicode("").tag(sync=True)       # saved_picture.PICTURE
+
+    def __init__(self, model, pictured: bool = False, **kwargs):
+        super().__init__(model, **kwargs)
+        if pictured:
+            from nbtools.ui.saved_picture import PICTURE, Repicture, b64png
+            self._repicture = Repicture(lambda: b64png(self._model),
+                                        lambda v: setattr(self, PICTURE, v))
+
+    def picture(self) -> str:
+        """The base64 PNG of the figure as it is now (ui/picture.py)."""
+        if self._repicture is None:
+            from nbtools.ui.saved_picture import b64png
+            return b64png(self._model)
+        return self._repicture.current()
 
     def _document_patched(self, event) -> None:
         self._patched = True
+        if self._repicture is not None:     # a zoom (from the page too) or new data
+            self._repicture.poke()
         super()._document_patched(event)
 
     def get_state(self, key=None, drop_defaults=False):

@@ -157,3 +157,25 @@ def _colour(col: str, metric: str, value) -> str:
         return ""
     good = (value > 0) == (way == "higher")
     return f" style='color:{GOOD if good else BAD}'"
+
+
+def text_rows(summary: pd.DataFrame) -> list:
+    """The key columns as lines of text, aligned (a static picture's copy of the table)."""
+    if not len(summary):
+        return []
+    key, _ = columns(summary)
+    rows = [[c for c in key]] + [[cell(c, row.get(c), row) for c in key]
+                                 for row in summary.to_dict("records")]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(key))]
+    return ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
+
+
+def picture_header(run) -> list:
+    """What the panel's static picture says above its timeline: the run, its whole config
+    (the fields not at their defaults), its flags and the summary's key columns."""
+    cfg = run.config
+    lines = [f"run {run.label} · {run.world_size} ranks · {len(run.events):,} events"]
+    if cfg is not None:
+        changed = cfg.label().split(" ")[1:]
+        lines.append(f"config: scenario={cfg.scenario} " + (" ".join(changed) or "(defaults)"))
+    return lines + [f"flag: {f}" for f in run.flags or ()] + text_rows(run.summary)
