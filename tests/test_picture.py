@@ -158,3 +158,19 @@ def test_a_figures_picture_follows_its_zoom():
     assert getattr(view, PICTURE) == after != before
     assert _red(Image.open(io.BytesIO(base64.b64decode(after)))) > 3 * whole
     view.close()
+
+
+def test_a_live_figures_repr_names_it_without_its_data():
+    """A message naming the widget (a traceback, a warning) stays one short line: the
+    render bundle's base64 arrays in a cell's stderr read as file paths to JupyterLab, which
+    asked the server about each (a name too long for the file system: a server 500)."""
+    import re
+    from nbtools.ui.bokehjs import LiveBokehModel
+    from nbtools.ui.timeline import Timeline
+    view = LiveBokehModel(Timeline(synthetic_run()).layout, pictured=True)
+    view.picture()
+    text = repr(view)
+    assert len(text) < 200 and view.model_id in text, text
+    assert not re.search(r"[A-Za-z0-9+/=]{40,}", text), text
+    view.close()
+    view.close()                          # again, as __del__ does: nothing raised

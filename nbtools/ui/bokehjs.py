@@ -121,6 +121,16 @@ class LiveBokehModel(BokehModel):
             self._patched = False
         return super().get_state(key=key, drop_defaults=drop_defaults)
 
+    def __repr__(self) -> str:
+        """Short, without the render bundle: ipywidgets' repr lists every trait, and a
+        message naming the widget (a traceback, a warning) carried the whole bundle. Printed
+        to stderr in a cell, JupyterLab took each "/..." run of its base64 arrays for a file
+        path and asked the server about it (a name too long for the file system: a 500)."""
+        titles = [getattr(getattr(f, "title", None), "text", "") for f in
+                  getattr(self._model, "children", None) or [self._model]]
+        title = next((t for t in titles if t), type(self._model).__name__)
+        return f"LiveBokehModel(model_id={self.model_id!r}, {title!r})"
+
     def close(self) -> None:
         """Idempotent: jupyter_bokeh's close removes its document callback unguarded, so
         a closed widget's ``__del__`` (which closes again) raised ``KeyError`` with the
