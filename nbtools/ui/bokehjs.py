@@ -28,8 +28,11 @@ from traitlets import Unicode
 
 from nbtools.common.display_mode import static_mode
 
-# What the figures use: core (plots, hover, CustomJSHover) and the WebGL backend option.
-COMPONENTS = ["bokeh", "bokeh-gl"]
+# What the figures use: core (plots, hover, CustomJSHover), the WebGL backend option, and
+# the widgets and tables bundles (the timeline's search field, switches and region table:
+# without them BokehJS "could not resolve type 'Div'" and the figure showed a javascript
+# error). The same bundles the extension loads (labextension/static/remoteEntry.js).
+COMPONENTS = ["bokeh", "bokeh-gl", "bokeh-widgets", "bokeh-tables"]
 LOAD_MIME = "application/vnd.bokehjs_load.v0+json"   # jupyter_bokeh's renderer runs it
 
 
@@ -67,6 +70,7 @@ def ensure_loaded() -> None:
         return           # static copies carry BokehJS themselves
     if extension_installed():
         return           # the page loads BokehJS itself
+    _link_extension()
     js = loader_js()
     display_id = f"nbtools-bokehjs-{uuid.uuid4().hex}"
     # Both types: JupyterLab/Notebook 7 run the bokeh one (jupyter_bokeh's renderer, rank 0),
@@ -74,6 +78,16 @@ def ensure_loaded() -> None:
     # attached, before it handles the next message (the empty update).
     display({LOAD_MIME: js, "application/javascript": js}, raw=True, display_id=display_id)
     update_display({"text/plain": ""}, raw=True, display_id=display_id)
+
+
+@functools.lru_cache(maxsize=1)
+def _link_extension() -> None:
+    """Once per kernel: where Jupyter does not find the extension (``pip install -e .``
+    leaves it out), link it into the environment as ``nbtools lab`` would, so a JupyterLab
+    started next loads it (this page keeps the loader below: a new tab of a server started
+    before the link would find no BokehJS)."""
+    from nbtools.ui.labext import ensure_installed
+    ensure_installed(say=lambda text: print(f"torch-nbtools: {text}"))
 
 
 class LiveBokehModel(BokehModel):

@@ -26,6 +26,8 @@ var _JUPYTERLAB;
   var BUNDLES = ["bokeh.min.js", "bokeh-gl.min.js", "bokeh-widgets.min.js", "bokeh-tables.min.js"];
   var NOTE = "Static picture of the figure as last drawn: re-run the cell for the live, zoomable view.";
   var PENDING = "Drawing the live view from the running kernel\u2026";
+  var NO_SERVER = "Static picture: this JupyterLab started before the torch-nbtools " +
+    "extension was installed; restart JupyterLab for the live view.";
   var scope = null;
   var bokehLoading = null;
 
@@ -109,6 +111,18 @@ var _JUPYTERLAB;
       node.appendChild(cover);
     };
 
+    // A line over the picture's own caption, when that caption would send the reader the
+    // wrong way.
+    FigureRenderer.prototype._note = function (text) {
+      var node = this._picture.node, line = document.createElement("div");
+      node.style.position = "relative";
+      line.className = "nbtools-figure-note";
+      line.textContent = text;
+      line.style.cssText = "position:absolute;left:0;right:0;bottom:0;height:30px;" +
+        "background:#fff;color:#a40000;font:12px sans-serif;padding:6px 70px";
+      node.appendChild(line);
+    };
+
     FigureRenderer.prototype._settle = function () {
       var live = this.isLive();
       this._pending(!live && this._waiting);
@@ -166,6 +180,9 @@ var _JUPYTERLAB;
       this._waiting = true;
       return this._goLive(view).catch(function (e) {
         console.debug("torch-nbtools: figure stays static:", e && e.message);
+        // the extension is linked but its server side is not running (linked into an
+        // editable install after this JupyterLab started): re-running the cell cannot help
+        if (e && /could not load .*nbtools\/bokehjs/.test(e.message)) self._note(NO_SERVER);
       }).then(function () { clearTimeout(shown); self._waiting = false; self._settle(); });
     };
 
