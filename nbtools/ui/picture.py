@@ -337,8 +337,18 @@ def picture(layout, width: int = DEFAULT_W, header=()) -> Image.Image:
     h = top + sum(f.height for f in figs) + LINE_H * len(lines) + 8
     out = Image.new("RGB", (w, h), "white")
     draw = ImageDraw.Draw(out)
+    cells = [ln for ln in header if isinstance(ln, tuple)]      # table rows: lined up
+    ncol = max(map(len, cells), default=0)
+    widths = [max((font.getlength(r[i]) for r in cells if i < len(r)), default=0)
+              for i in range(ncol)]
+    starts = [8 + sum(widths[:i]) + 14 * i for i in range(ncol)]
     for k, line in enumerate(header):
-        draw.text((8, 4 + LINE_H * k), picture_labels.elide(str(line), w - 16, font) or "",
+        y0 = 4 + LINE_H * k
+        if isinstance(line, tuple):
+            for i, c in enumerate(line):       # numbers right-aligned under their header
+                draw.text((starts[i] + widths[i], y0), c, fill="#222", font=font, anchor="ra")
+            continue
+        draw.text((8, y0), picture_labels.elide(str(line), w - 16, font) or "",
                   fill="#222", font=font)
     y, tops = top, []
     for f in figs:
@@ -352,7 +362,8 @@ def picture(layout, width: int = DEFAULT_W, header=()) -> Image.Image:
         y += LINE_H
     titles = [getattr(getattr(f, "title", None), "text", "") or "" for f in leaves]
     out.info.update(skipped=sorted(skipped), labels=labels,
-                    text="\n".join(list(map(str, header)) + [t for t in titles if t]))
+                    text="\n".join([ln if isinstance(ln, str) else "  ".join(ln)
+                                    for ln in header] + [t for t in titles if t]))
     return out
 
 

@@ -160,14 +160,13 @@ def _colour(col: str, metric: str, value) -> str:
 
 
 def text_rows(summary: pd.DataFrame) -> list:
-    """The key columns as lines of text, aligned (a static picture's copy of the table)."""
+    """The key columns as rows of cells, the header first (a static picture's copy of the
+    table: ui/picture.py lines the cells up)."""
     if not len(summary):
         return []
     key, _ = columns(summary)
-    rows = [[c for c in key]] + [[cell(c, row.get(c), row) for c in key]
-                                 for row in summary.to_dict("records")]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(key))]
-    return ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
+    return [tuple(key)] + [tuple(cell(c, row.get(c), row) for c in key)
+                           for row in summary.to_dict("records")]
 
 
 def picture_header(run) -> list:
