@@ -56,3 +56,31 @@ del m; gc.collect()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=os.getcwd()))
     assert out.returncode == 0 and "KeyError" not in out.stderr, out.stderr[-2000:]
+
+
+def test_the_fallback_loader_brings_every_bundle_a_run_plot_needs():
+    """Without the extension (a JupyterLab started before an editable install linked it) the
+    kernel sends BokehJS itself: every bundle bokeh says the figures need must be in it (it
+    lacked the widgets one and a run's plot showed "javascript error": could not resolve
+    type 'Div'). The extension loads the same ones."""
+    from pathlib import Path
+
+    from bokeh.embed.bundle import _use_gl, _use_tables, _use_widgets
+    from bokeh.document import Document
+
+    from nbtools.ui import bokehjs
+    from nbtools.ui.timeline import Timeline, compare_figure
+    from test_timeline import synthetic_run
+    a, b = synthetic_run(), synthetic_run(seed=1)
+    js = (Path(bokehjs.__file__).parent / "labextension" / "static"
+          / "remoteEntry.js").read_text()
+    for layout in (Timeline(a).layout, compare_figure(a, b)):
+        doc = Document()
+        doc.add_root(layout)
+        objs = set(doc.models)
+        need = {"bokeh"} | {name for name, used in (
+            ("bokeh-widgets", _use_widgets(objs)), ("bokeh-tables", _use_tables(objs)),
+            ("bokeh-gl", _use_gl(objs))) if used}
+        assert need <= set(bokehjs.COMPONENTS), need - set(bokehjs.COMPONENTS)
+        for name in need:
+            assert f'"{name}.min.js"' in js, f"the extension does not load {name}"

@@ -214,6 +214,14 @@ def test_history_pick_shows_that_run(lab, panel):
     older = next(r for r in lab.history if r.ok and r.config.scenario == "tp-mlp-infer")
     panel.history_list.value = older.run_id
     assert panel.shown is older and older.run_id in panel.timeline.figure.title.text
+    # the saved notebook's picture follows: this run, its config and summary
+    import base64
+    import io
+    from PIL import Image
+    saved = Image.open(io.BytesIO(base64.b64decode(panel.repicture.current())))
+    text = saved.text["Description"]
+    assert f"run {older.label}" in text and "config: scenario=tp-mlp-infer" in text, text
+    assert "step_ms" in text and panel.widget._nbtools_picture == panel.repicture.current()
     panel.set_config(StepConfig(**SMALL))
     panel.load_button.click()
     assert panel.config() == older.config

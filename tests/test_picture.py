@@ -7,6 +7,7 @@ import base64
 import io
 
 import numpy as np
+import pytest
 from bokeh.layouts import column, row
 from bokeh.models import TabPanel, Tabs
 from bokeh.plotting import figure
@@ -82,3 +83,94 @@ def test_a_figure_output_carries_its_picture_beside_the_widget():
     png = base64.b64decode(bundle["image/png"])
     assert Image.open(io.BytesIO(png)).width >= 600 and len(png) < 300_000
     assert "re-run the cell" in bundle["text/plain"]
+
+
+def _black_outside(img, labels) -> list:
+    """Near-black pixels (the names' #111) in each name's row band, right of the leftmost
+    box (the lane names are left of the frame), that lie in no box holding a name on that
+    row: ink spilled out of its box."""
+    rgb = np.asarray(img.convert("RGB"), np.int16)
+    dark = (rgb < 70).all(axis=2)
+    out = []
+    rows = {}
+    for lab in labels:
+        rows.setdefault(round(lab["top"] + lab["y"]), []).append(lab["box_px"])
+    for y, boxes in rows.items():
+        band = dark[max(0, y - 4):y + 5]
+        cols = np.flatnonzero(band.any(axis=0))
+        cols = cols[cols >= min(x0 for x0, _ in boxes) - 1]
+        inside = np.zeros(len(cols), bool)
+        for x0, x1 in boxes:
+            inside |= (cols >= x0 - 1) & (cols <= x1 + 1)
+        out += [(y, int(c)) for c in cols[~inside]]
+    return out
+
+
+@pytest.mark.parametrize("width", [900, 420])
+def test_a_runs_names_stay_inside_their_boxes(width):
+    """The names a run's static picture draws are refitted to the picture's own boxes (the
+    page fitted them for its width): by the renderer's layout every name lies inside its
+    box, and no name's ink lies outside the boxes of its row."""
+    from nbtools.ui.timeline import Timeline
+    tl = Timeline(synthetic_run(events_per_rank=400))
+    img = picture.picture(tl.layout, width=width)
+    labels = img.info["labels"]
+    assert len(labels) >= 6, labels       # step names at least, on every rank
+    spilled = [lab for lab in labels if not (lab["box_px"][0] <= lab["text_px"][0]
+                                             and lab["text_px"][1] <= lab["box_px"][1])]
+    assert not spilled, spilled[:5]
+    names = [lab for lab in labels if "ProfilerStep" in lab["text"]]
+    assert names, [lab["text"] for lab in labels]
+    assert not _black_outside(img, names)
+
+
+def test_a_long_name_in_a_narrow_box_is_elided_not_spilled():
+    """A box's label sharing its source and left edge (as the compile strip's cuts do): in
+    the page it would run past the box; the picture cuts it with "…" inside the box."""
+    from bokeh.models import ColumnDataSource
+    src = ColumnDataSource(dict(left=[1.0], right=[2.0], y=[1.0],
+                                text=["a very long name that cannot fit in its box"]))
+    f = figure(width=400, height=120, x_range=(0, 4), y_range=(0, 2))
+    f.quad(left="left", right="right", bottom=0.5, top=1.5, fill_color="#dddddd",
+           line_color=None, source=src)
+    f.text(x="left", y="y", text="text", text_color="#111111", text_baseline="middle",
+           source=src)
+    img = picture.picture(f)
+    [lab] = img.info["labels"]
+    assert lab["text"].endswith("…") and len(lab["text"]) < 20, lab
+    assert lab["text_px"][1] <= lab["box_px"][1]
+    assert not _black_outside(img, [lab])
+
+
+def test_a_figures_picture_follows_its_zoom():
+    """The picture a live figure keeps for the saved notebook is redrawn after a change of
+    its document (a zoom from the page arrives as one): the same renderer, the new range."""
+    from nbtools.ui.bokehjs import LiveBokehModel
+    from nbtools.ui.saved_picture import PICTURE
+    f = figure(width=300, height=150, x_range=(0, 10), y_range=(0, 1))
+    f.quad(left=[0], right=[1], bottom=[0], top=[1], color="red")
+    view = LiveBokehModel(f, pictured=True)
+    before = view.picture()
+    assert getattr(view, PICTURE) == before
+    whole = _red(Image.open(io.BytesIO(base64.b64decode(before))))
+    f.x_range.end = 2                           # zoomed in: the box is 5x wider
+    after = view.picture()
+    assert getattr(view, PICTURE) == after != before
+    assert _red(Image.open(io.BytesIO(base64.b64decode(after)))) > 3 * whole
+    view.close()
+
+
+def test_a_live_figures_repr_names_it_without_its_data():
+    """A message naming the widget (a traceback, a warning) stays one short line: the
+    render bundle's base64 arrays in a cell's stderr read as file paths to JupyterLab, which
+    asked the server about each (a name too long for the file system: a server 500)."""
+    import re
+    from nbtools.ui.bokehjs import LiveBokehModel
+    from nbtools.ui.timeline import Timeline
+    view = LiveBokehModel(Timeline(synthetic_run()).layout, pictured=True)
+    view.picture()
+    text = repr(view)
+    assert len(text) < 200 and view.model_id in text, text
+    assert not re.search(r"[A-Za-z0-9+/=]{40,}", text), text
+    view.close()
+    view.close()                          # again, as __del__ does: nothing raised

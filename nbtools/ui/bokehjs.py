@@ -24,11 +24,15 @@ import functools
 import uuid
 
 from jupyter_bokeh import BokehModel
+from traitlets import Unicode
 
 from nbtools.common.display_mode import static_mode
 
-# What the figures use: core (plots, hover, CustomJSHover) and the WebGL backend option.
-COMPONENTS = ["bokeh", "bokeh-gl"]
+# What the figures use: core (plots, hover, CustomJSHover), the WebGL backend option, and
+# the widgets and tables bundles (the timeline's search field, switches and region table:
+# without them BokehJS "could not resolve type 'Div'" and the figure showed a javascript
+# error). The same bundles the extension loads (labextension/static/remoteEntry.js).
+COMPONENTS = ["bokeh", "bokeh-gl", "bokeh-widgets", "bokeh-tables"]
 LOAD_MIME = "application/vnd.bokehjs_load.v0+json"   # jupyter_bokeh's renderer runs it
 
 
@@ -66,6 +70,7 @@ def ensure_loaded() -> None:
         return           # static copies carry BokehJS themselves
     if extension_installed():
         return           # the page loads BokehJS itself
+    _link_extension()
     js = loader_js()
     display_id = f"nbtools-bokehjs-{uuid.uuid4().hex}"
     # Both types: JupyterLab/Notebook 7 run the bokeh one (jupyter_bokeh's renderer, rank 0),
@@ -73,6 +78,16 @@ def ensure_loaded() -> None:
     # attached, before it handles the next message (the empty update).
     display({LOAD_MIME: js, "application/javascript": js}, raw=True, display_id=display_id)
     update_display({"text/plain": ""}, raw=True, display_id=display_id)
+
+
+@functools.lru_cache(maxsize=1)
+def _link_extension() -> None:
+    """Once per kernel: where Jupyter does not find the extension (``pip install -e .``
+    leaves it out), link it into the environment as ``nbtools lab`` would, so a JupyterLab
+    started next loads it (this page keeps the loader below: a new tab of a server started
+    before the link would find no BokehJS)."""
+    from nbtools.ui.labext import ensure_installed
+    ensure_installed(say=lambda text: print(f"torch-nbtools: {text}"))
 
 
 class LiveBokehModel(BokehModel):
@@ -87,9 +102,27 @@ class LiveBokehModel(BokehModel):
     before each display."""
 
     _patched = False     # a patch went out since the bundle was last taken
+    _repicture = None    # pictured=True: keeps the saved notebook's picture current
+    _nbtools_picture = Unicode("").tag(sync=True)       # saved_picture.PICTURE
+
+    def __init__(self, model, pictured: bool = False, **kwargs):
+        super().__init__(model, **kwargs)
+        if pictured:
+            from nbtools.ui.saved_picture import PICTURE, Repicture, b64png
+            self._repicture = Repicture(lambda: b64png(self._model),
+                                        lambda v: setattr(self, PICTURE, v))
+
+    def picture(self) -> str:
+        """The base64 PNG of the figure as it is now (ui/picture.py)."""
+        if self._repicture is None:
+            from nbtools.ui.saved_picture import b64png
+            return b64png(self._model)
+        return self._repicture.current()
 
     def _document_patched(self, event) -> None:
         self._patched = True
+        if self._repicture is not None:     # a zoom (from the page too) or new data
+            self._repicture.poke()
         super()._document_patched(event)
 
     def get_state(self, key=None, drop_defaults=False):
@@ -103,6 +136,16 @@ class LiveBokehModel(BokehModel):
             self._trait_values["render_bundle"] = self._model_to_traits(self._model)
             self._patched = False
         return super().get_state(key=key, drop_defaults=drop_defaults)
+
+    def __repr__(self) -> str:
+        """Short, without the render bundle: ipywidgets' repr lists every trait, and a
+        message naming the widget (a traceback, a warning) carried the whole bundle. Printed
+        to stderr in a cell, JupyterLab took each "/..." run of its base64 arrays for a file
+        path and asked the server about it (a name too long for the file system: a 500)."""
+        titles = [getattr(getattr(f, "title", None), "text", "") for f in
+                  getattr(self._model, "children", None) or [self._model]]
+        title = next((t for t in titles if t), type(self._model).__name__)
+        return f"LiveBokehModel(model_id={self.model_id!r}, {title!r})"
 
     def close(self) -> None:
         """Idempotent: jupyter_bokeh's close removes its document callback unguarded, so

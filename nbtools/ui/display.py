@@ -17,16 +17,16 @@ FIGURE_MIME = "application/vnd.nbtools.figure.v1+json"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
-def document_bundle(bundle: dict, layout, what: str = "figure") -> dict:
-    """A widget's mimebundle plus what shows it without a kernel: the layout's picture, a
-    text line, and the extension's mimetype (which names the widget it stands for)."""
-    from nbtools.ui.picture import NOTE, png
-    import base64
+def document_bundle(bundle: dict, picture: str, what: str = "figure") -> dict:
+    """A widget's mimebundle plus what shows it without a kernel: its picture (base64 PNG
+    from ui/picture.py, which the widget keeps current: ui/saved_picture.py), a text line,
+    and the extension's mimetype (which names the widget it stands for)."""
+    from nbtools.ui.picture import NOTE
     view = bundle.get(WIDGET_MIME)
     if view is None:
         return bundle
     out = dict(bundle)
-    out["image/png"] = base64.b64encode(png(layout)).decode("ascii")
+    out["image/png"] = picture
     out["text/plain"] = f"<torch-nbtools {what}> {NOTE}"
     out[FIGURE_MIME] = {"model_id": view["model_id"], "what": what}
     return out
@@ -76,8 +76,9 @@ class Figure:
         if static_mode():
             return {"text/html": static_html(self.layout)}
         from nbtools.ui.bokehjs import LiveBokehModel   # loads BokehJS into the page, not the .ipynb
-        bundle = LiveBokehModel(self.layout)._repr_mimebundle_(include=include, exclude=exclude)
-        return document_bundle(bundle, self.layout)
+        view = LiveBokehModel(self.layout, pictured=True)
+        bundle = view._repr_mimebundle_(include=include, exclude=exclude)
+        return document_bundle(bundle, view.picture())
 
     def save(self, path) -> str:
         """Write the figure as standalone HTML (BokehJS inline, opens offline); returns the path."""

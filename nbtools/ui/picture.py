@@ -10,6 +10,9 @@ import math
 
 import numpy as np
 from PIL import Image, ImageColor, ImageDraw, ImageFont
+from PIL.PngImagePlugin import PngInfo
+
+from nbtools.ui import picture_labels
 
 NOTE = "Static picture of the figure as last drawn: re-run the cell for the live, zoomable view."
 DEFAULT_W, DEFAULT_H = 900, 300
@@ -224,7 +227,7 @@ def _ticks(lo, hi, n=6):
     return [k * step for k in range(math.ceil(a / step), math.floor(b / step) + 1)]
 
 
-def _draw_figure(fig, width, font, skipped) -> Image.Image:
+def _draw_figure(fig, width, font, skipped, labels: list) -> Image.Image:
     stretch = str(getattr(fig, "sizing_mode", "") or "").startswith(("stretch", "scale"))
     w = int(width if stretch else getattr(fig, "width", None) or width)
     h = int(getattr(fig, "height", None) or getattr(fig, "frame_height", None) or DEFAULT_H)
@@ -252,10 +255,16 @@ def _draw_figure(fig, width, font, skipped) -> Image.Image:
     X, Y = _Axis(fig.x_range, xv, x0, x1), _Axis(fig.y_range, yv, y1, y0)
     draw.rectangle([x0, y0, x1, y1], outline=(200, 200, 200, 255))
     title = getattr(getattr(fig, "title", None), "text", "") or ""
-    draw.text((x0, 1), title[:160], fill="#222", font=font)
+    draw.text((x0, 1), picture_labels.elide(title, x1 - x0, font), fill="#222", font=font)
     clip = Image.new("RGBA", (w, h), (255, 255, 255, 0))
     cdraw = ImageDraw.Draw(clip, "RGBA")
+    fits = picture_labels.fitted(fig)        # names refitted to this picture's boxes
     for r in renderers:
+        if id(r.data_source) in fits and type(r.glyph).__name__ == "Text":
+            colour = _rgba(getattr(r.glyph, "text_color", None) or "#444") or "#444"
+            labels += picture_labels.draw(cdraw, r.glyph, fits[id(r.data_source)], X, Y,
+                                          font, colour)
+            continue
         _draw_glyph(cdraw, r.glyph, dict(r.data_source.data), X, Y, font, skipped)
     img.alpha_composite(clip.crop((x0, y0, x1, y1)), (x0, y0))   # glyphs clipped to the frame
     if X.factors is None:
@@ -306,29 +315,64 @@ def _notices(model) -> list:
     return out
 
 
-def picture(layout, width: int = DEFAULT_W) -> Image.Image:
-    """The layout's figures stacked top to bottom, and a footer saying it is static."""
-    font, skipped = _font(), set()
-    figs = [_draw_figure(f, width, font, skipped) for f in _figures_in(layout)]
+LINE_H = 16
+
+
+def picture(layout, width: int = DEFAULT_W, header=()) -> Image.Image:
+    """The layout's figures stacked top to bottom under ``header`` (lines of text: the
+    panel's run, config and summary), and a footer saying it is static. ``info``: what was
+    left out ("skipped"), each box label's layout ("labels"), the text ("text")."""
+    font, skipped, labels = _font(), set(), []
+    leaves = _figures_in(layout)
+    figs = []
+    for i, f in enumerate(leaves):
+        first = len(labels)
+        figs.append(_draw_figure(f, width, font, skipped, labels))
+        for lab in labels[first:]:
+            lab["figure"] = i
     lines = _notices(layout) + [NOTE] + ([f"(not drawn here: {', '.join(sorted(skipped))})"]
                                          if skipped else [])
     w = max([f.width for f in figs] + [width])
-    h = sum(f.height for f in figs) + 16 * len(lines) + 8
+    top = LINE_H * len(header) + (8 if header else 0)
+    h = top + sum(f.height for f in figs) + LINE_H * len(lines) + 8
     out = Image.new("RGB", (w, h), "white")
-    y = 0
+    draw = ImageDraw.Draw(out)
+    cells = [ln for ln in header if isinstance(ln, tuple)]      # table rows: lined up
+    ncol = max(map(len, cells), default=0)
+    widths = [max((font.getlength(r[i]) for r in cells if i < len(r)), default=0)
+              for i in range(ncol)]
+    starts = [8 + sum(widths[:i]) + 14 * i for i in range(ncol)]
+    for k, line in enumerate(header):
+        y0 = 4 + LINE_H * k
+        if isinstance(line, tuple):
+            for i, c in enumerate(line):       # numbers right-aligned under their header
+                draw.text((starts[i] + widths[i], y0), c, fill="#222", font=font, anchor="ra")
+            continue
+        draw.text((8, y0), picture_labels.elide(str(line), w - 16, font) or "",
+                  fill="#222", font=font)
+    y, tops = top, []
     for f in figs:
         out.paste(f.convert("RGB"), (0, y))
+        tops.append(y)
         y += f.height
-    draw = ImageDraw.Draw(out)
+    for lab in labels:
+        lab["top"] = tops[lab["figure"]]
     for line in lines:
         draw.text((LEFT, y + 4), line, fill="#666", font=font)
-        y += 16
-    out.info["skipped"] = sorted(skipped)
+        y += LINE_H
+    titles = [getattr(getattr(f, "title", None), "text", "") or "" for f in leaves]
+    out.info.update(skipped=sorted(skipped), labels=labels,
+                    text="\n".join([ln if isinstance(ln, str) else "  ".join(ln)
+                                    for ln in header] + [t for t in titles if t]))
     return out
 
 
-def png(layout, width: int = DEFAULT_W) -> bytes:
-    """The layout as PNG bytes, drawn without a browser."""
+def png(layout, width: int = DEFAULT_W, header=()) -> bytes:
+    """The picture as PNG bytes; its text (header and titles) also in a tEXt chunk, so a
+    program can tell which run a saved picture shows."""
+    img = picture(layout, width, header)
+    meta = PngInfo()
+    meta.add_text("Description", img.info["text"])
     buf = io.BytesIO()
-    picture(layout, width).save(buf, format="PNG", optimize=True)
+    img.save(buf, format="PNG", optimize=True, pnginfo=meta)
     return buf.getvalue()

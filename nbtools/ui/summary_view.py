@@ -160,3 +160,24 @@ def _colour(col: str, metric: str, value) -> str:
         return ""
     good = (value > 0) == (way == "higher")
     return f" style='color:{GOOD if good else BAD}'"
+
+
+def text_rows(summary: pd.DataFrame) -> list:
+    """The key columns as rows of cells, the header first (a static picture's copy of the
+    table: ui/picture.py lines the cells up)."""
+    if not len(summary):
+        return []
+    key, _ = columns(summary)
+    return [tuple(key)] + [tuple(cell(c, row.get(c), row) for c in key)
+                           for row in summary.to_dict("records")]
+
+
+def picture_header(run) -> list:
+    """What the panel's static picture says above its timeline: the run, its whole config
+    (the fields not at their defaults), its flags and the summary's key columns."""
+    cfg = run.config
+    lines = [f"run {run.label} · {run.world_size} ranks · {len(run.events):,} events"]
+    if cfg is not None:
+        changed = cfg.label().split(" ")[1:]
+        lines.append(f"config: scenario={cfg.scenario} " + (" ".join(changed) or "(defaults)"))
+    return lines + [f"flag: {f}" for f in run.flags or ()] + text_rows(run.summary)

@@ -17,9 +17,11 @@ from nbtools.common.extras import require
 
 require("ipywidgets", "jupyter_bokeh", why="lab.panel()")   # a script install lacks [lab]
 import ipywidgets as W  # noqa: E402
+from traitlets import Unicode  # noqa: E402
 
 from nbtools.ui.bokehjs import LiveBokehModel, ensure_loaded
 from nbtools.ui.display import document_bundle
+from nbtools.ui.saved_picture import PICTURE, Repicture, panel_b64png
 from nbtools.analysis.metrics import combine
 from nbtools.lab.errors import RunFailed
 from nbtools.config.step_config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,
@@ -63,14 +65,16 @@ class _PanelBox(W.VBox):
     """The panel's outer box: each display first loads BokehJS into the page (the timeline's
     view needs it when it is created), without leaving it in the notebook file."""
 
+    _nbtools_picture = Unicode("").tag(sync=True)   # the saved notebook's picture (PICTURE)
+
     def _repr_mimebundle_(self, **kwargs):
         ensure_loaded()
         for view in (self.panel.timeline_view, self.panel.compare_view):
             if view is not None:
                 view.refresh()
         # without a kernel: the last run's timeline and summary as a picture
-        return document_bundle(super()._repr_mimebundle_(**kwargs), self.panel.timeline.layout,
-                               "panel")
+        return document_bundle(super()._repr_mimebundle_(**kwargs),
+                               self.panel.repicture.current(), "panel")
 
 
 class Panel:
@@ -166,6 +170,9 @@ class Panel:
             W.HBox([self.export_path, self.export_button, self.perfetto_button]),
             self.export_notes, self.export_status])
         self.widget.panel = self    # lab.panel() returns the widget; the Panel stays reachable
+        # what a saved notebook shows: redrawn after each run the timeline shows
+        self.repicture = Repicture(lambda: panel_b64png(self.timeline.layout, self.shown),
+                                   lambda v: setattr(self.widget, PICTURE, v))
         self.compared = None        # the (A, B) pair the comparison on screen shows
         self.guard = panel_checks.Guard(self, choices, self._refused)
         self._refresh_history()
@@ -267,6 +274,7 @@ class Panel:
         self.summary.value = f"<div style='overflow-x:auto'>{summary_html(run)}</div>"
         self.flags.value = flags_html(run.flags)
         self.shown = run
+        self.repicture.poke()
 
     def _set_error(self, text: str) -> None:
         self.error.value = f"<div style='{_ERROR_STYLE}'>{text}</div>" if text else ""

@@ -9,8 +9,10 @@
  *   is in the kernel, else the PNG, with a line saying it is static. BokehJS is loaded from
  *   the installed bokeh (served by the nbtools.ui.labext server extension) once per page,
  *   the first time a figure needs it.
- * - On Save, each live figure's PNG is replaced by what BokehJS draws now, so the saved
- *   file shows the figure as last seen.
+ * - On Save, each live figure's PNG is replaced by the picture its widget holds now
+ *   (`_nbtools_picture`: drawn in the kernel by nbtools/ui/picture.py, the one renderer of
+ *   every static picture, and redrawn after each change), so the saved file shows the
+ *   figure as last seen and a panel its last run, with its config and summary.
  * - A jupyter_bokeh view whose kernel is gone drops its messages instead of throwing
  *   "Cannot send" from every resize.
  * - A live panel whose kernel stopped says so and disables its controls.
@@ -24,6 +26,8 @@ var _JUPYTERLAB;
   var BUNDLES = ["bokeh.min.js", "bokeh-gl.min.js", "bokeh-widgets.min.js", "bokeh-tables.min.js"];
   var NOTE = "Static picture of the figure as last drawn: re-run the cell for the live, zoomable view.";
   var PENDING = "Drawing the live view from the running kernel\u2026";
+  var NO_SERVER = "Static picture: this JupyterLab started before the torch-nbtools " +
+    "extension was installed; restart JupyterLab for the live view.";
   var scope = null;
   var bokehLoading = null;
 
@@ -66,31 +70,7 @@ var _JUPYTERLAB;
 
   function sleep(ms) { return new Promise(function (r) { setTimeout(r, ms); }); }
 
-  // The figure's Bokeh root views in `node`, drawn into one PNG with the static note.
-  function snapshot(node) {
-    if (!window.Bokeh || !window.Bokeh.index) return null;
-    var views = Array.from(window.Bokeh.index.all_views()).filter(function (v) {
-      return v.el && node.contains(v.el) && !(v.parent && v.parent.el && node.contains(v.parent.el));
-    });
-    var layers = [];
-    views.forEach(function (v) {
-      try { if (typeof v.export === "function") layers.push(v.export("png", false).canvas); }
-      catch (e) { /* a view that cannot export: the Python picture stays */ }
-    });
-    layers = layers.filter(function (c) { return c && c.width > 0 && c.height > 0; });
-    if (!layers.length) return null;
-    var w = Math.max.apply(null, layers.map(function (c) { return c.width; }));
-    var h = layers.reduce(function (a, c) { return a + c.height; }, 0) + 22;
-    var out = document.createElement("canvas");
-    out.width = w; out.height = h;
-    var ctx = out.getContext("2d");
-    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, w, h);
-    var y = 0;
-    layers.forEach(function (c) { ctx.drawImage(c, 0, y); y += c.height; });
-    ctx.fillStyle = "#666"; ctx.font = "11px sans-serif";
-    ctx.fillText(NOTE, 70, y + 14);
-    return out.toDataURL("image/png").split(",")[1];
-  }
+  var PICTURE = "_nbtools_picture";      // nbtools/ui/saved_picture.py
 
   function makeFactory(lumino, rendermime, placeholder, live) {
     class FigureRenderer extends lumino.Panel {}
@@ -104,6 +84,7 @@ var _JUPYTERLAB;
       this._inner = null;
       this._modelId = null;
       this._model = null;
+      this._widget = null;
       this._observer = null;
       live.add(this);
       return this;
@@ -128,6 +109,18 @@ var _JUPYTERLAB;
       cover.style.cssText = "position:absolute;left:0;right:0;bottom:0;height:30px;" +
         "background:#fff;color:#666;font:12px sans-serif;padding:6px 70px";
       node.appendChild(cover);
+    };
+
+    // A line over the picture's own caption, when that caption would send the reader the
+    // wrong way.
+    FigureRenderer.prototype._note = function (text) {
+      var node = this._picture.node, line = document.createElement("div");
+      node.style.position = "relative";
+      line.className = "nbtools-figure-note";
+      line.textContent = text;
+      line.style.cssText = "position:absolute;left:0;right:0;bottom:0;height:30px;" +
+        "background:#fff;color:#a40000;font:12px sans-serif;padding:6px 70px";
+      node.appendChild(line);
     };
 
     FigureRenderer.prototype._settle = function () {
@@ -187,6 +180,9 @@ var _JUPYTERLAB;
       this._waiting = true;
       return this._goLive(view).catch(function (e) {
         console.debug("torch-nbtools: figure stays static:", e && e.message);
+        // the extension is linked but its server side is not running (linked into an
+        // editable install after this JupyterLab started): re-running the cell cannot help
+        if (e && /could not load .*nbtools\/bokehjs/.test(e.message)) self._note(NO_SERVER);
       }).then(function () { clearTimeout(shown); self._waiting = false; self._settle(); });
     };
 
@@ -211,6 +207,7 @@ var _JUPYTERLAB;
       }
       await loadBokeh();
       if (this.isDisposed || this._modelId !== view.model_id) { inner.dispose(); return; }
+      this._widget = manager ? await manager.get_model(view.model_id) : null;
       this._inner = inner;
       this.addWidget(inner);
       var self = this;
@@ -222,9 +219,10 @@ var _JUPYTERLAB;
       await inner.renderModel(mime);
     };
 
+    // What the widget holds as its picture now, into the output the file will keep.
     FigureRenderer.prototype.snapshot = function () {
-      if (!this.isLive() || !this._model || typeof this._model.setData !== "function") return;
-      var png = snapshot(this._inner.node);
+      if (!this._widget || !this._model || typeof this._model.setData !== "function") return;
+      var png = this._widget.get(PICTURE);
       if (!png || png === this._model.data["image/png"]) return;
       var data = Object.assign({}, this._model.data);
       data["image/png"] = png;
