@@ -57,6 +57,7 @@ def watch(fn) -> None:
 
 
 def unwatch(fn) -> None:
+    """Stop telling ``fn`` of new Workloads (a lab that closes)."""
     _watchers[:] = [r for r in _watchers if r() is not None and r() != fn]
 
 
@@ -74,6 +75,7 @@ def created(wl) -> None:
 
 
 def recent() -> list:
+    """The Workloads made lately that are still alive (a lab started after them preloads them)."""
     return [wl for wl in (r() for r in _recent) if wl is not None]
 
 

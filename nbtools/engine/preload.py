@@ -55,6 +55,7 @@ def wait(timeout: float = WAIT_S) -> float:
 
 
 def records() -> list:
+    """This engine's early imports so far: name, ok (None: still importing), seconds, error."""
     with _lock:
         return [dict(r) for r in RECORDS]
 

@@ -48,6 +48,7 @@ class Preloader:
             self.seen(wl)
 
     def detach(self) -> None:
+        """Stop hearing of new Workloads (the lab closed)."""
         imports.unwatch(self.made)
 
     def made(self, wl) -> None:

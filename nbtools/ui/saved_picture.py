@@ -20,6 +20,7 @@ DELAY_S = 1.0
 
 
 def b64png(layout, header=()) -> str:
+    """The layout's static picture as base64 PNG, for a widget's saved state."""
     from nbtools.ui.picture import png
     return base64.b64encode(png(layout, header=header)).decode("ascii")
 
@@ -38,6 +39,7 @@ class Repicture:
             self._loop = None
 
     def poke(self) -> None:
+        """The figure changed: redraw its picture soon (once, however many pokes)."""
         self.stale = True
         loop = self._loop
         if loop is not None and loop.is_running() and not loop.is_closed():
@@ -58,6 +60,7 @@ class Repicture:
                   file=sys.__stderr__)
 
     def current(self) -> str:
+        """The picture as it is now, drawn first if stale (what a save takes)."""
         if self.stale or not self._value:
             self.stale = False
             self._value = self.draw()
