@@ -148,3 +148,15 @@ def check_plots_drawn(page, name: str, ranks: list, min_plots: int = 1) -> list:
                                 "coloured pixels: no boxes drawn")
     assert not problems, "\n".join(problems)
     return plots
+
+
+LABEXT = Path(__file__).resolve().parents[1] / "nbtools" / "ui" / "labextension"
+
+
+def link_labext(tmp_path: Path, monkeypatch) -> None:
+    """This checkout's JupyterLab extension, found by a server the test starts (its own
+    JUPYTER_PATH, so the venv's link into another checkout does not matter)."""
+    jpath = tmp_path / "jpath" / "labextensions"
+    jpath.mkdir(parents=True)
+    (jpath / "torch-nbtools").symlink_to(os.path.realpath(LABEXT), target_is_directory=True)
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jpath"))

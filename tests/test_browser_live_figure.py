@@ -7,20 +7,17 @@ opening it logs no kernel traceback and no server error.
 Needs /usr/bin/chromium; without it this test FAILS."""
 from __future__ import annotations
 
-import os
 import re
 import time
 
 import pytest
 
-from browser import ARTIFACTS
+from browser import ARTIFACTS, link_labext
 from test_jupyterlab import _Page, _serve, _write
 from test_notebook_document import _Tab
 
 pytestmark = pytest.mark.slow
 
-LABEXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "nbtools", "ui",
-                      "labextension")
 CELLS = ["from bokeh.plotting import figure\nfrom nbtools.ui.display import Figure\n"
          "def fig(i):\n    f = figure(width=500, height=200, title=f'fig {i}')\n"
          "    f.vbar(x=[1, 2, 3], top=[i + 1, 2, 3], width=0.5, color='#1f77b4')\n"
@@ -50,10 +47,7 @@ def _wait_live(page, n, timeout_s):
 
 @pytest.mark.timeout(600)
 def test_live_figure_draws_within_3s_in_a_fresh_page_and_a_new_tab(tmp_path, monkeypatch):
-    jpath = tmp_path / "jpath" / "labextensions"
-    jpath.mkdir(parents=True)
-    (jpath / "torch-nbtools").symlink_to(os.path.realpath(LABEXT), target_is_directory=True)
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jpath"))
+    link_labext(tmp_path, monkeypatch)
 
     def test(browser, server):
         name = "live.ipynb"

@@ -18,7 +18,7 @@ import re
 import pytest
 from PIL import Image
 
-from browser import ARTIFACTS
+from browser import ARTIFACTS, link_labext
 from test_jupyterlab import _api, _Page, _serve, _write
 from test_notebook_document import FIGURE_MIME, _Tab
 from test_timeline import synthetic_run
@@ -26,7 +26,6 @@ from test_timeline import synthetic_run
 pytestmark = pytest.mark.slow
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-LABEXT = os.path.join(TESTS, "..", "nbtools", "ui", "labextension")
 
 
 def _pictures(path) -> list:
@@ -62,10 +61,7 @@ def _stderr(path) -> list:
 
 @pytest.mark.timeout(900)
 def test_saved_notebook_new_tab_and_reload(tmp_path, monkeypatch):
-    jpath = tmp_path / "jpath" / "labextensions"
-    jpath.mkdir(parents=True)
-    (jpath / "torch-nbtools").symlink_to(os.path.realpath(LABEXT), target_is_directory=True)
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jpath"))
+    link_labext(tmp_path, monkeypatch)
     history = tmp_path / "runs"
     from nbtools.config.step_config import StepConfig
     runs = [synthetic_run(events_per_rank=400, seed=i, config=StepConfig(

@@ -17,13 +17,13 @@ from nbtools.results.exploration import Exploration, change_text
 from nbtools.ui.exploration import exploration_html, steps_html
 from nbtools.ui.html import comparison_html
 from nbtools.widgets.panel_parts import Ticker, button, html_widget
-from nbtools.widgets.thread_output import captured
+from nbtools.widgets.thread_output import Stoppable, captured
 
 ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;padding:4px 8px;"
                "white-space:pre-wrap;font-family:monospace;font-size:12px")
 
 
-class Advisor:
+class Advisor(Stoppable):
     """Suggest / Try / Explore with their widgets (``box`` is what the panel shows)."""
 
     def __init__(self, panel):
@@ -136,17 +136,6 @@ class Advisor:
             self.result.value = exploration_html(ex)
             return ex
         return self._start("Explore", work, wait)
-
-    def stop(self) -> None:
-        """Ask the running Try/Explore to end after its current run (what finished is kept)."""
-        self._stop.set()
-        self.stop_button.disabled = True
-        self.stop_button.description = "stopping after this run…"
-
-    def wait(self, timeout: Optional[float] = None) -> None:
-        """Block until the running Try/Explore ends (tests; a person watches the panel)."""
-        if self.thread is not None:
-            self.thread.join(timeout)
 
     def _side(self, cfg):
         return (self.panel.step_fn, cfg) if self.panel.step_fn is not None else cfg

@@ -16,14 +16,14 @@ from nbtools.ui.bokehjs import LiveBokehModel
 from nbtools.ui.html import comparison_html
 from nbtools.ui.timeline import compare_figure
 from nbtools.widgets.panel_parts import button, html_widget, Ticker
-from nbtools.widgets.thread_output import captured
+from nbtools.widgets.thread_output import Stoppable, captured
 
 ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;padding:4px 8px;"
                "white-space:pre-wrap;font-family:monospace;font-size:12px")
 STOP_TIP = "end the rounds after the run in progress; the finished rounds are compared"
 
 
-class Comparer:
+class Comparer(Stoppable):
     """Compare's own widgets (progress line, failed runs, Stop) and its runs."""
 
     def __init__(self, panel):
@@ -64,17 +64,6 @@ class Comparer:
             return None
         self.thread.join()
         return self.result
-
-    def stop(self) -> None:
-        """Stop the A/B after the run in progress; its rounds so far make the verdict."""
-        self._stop.set()
-        self.stop_button.disabled = True
-        self.stop_button.description = "stopping after this run…"
-
-    def wait(self, timeout: Optional[float] = None) -> None:
-        """Until the rounds started by the button end (tests, scripts)."""
-        if self.thread is not None:
-            self.thread.join(timeout)
 
     # -- the rounds (in the thread) --------------------------------------------------------
     def _rounds(self, a, b, rounds) -> None:

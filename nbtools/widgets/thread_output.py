@@ -94,3 +94,20 @@ def _display_publisher():
         return None
     pub = getattr(get_ipython(), "display_pub", None)
     return pub if hasattr(pub, "register_hook") else None
+
+
+class Stoppable:
+    """Stop and wait for a panel part whose work runs in ``self.thread`` (Compare, Try,
+    Explore): ``self._stop`` is the event the work checks between runs, ``self.stop_button``
+    the button that says so."""
+
+    def stop(self) -> None:
+        """End the work after the run in progress; what finished is kept."""
+        self._stop.set()
+        self.stop_button.disabled = True
+        self.stop_button.description = "stopping after this run…"
+
+    def wait(self, timeout=None) -> None:
+        """Until the work started by the button ends (tests, scripts)."""
+        if self.thread is not None:
+            self.thread.join(timeout)
