@@ -408,6 +408,29 @@ def test_an_unpicklable_step_is_a_config_error():
         to_payload(step)
 
 
+
+def test_a_step_that_sets_a_dynamo_config_travels_once_dynamo_is_loaded(tmp_path):
+    """CI failure (lab.explore's tests in the full suite): once torch._dynamo is imported
+    in the notebook, a by-value step or model that writes ``torch._dynamo.config.x`` took
+    the config module along, and torch's config modules cannot be pickled."""
+    import subprocess
+    import sys
+
+    import torch._dynamo  # noqa: F401  (the state of a notebook that has compiled once)
+    from nbtools.config.workload import to_payload
+
+    def step(ctx):
+        torch._dynamo.config.recompile_limit = 77
+        return torch._dynamo.config.recompile_limit
+
+    payload = to_payload(step)
+    engine = subprocess.run(        # another process, in a folder without this test file
+        [sys.executable, "-c", "import pickle, sys; "
+         "print(pickle.loads(sys.stdin.buffer.read())(None))"],
+        input=payload, capture_output=True, cwd=tmp_path, timeout=120)
+    assert engine.returncode == 0, engine.stderr.decode()[-2000:]
+    assert engine.stdout.decode().strip() == "77"
+
 # -- 34.6: one rank-less trace in a folder; the legend on --explain ------------------------
 
 def test_a_folder_with_one_rankless_trace_reads_it_as_rank_0(tmp_path, capsys):

@@ -199,6 +199,7 @@ def to_payload(fn) -> bytes:
     engines cannot import travels by value (its code, not its module's name)."""
     import dataclasses
     import functools
+    import io
     import sys
 
     import cloudpickle
@@ -219,7 +220,9 @@ def to_payload(fn) -> bytes:
             except Exception:
                 pass
     try:
-        return cloudpickle.dumps(fn)
+        buf = io.BytesIO()
+        _module_aware_pickler(cloudpickle)(buf).dump(fn)
+        return buf.getvalue()
     except Exception as e:   # noqa: BLE001 - pickle raises TypeError, PicklingError, ...
         name = getattr(fn, "__name__", None) or type(fn).__name__
         raise ConfigError(f"{name}: cannot be sent to the engines ({type(e).__name__}: "
@@ -227,6 +230,24 @@ def to_payload(fn) -> bytes:
                           "pickled (a lock, an open file, a socket, a generator). Create that "
                           "inside the step (or the Workload's functions) instead of "
                           "capturing it from the notebook") from None
+
+
+def _module_aware_pickler(cloudpickle):
+    """cloudpickle sends the loaded submodules a by-value function can reach
+    (``torch._dynamo.config`` for ``torch._dynamo.config.x = 1``), and it reduces modules by
+    exact type: torch's config modules are a ModuleType subclass (ConfigModuleInstance)
+    and would fail with "cannot pickle". An importable module travels as its name."""
+    import importlib
+    import sys
+    import types
+
+    class Pickler(cloudpickle.Pickler):
+        def reducer_override(self, obj):
+            if (isinstance(obj, types.ModuleType) and type(obj) is not types.ModuleType
+                    and sys.modules.get(obj.__name__) is obj):
+                return importlib.import_module, (obj.__name__,)
+            return super().reducer_override(obj)
+    return Pickler
 
 
 def from_payload(payload) -> tuple:
