@@ -185,5 +185,11 @@ def test_a_panel_whose_kernel_stopped_says_so_and_disables_its_buttons(tmp_path)
         _shot(page, "kernel-stopped")
         run_button.click(force=True)         # a disabled button: nothing sent, no error
         pg.wait_for_timeout(1000)
+        # A kernel deleted while its stdout thread flushes sends a message cut in half
+        # (ipykernel: "zmq gc socket requested during shutdown"), and JupyterLab's socket
+        # throws on it (CI, 2026-12-02). That is the kernel's death, not the panel: every
+        # other page error still fails the test.
+        page.errors = [e for e in page.errors if not re.search(
+            r"Kernel message validation error: .*is not valid JSON", e)]
         page.assert_no_errors()
     _serve(tmp_path, test)

@@ -93,13 +93,18 @@ def test_every_name_the_notebook_snippet_uses_is_defined_in_it():
 
 @pytest.mark.slow
 def test_the_in_a_notebook_snippet_runs_as_written(tmp_path):
-    run_as_user(block("In a notebook"), tmp_path)
+    r = run_as_user(block("In a notebook") + "\nprint('history', len(lab.history), "
+                    "sum(len(c.runs_a or []) + len(c.runs_b or []) for c in ex.comparisons))\n", tmp_path)
     assert (tmp_path / "run.json").stat().st_size > 0        # run.to_perfetto("run.json")
     html = (tmp_path / "findings.html").read_text()
     assert "what I learned" in html
-    # every run of the snippet is in the history folder Lab() wrote: 1 + 5 A/B rounds of 4
+    # every run of the snippet is in the history folder Lab() wrote: lab.run's 1, lab.ab's
+    # 5 rounds of 4, explore's start run and the A/Bs of whatever its advice was (on CPU,
+    # often none; a round cut short is in the history but not in its comparison)
+    n, explored = map(int, re.search(r"^history (\d+) (\d+)$", r.stdout, re.M).groups())
+    assert n >= 1 + 20 + 1 + explored, r.stdout[-2000:]
     runs = [p for p in (tmp_path / "nbtools-runs").iterdir() if (p / "run.json").exists()]
-    assert len(runs) == 21, sorted(p.name for p in runs)
+    assert len(runs) == n, sorted(p.name for p in runs)
 
 
 @pytest.mark.slow
