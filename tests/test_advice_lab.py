@@ -94,6 +94,14 @@ def test_a_per_block_layer_idx_guard_names_the_attribute_and_the_limit(lab):
     assert "recompile limit" in s.evidence
     assert "allow_unspec_int_on_nn_module" in s.code
     assert "recompile_limit (8)" in advice[1].evidence or "limit (8)" in advice[1].evidence
+    # run again: its graphs are the first run's (nothing recompiles), so its own tables are
+    # silent and lab.advise brings the first run's findings, saying where they were seen
+    again = lab.run(blocks_reading_index, StepConfig(**COMPILED))
+    assert again.compiled_by == run.run_id and run.compiled_by is None
+    assert rules(again.advise()) == []
+    warm = lab.advise(again)
+    assert rules(warm)[:2] == ["module-int-guard", "recompile-limit"]
+    assert warm[0].evidence.startswith(f"in run #{run.run_id}, which compiled the graphs")
     clean = lab.run(blocks_not_reading_index, StepConfig(**COMPILED))
     assert rules(lab.advise(clean)) == []
     assert str(lab.advise(clean)) == NOTHING

@@ -21,6 +21,12 @@ _MODEL = ("scenario", "parallel", "size", "batch", "seq_len", "seq_schedule", "s
 _INPUTS_ONLY = ("batch",)
 
 
+def state_key(cfg: StepConfig, source_key: str = "") -> tuple:
+    """What a run's graphs are compiled for: its code and every field but the run-only ones."""
+    return (source_key,) + tuple((k, repr(v)) for k, v in cfg.to_dict().items()
+                                 if k not in _RUN_ONLY)
+
+
 def prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, bool]:
     """Build or reuse state. Returns (notes, reused)."""
     import torch

@@ -12,7 +12,7 @@ import warnings
 from typing import Callable, Optional
 
 from nbtools.config.step_config import StepConfig
-from nbtools.engine.prepare import prepare
+from nbtools.engine.prepare import prepare, state_key
 from nbtools.engine.process_group import PeerWatch, release_peers
 from nbtools.engine.state import S as _S
 
@@ -140,10 +140,13 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
     result = dict(timings)
     items = _measured_items(wl, cfg)
     compile_wire = rec.finish_run(_S.rank)
+    key = state_key(cfg, source_key)
+    if int(compile_wire["counts"].get("graphs", 0)) > 0 or key not in _S.compiled_in:
+        _S.compiled_in[key] = run_id
     result.update(
         compile=compile_wire, notes=list(notes), reused=reused, check=check,
         compile_outcome=outcome(compile_wire["counts"], cfg.compiled, reused),
-        model_built_at=_S.model_built_at,
+        model_built_at=_S.model_built_at, built_by=_S.compiled_in[key],
         peak_mem_mb=(torch.cuda.max_memory_allocated() / 2**20) if cuda else float("nan"),
         rss_mb=_rss_mb(), items_per_step=sum(items["real"]) / max(1, len(items["real"])),
         step_items=items, flops_per_step=wl.flops_per_step,

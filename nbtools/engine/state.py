@@ -29,6 +29,9 @@ class EngineState:
     reports: list = field(default_factory=list)   # ctx.report() rows of the current run
     run_count: int = 0
     model_built_at: int = -1     # the engine's run count when the current weights were built
+    # (code, build fields) -> the id of the last run that compiled graphs for them: a run
+    # that compiles none ran that run's graphs, and its recompiles are in that run's tables
+    compiled_in: dict = field(default_factory=dict)
     # set: the background import (liveness) goes on past torch.distributed (setup is done,
     # or someone waits for all of it)
     import_rest: threading.Event = field(default_factory=threading.Event)

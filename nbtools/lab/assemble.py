@@ -40,7 +40,7 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
     env = dict(next(iter(ok.values()))["env"]) if ok else {}
     env.update(world_size=lab.world_size, hosts=sorted({p.host for p in lab.placements}))
     ranks = {r: {k: rep.get(k) for k in ("check", "notes", "reused", "compile_outcome",
-                                         "model_built_at",
+                                         "model_built_at", "built_by",
                                          "peak_mem_mb", "shapes", "engine_s", "parse_s",
                                          "last_value", "unused", "warnings",
                                          "step_items", "machine", "graph_pool_mb",

@@ -69,7 +69,7 @@ def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rou
 def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, on_step,
           on_run, line, run_s, t0) -> None:
     seen: set = set()
-    queue = _suggested(first, seen) + [(None, c) for c in extra if _new(c, seen)]
+    queue = _suggested(lab, first, seen) + [(None, c) for c in extra if _new(c, seen)]
     budget_out = False
     while queue:
         s, change = queue.pop(0)
@@ -157,7 +157,7 @@ def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, o
                 ex.patches = ex.patches + [(patch, s.code)]
             _add(ex, row, KEPT, on_step)
             # the new best's own advice: what the change exposed, tried on top of it
-            queue = _suggested(cmp.b, seen) + queue
+            queue = _suggested(lab, cmp.b, seen) + queue
         else:
             _add(ex, row, NOT_FASTER + (f" ({len(failed)} run(s) failed)" if failed else ""),
                  on_step)
@@ -165,9 +165,9 @@ def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, o
             line.said(f"explore {row['ab'] + 1}: {row['change']}: {v.text} -> {row['outcome']}")
 
 
-def _suggested(run, seen: set) -> list:
-    out = []
-    for s in run.advise():
+def _suggested(lab, run, seen: set) -> list:
+    out = []      # a run on warm engines reused its graphs: lab.advise adds their compiler's
+    for s in lab.advise(run):
         if s.model_patch and not s.change:
             if _new({f"model.{k}": v for k, v in s.model_patch.items()}, seen):
                 out.append((s, {}))

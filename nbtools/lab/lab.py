@@ -351,7 +351,7 @@ class Lab:
 
     def advise(self, run):
         """What a run's tables say to try, best first (nbtools.analysis.advice): hypotheses
-        until an A/B proves them.
+        until an A/B proves them; a run on reused graphs gets their compiler run's findings.
 
         Args:
             run: a Run, or a run id from ``lab.history``.
@@ -362,7 +362,7 @@ class Lab:
         Example:
             >>> for s in lab.advise(run): print(s.change, s.why)
         """
-        return resolve_run(self, run).advise()
+        return (run := resolve_run(self, run)).advise(self.history.compiled_by(run))
 
     def explore(self, target, start=None, budget_s=600, rounds=5, **kw):
         """Advise ``start``'s run and try each suggestion as an A/B (``rounds`` of A B B A)

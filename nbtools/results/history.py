@@ -12,6 +12,7 @@ import re
 import stat
 import warnings
 from pathlib import Path
+from typing import Optional
 
 from nbtools.analysis.metrics import HISTORY, combine, is_count
 from nbtools.results.run import Run
@@ -161,6 +162,12 @@ class History:
                     return r
             raise KeyError(f"no run with id {key!r}; ids: {[r.run_id for r in self.runs]}")
         return self.runs[key]
+
+    def compiled_by(self, run: Run) -> Optional[Run]:
+        """The run of this history that compiled the graphs ``run`` reused
+        (Run.compiled_by), or None: ``run`` built its own, or that run is not here."""
+        key = run.compiled_by
+        return next((r for r in self.runs if r.run_id == key), None) if key else None
 
     def __len__(self):
         return len(self.runs)

@@ -105,12 +105,25 @@ class Run:
     def _repr_html_(self) -> str:
         return view("run.html")(self)
 
-    def advise(self):
+    @property
+    def compiled_by(self) -> Optional[str]:
+        """The id of the run that compiled the graphs this one ran (it compiled none on
+        any rank, and that run's compile events hold the recompiles and graph breaks), or
+        None when this run compiled its own."""
+        ids = {m.get("built_by") for m in self.ranks.values() if isinstance(m, dict)}
+        if len(ids) == 1:
+            (built_by,) = ids
+            return built_by if built_by and built_by != self.run_id else None
+        return None
+
+    def advise(self, compiled_by: Optional["Run"] = None):
         """What this run's tables say to try, best first (nbtools.analysis.advice): each a
         Suggestion with change (StepConfig fields, {} when the fix is in your code),
-        evidence (this run's numbers), why, code and cost. Empty: nothing found."""
+        evidence (this run's numbers), why, code and cost. Empty: nothing found.
+        ``compiled_by``: the Run of ``self.compiled_by`` (lab.advise finds it in the
+        history), whose compile-time findings are added."""
         from nbtools.analysis.advice import advise
-        return advise(self)
+        return advise(self, compiled_by)
 
     def plot(self, **kw):
         """Every rank's CUDA streams, CPU ops and compile events on one clock.

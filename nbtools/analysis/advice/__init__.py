@@ -29,17 +29,34 @@ def valid_change(cfg, change: dict) -> str | None:
     return None
 
 
-def advise(run) -> Suggestions:
+# Rules that read what happens while graphs are compiled: a run that reused compiled
+# state shows none of it, the run that compiled it does.
+COMPILE_TIME = compile_rules.RULES + (gpu_rules.cudagraph_skips,)
+
+
+def advise(run, compiled_by=None) -> Suggestions:
     """Suggestions for this run, best first (by score: the share of the run's time at
     stake, as each rule measures it). Empty for a failed run's missing tables, or a run
-    with nothing wrong."""
+    with nothing wrong. ``compiled_by``: the run that compiled the graphs this run reused
+    (Run.compiled_by): its compile-time findings (recompiles, guards, graph breaks,
+    CUDA-graph skips) hold for this run too, and are added, saying where they were seen."""
+    out = _apply(run, RULES)
+    if compiled_by is not None and compiled_by.run_id != run.run_id:
+        have = {s.rule for s in out}
+        out += [dataclasses.replace(s, evidence=f"in run #{compiled_by.run_id}, which compiled "
+                                    f"the graphs this run reused: {s.evidence}")
+                for s in _apply(compiled_by, COMPILE_TIME) if s.rule not in have]
+    out.sort(key=lambda s: -s.score)
+    return Suggestions(dataclasses.replace(s, rank=i + 1) for i, s in enumerate(out))
+
+
+def _apply(run, rules) -> list:
     out = []
-    for rule in RULES:
+    for rule in rules:
         for s in rule(run):
             bad = valid_change(run.config, s.change)
             if bad:
                 s = dataclasses.replace(s, change={}, evidence=s.evidence + (
                     f" (the field change {s.change} does not apply to this config: {bad})"))
             out.append(s)
-    out.sort(key=lambda s: -s.score)
-    return Suggestions(dataclasses.replace(s, rank=i + 1) for i, s in enumerate(out))
+    return out
