@@ -8,6 +8,8 @@ llama:   a person's Llama (transformers, ~1 B, FSDP2 over the ranks, per-block c
          --cases also per-block compile against eager (use_cache off) for scale.
 launch:  tp-mlp-infer at batch 1, eager: a launch-bound step; the advice, then eager against
          what it suggests (reduce-overhead / CUDA graphs) as an A/B.
+deep:    a person's deep narrow MLP (--depth Linear+GELU layers) served at batch 1, eager:
+         the advice (launch-bound) and lab.explore from it (GPU only).
 explore: lab.explore from tp-mlp-infer b16 eager within a budget, where it exists: the table,
          the verdict and the code (the honest "nothing resolved faster" is a result too).
 Everything printed is also written to OUT_DIR/advice_cases.txt.
@@ -24,12 +26,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from nbtools import Lab, StepConfig  # noqa: E402
 
 
+class DeepMLP(__import__("torch").nn.Module):
+    def __init__(self, depth: int, width: int):
+        super().__init__()
+        import torch
+        self.layers = torch.nn.Sequential(*[m for _ in range(depth) for m in
+                                            (torch.nn.Linear(width, width), torch.nn.GELU())])
+
+    def forward(self, x):
+        return self.layers(x)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--rounds", default="5")
     ap.add_argument("--cases", default="llama,launch,explore")
     ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--depth", type=int, default=48, help="deep: the MLP's layers")
     ap.add_argument("--budget", type=float, default=150)
     ap.add_argument("--llama-budget", type=float, default=300)
     ap.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny sizes, no bf16")
@@ -87,6 +101,26 @@ def main() -> int:
             for change in tries[:2]:
                 cmp = lab.ab(cfg, cfg.replace(**change), rounds=rounds)
                 say(f"-- A: eager, B: {change}:", cmp.verdict.text)
+        if "deep" in cases:
+            # a person's deep, narrow net served at batch 1: hundreds of small kernels, each
+            # shorter than its launch from Python
+            from nbtools import Workload
+            wl = Workload(model=lambda: DeepMLP(a.depth, 64 if a.tiny else 512),
+                          batch=lambda step, device: (torch.randn(1, 64 if a.tiny else 512,
+                                                                  device=device), None),
+                          name=f"deep-mlp {a.depth} layers, batch 1")
+            cfg = StepConfig(scenario="custom", warmup=5, steps=20, profiled=1)
+            run = lab.run(wl, cfg)
+            say("\n== deep-mlp b1 eager:", run)
+            say("-- lab.advise(run):\n" + str(lab.advise(run)))
+            if torch.cuda.is_available():
+                ex = lab.explore(wl, cfg, budget_s=a.budget, rounds=rounds,
+                                 on_step=lambda row: say("   step:", row["change"], "->",
+                                                         row["outcome"], "|", row["verdict"]))
+                say("-- lab.explore(deep-mlp b1 eager):")
+                say(ex.steps.drop(columns=["verdict"]).to_string())
+                say("-- verdict:", ex.verdict.text)
+                say("-- code():\n" + ex.code())
         if "explore" in cases and hasattr(lab, "explore"):
             start = StepConfig(scenario="tp-mlp-infer", batch=16, warmup=5, steps=20,
                                profiled=1)

@@ -79,8 +79,13 @@ def _wrapping(cfg: StepConfig, changed) -> list:
     return lines
 
 
-def _autocast(cfg: StepConfig, changed) -> list:
+def _autocast(cfg: StepConfig, changed, train: bool = True) -> list:
     tag = "   # changed" if {"autocast", "autocast_scope"} & set(changed) else ""
+    if not train:      # served: forward only, no loss, no backward (the lab's no_grad)
+        if cfg.autocast == "off":
+            return ["with torch.no_grad():", "    out = model(x)" + tag]
+        return [f"with torch.no_grad(), torch.autocast(device_type, "
+                f"dtype={_DTYPE[cfg.autocast]}):" + tag, "    out = model(x)"]
     if cfg.autocast == "off":
         return (["out = model(x)" + tag, "loss = loss_fn(out, target)", "loss.backward()"])
     ctx = f'with torch.autocast(device_type, dtype={_DTYPE[cfg.autocast]}):' + tag
@@ -93,10 +98,12 @@ def _autocast(cfg: StepConfig, changed) -> list:
             "    loss.backward()"]
 
 
-def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None) -> str:
+def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None,
+                train: bool = True) -> str:
     """The lines for ``cfg``; ``changed``: the fields an exploration changed (their lines
     say so); ``step``: a step function ran it (it compiles through ctx.compile);
-    ``nothing``: a sentence to lead with when nothing changed."""
+    ``nothing``: a sentence to lead with when nothing changed; ``train``: False for a
+    served model (forward only: a Workload without a loss, an inference scenario)."""
     changed, custom = tuple(changed), cfg.scenario == "custom"
     out = ["# what the lab ran, as code for your own script"]
     if nothing:
@@ -116,10 +123,11 @@ def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None) -
         tag = "   # changed" if "cudagraph" in changed else ""
         out += ["# capture the step once (static shapes; x and target are static buffers)" + tag,
                 "g = torch.cuda.CUDAGraph()", "with torch.cuda.graph(g):",
-                "    loss = loss_fn(model(x), target)", "# each step: copy the batch into x "
-                "and target, then", "g.replay()"]
+                "    loss = loss_fn(model(x), target)" if train else "    out = model(x)",
+                "# each step: copy the batch into x " + ("and target, then" if train else
+                                                           "then"), "g.replay()"]
     else:
-        out += _autocast(cfg, changed)
+        out += _autocast(cfg, changed, train)
     if not custom and cfg.resolved_schedule == "bucketed":
         out.append("# pad each batch's sequence length up to one of a few bucket lengths"
                    + ("   # changed" if "seq_schedule" in changed else ""))

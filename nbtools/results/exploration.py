@@ -102,11 +102,20 @@ class Exploration:
         as such. Valid Python (names such as model, x and loss_fn are yours)."""
         step = self.workload is not None and not isinstance(self.workload, Workload)
         code = script_code(self.best, changed=tuple(self.changes), step=step,
-                           nothing=None if self.kept else NOTHING)
+                           nothing=None if self.kept else NOTHING, train=self._trains())
         for patch, _ in self.patches:      # a fix in the model itself, proven on the model
             code += "".join(f"\nmodel.{k} = {v!r}   # changed: proven by lab.explore"
                             for k, v in patch.items())
         return code
+
+    def _trains(self) -> bool:
+        wl = self.best_workload if self.best_workload is not None else self.workload
+        if isinstance(wl, Workload):
+            return wl.loss is not None
+        if wl is None and self.best.scenario != "custom":
+            from nbtools.config.scenarios import scenario_spec
+            return scenario_spec(self.best.scenario).train
+        return True          # a step function: its own step, shown as a training one
 
     def plot(self, **kw):
         """Each A/B's ratio (B over A) with its 95 % interval, kept changes marked (Bokeh)."""
