@@ -105,6 +105,17 @@ def test_a_per_block_layer_idx_guard_names_the_attribute_and_the_limit(lab):
     clean = lab.run(blocks_not_reading_index, StepConfig(**COMPILED))
     assert rules(lab.advise(clean)) == []
     assert str(lab.advise(clean)) == NOTHING
+    # lab.explore after it keeps a change: the queued suggestions the new best's run no
+    # longer shows are recorded as gone, not tried (the GPU Llama's recompile-limit row
+    # after use_cache=False was kept); those it still shows stay queued
+    from nbtools.lab.explore import _still_shown
+    from nbtools.results.exploration import GONE, Exploration
+    ex = Exploration(start=StepConfig(**COMPILED), best=StepConfig(**COMPILED))
+    queue = [(s, dict(s.change)) for s in advice] + [(None, {"dynamic": "dynamic"})]
+    assert _still_shown(ex, lab, again, queue, "x", None) == queue and ex.rows == []
+    assert _still_shown(ex, lab, clean, queue, "the fix", None) == queue[-1:]
+    assert [r["rule"] for r in ex.rows] == rules(advice)
+    assert all(r["outcome"] == f"{GONE} the fix" and not r["kept"] for r in ex.rows)
 
 
 def test_a_graph_break_is_named_by_its_line_and_a_clean_step_gets_nothing(lab):

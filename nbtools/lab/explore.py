@@ -17,8 +17,8 @@ from nbtools.config.workload import Workload, patch_text, with_model_patch
 from nbtools.lab import ab as ab_rounds
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.live_line import LiveLine
-from nbtools.results.exploration import (IN_YOUR_CODE, KEPT, NOT_FASTER, OVER_BUDGET,
-                                         Exploration, change_text)
+from nbtools.results.exploration import (GONE, IN_YOUR_CODE, KEPT, NOT_FASTER,
+                                         OVER_BUDGET, Exploration, change_text)
 
 
 def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rounds: int = 12,
@@ -76,10 +76,7 @@ def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, o
         # a fix in the person's code is tried on their model when the suggestion says how
         # (a model patch such as HF's config.use_cache); otherwise it is theirs to make
         patch = dict(s.model_patch) if s is not None and not change else {}
-        row = dict(change=change_text(change) if not patch else patch_text(patch),
-                   rule=s.rule if s else "also", verdict="", ratio=math.nan, low=math.nan,
-                   high=math.nan, resolved=False, rounds=0, runs=0, seconds=0.0, kept=False,
-                   ab=None)
+        row = _row(s, change, patch)
         if not change and not patch:
             _add(ex, row, IN_YOUR_CODE, on_step)
             continue
@@ -156,8 +153,10 @@ def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, o
             if patch:
                 ex.patches = ex.patches + [(patch, s.code)]
             _add(ex, row, KEPT, on_step)
-            # the new best's own advice: what the change exposed, tried on top of it
-            queue = _suggested(lab, cmp.b, seen) + queue
+            # the new best's own advice: what the change exposed, tried on top of it; what
+            # it no longer shows was the old best's problem, gone with this change
+            queue = _suggested(lab, cmp.b, seen) + _still_shown(ex, lab, cmp.b, queue,
+                                                                row["change"], on_step)
         else:
             _add(ex, row, NOT_FASTER + (f" ({len(failed)} run(s) failed)" if failed else ""),
                  on_step)
@@ -174,6 +173,30 @@ def _suggested(lab, run, seen: set) -> list:
         elif not s.change or _new(s.change, seen):
             out.append((s, dict(s.change)))
     return out
+
+
+def _still_shown(ex, lab, run, queue: list, kept: str, on_step) -> list:
+    """The queued suggestions the new best's run still shows (and the ``also`` changes);
+    the others are recorded as gone with the kept change, not tried."""
+    now = {(s.rule, repr(sorted(s.change.items())), repr(sorted(s.model_patch.items())))
+           for s in lab.advise(run)}
+    out = []
+    for s, change in queue:
+        if s is None or (s.rule, repr(sorted(s.change.items())),
+                         repr(sorted(s.model_patch.items()))) in now:
+            out.append((s, change))
+            continue
+        _add(ex, _row(s, change, dict(s.model_patch) if not change else {}),
+             f"{GONE} {kept}", on_step)
+    return out
+
+
+def _row(s, change: dict, patch: dict) -> dict:
+    """A row of Exploration.steps before its A/B (if any) fills it."""
+    return dict(change=change_text(change) if not patch else patch_text(patch),
+                rule=s.rule if s else "also", verdict="", ratio=math.nan, low=math.nan,
+                high=math.nan, resolved=False, rounds=0, runs=0, seconds=0.0, kept=False,
+                ab=None)
 
 
 def _new(change: dict, seen: set) -> bool:

@@ -22,6 +22,7 @@ KEPT = "kept"
 NOT_FASTER = "not resolved faster"
 OVER_BUDGET = "over budget"
 IN_YOUR_CODE = "not tried: the fix is in your code (see the suggestion's code)"
+GONE = "not tried: the new best's run no longer shows it, after keeping"
 NOTHING = "nothing tried was resolved faster"
 
 
