@@ -4,6 +4,7 @@ its definition, and simulated identical-config A/As at every count from 2 to 12 
 (normal, heavy-tailed and outlier noise): at most 5 % called resolved. The numbers for
 every method we weighed: benchmarks/verdict_coverage.py, docs/benchmarks.md."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -143,6 +144,15 @@ def test_faster_b_reads_as_a_factor_above_one_with_the_interval_inverted():
     assert v.ratio == pytest.approx(0.8, rel=0.01) and v.high < 1 and v.good is True
     assert v.text.startswith(f"B is {1 / v.ratio:.2f}x faster ({1 / v.high:.2f}-{1 / v.low:.2f}, "
                              "5 rounds")
+
+
+def test_a_huge_factor_reads_as_a_whole_number_not_in_e_notation():
+    """The panel showed "B is 65.50x faster (4.12-1.04e+03, 2 rounds...)"."""
+    a = 10 * np.repeat(DRIFT[:3, None], 2, 1)
+    b = a / np.array([100.0, 400.0, 200.0])[:, None]
+    v = rounds_verdict(a, b)
+    assert v.resolved and "e+" not in v.text and "e-" not in v.text, v.text
+    assert re.search(r"faster \(\d+\.\d\d-\d{1,3}(,\d{3})+, 3 rounds", v.text), v.text
 
 
 def test_higher_is_better_metrics_say_higher_and_better():

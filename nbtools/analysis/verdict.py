@@ -264,7 +264,13 @@ def _make(metric, ratio, low, high, rounds, failed, how: str) -> Verdict:
 
 
 def _f(x: float) -> str:
-    return f"{x:.2f}" if 0.1 <= abs(x) < 100 else f"{x:.3g}"
+    """A ratio as a person reads it: two decimals, whole numbers from 100 (never 1.04e+03,
+    seen in the panel), three significant digits below 0.1."""
+    if 0.1 <= abs(x) < 100:
+        return f"{x:.2f}"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}" if abs(x) >= 1e-4 else "<0.0001"
 
 
 def _direction(metric: str, ratio: float, low: float, high: float, how: str) -> str:

@@ -42,6 +42,8 @@ class Advisor(Stoppable):
                                        layout=W.Layout(width="130px"))
         self.budget = W.BoundedIntText(value=600, min=1, max=86_400, description="budget s",
                                        layout=W.Layout(width="160px"))
+        self.rounds.add_class("nbtools-advice-rounds")
+        self.budget.add_class("nbtools-advice-budget")
         self.stop_button = button("Stop", self.stop, "nbtools-advice-stop", icon="stop",
                                    button_style="danger",
                                    layout=W.Layout(width="auto", display="none"))

@@ -1,0 +1,120 @@
+"""The panel's Suggest and Explore in real JupyterLab, driven by headless Chromium from a
+fresh page (issue 33, line 4): Suggest lists the advice for the run on screen with its
+evidence; Explore runs lab.explore in the background with its progress in the panel,
+the other buttons disabled and Stop shown, its table growing per A/B, then the verdict and
+the code in the panel; nothing reaches JupyterLab's Log Console; no page error.
+
+Needs /usr/bin/chromium. Slow: a JupyterLab server, a kernel with a 2-rank Lab, an
+exploration of a few A/Bs. Screenshots land in artifacts/ (and /tmp/panel-shots when
+that folder exists).
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from test_browser_panel_compare import _log_console, _open_log_console, _shot
+from test_jupyterlab import _Page, _serve, _wait_status, _write
+
+pytestmark = pytest.mark.slow
+
+# A person's small model whose sequence length changes every step, compiled with static
+# shapes (tests/explore_steps.py, as a notebook cell would have it): Dynamo recompiles at
+# every new length, the advice says dynamic shapes, and explore proves it.
+MODEL = '''
+import itertools, torch
+from nbtools import Lab, StepConfig, Workload
+lab = Lab(n=2, history=None)
+CALLS = itertools.count()
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch._dynamo.config.recompile_limit = 4096
+        torch._dynamo.config.accumulated_recompile_limit = 65536
+        self.a, self.b = torch.nn.Linear(16, 32), torch.nn.Linear(32, 1)
+
+    def forward(self, x):
+        return self.b(self.a(x).relu()).mean(1)
+
+def batch(step, device):
+    x = torch.randn(4, 8 + next(CALLS) % 256, 16, generator=torch.Generator().manual_seed(step))
+    return x.to(device), torch.zeros(4, 1, device=device)
+
+wl = Workload(model=Net, batch=batch, loss=torch.nn.functional.mse_loss, name="varlen-net")
+slow = StepConfig(scenario="custom", compile="default", backend="eager", dynamic="static",
+                  warmup=1, steps=3, profiled=1)
+'''
+CELLS = [MODEL, "p = lab.panel(wl, slow); p", "lab.close()"]
+
+
+def _status(pg) -> str:
+    return pg.locator(".nbtools-advice-status").first.inner_text()
+
+
+def _set(pg, cls: str, value: str) -> None:
+    box = pg.locator(f".{cls} input").first
+    box.fill(value)
+    box.press("Enter")
+    pg.wait_for_timeout(500)
+
+
+@pytest.mark.timeout(1200)
+def test_suggest_and_explore_in_the_panel_of_a_fresh_page(tmp_path):
+    def test(browser, server):
+        _write(server.root / "advice.ipynb", CELLS)
+        page = _Page(browser, server, "advice.ipynb")
+        pg = page.page
+        page.run_cell(0)
+        page.run_cell(1)
+        run_button = pg.locator("button.nbtools-run").first
+        run_button.wait_for(timeout=150_000)
+        run_button.click()
+        run_id = _wait_status(pg, r"#([0-9a-f]{8}) done", 200)
+        _open_log_console(pg)
+
+        pg.locator("button.nbtools-suggest").first.click()
+        advice = pg.locator(".nbtools-advice").first
+        advice.get_by_text(f"advice for run #{run_id}").wait_for(timeout=60_000)
+        text = advice.inner_text()
+        assert "dynamic='dynamic'" in text and "recompile(s)" in text, text
+        assert not pg.locator("button.nbtools-try").first.is_disabled()
+        advice.scroll_into_view_if_needed()
+        _shot(page, "advice-suggest")
+
+        _set(pg, "nbtools-advice-rounds", "2")
+        _set(pg, "nbtools-advice-budget", "150")
+        pg.locator("button.nbtools-explore").first.click()
+        pg.wait_for_function("() => /Explore .+: round \\d of 2 · [AB] \\(run \\d+ of 8\\)/"
+                             ".test(document.querySelector('.nbtools-advice-status')"
+                             ".textContent)", timeout=300_000)
+        for name in ("explore", "suggest", "run", "compare"):
+            assert pg.locator(f"button.nbtools-{name}").first.is_disabled(), name
+        assert pg.locator("button.nbtools-advice-stop").first.is_visible()
+        assert re.search(r"\d+\.\d s", _status(pg)), _status(pg)        # elapsed
+        pg.locator(".nbtools-advice-status").first.scroll_into_view_if_needed()
+        _shot(page, "advice-explore-running")
+        # the table grows as each A/B ends, before the exploration does
+        pg.wait_for_function("() => document.querySelector('.nbtools-explore-table "
+                             ".nbtools-steps') !== null || /Explore done/.test("
+                             "document.querySelector('.nbtools-advice-status').textContent)",
+                             timeout=400_000)
+        pg.wait_for_function("() => /Explore done in \\d/.test(document.querySelector("
+                             "'.nbtools-advice-status').textContent)", timeout=600_000)
+        result = pg.locator(".nbtools-advice-result").first
+        shown = result.inner_text()
+        assert "dynamic='dynamic'" in shown and "as code" in shown, shown
+        assert re.search(r"kept|not resolved faster|over budget", shown), shown
+        assert "nan" not in shown.lower().split(), shown
+        assert not pg.locator("button.nbtools-advice-stop").first.is_visible()
+        assert not pg.locator("button.nbtools-explore").first.is_disabled()
+        result.scroll_into_view_if_needed()
+        _shot(page, "advice-explore-done")
+        assert _log_console(pg) == [], _log_console(pg)
+        page.assert_no_errors()
+        page.run_cell(2)
+        pg.wait_for_function("() => /\\[\\d+\\]/.test([...document.querySelectorAll("
+                             "'.jp-CodeCell .jp-InputPrompt')][2].textContent)",
+                             timeout=120_000)
+    _serve(tmp_path, test)
