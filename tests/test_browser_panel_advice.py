@@ -11,41 +11,21 @@ that folder exists).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from test_browser_panel_compare import _log_console, _open_log_console, _shot
-from test_jupyterlab import _Page, _serve, _wait_status, _write
+from test_jupyterlab import _panel_page, _serve, _wait_status
 
 pytestmark = pytest.mark.slow
 
 # A person's small model whose sequence length changes every step, compiled with static
-# shapes (tests/explore_steps.py, as a notebook cell would have it): Dynamo recompiles at
-# every new length, the advice says dynamic shapes, and explore proves it.
-MODEL = '''
-import itertools, torch
-from nbtools import Lab, StepConfig, Workload
-lab = Lab(n=2, history=None)
-CALLS = itertools.count()
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch._dynamo.config.recompile_limit = 4096
-        torch._dynamo.config.accumulated_recompile_limit = 65536
-        self.a, self.b = torch.nn.Linear(16, 32), torch.nn.Linear(32, 1)
-
-    def forward(self, x):
-        return self.b(self.a(x).relu()).mean(1)
-
-def batch(step, device):
-    x = torch.randn(4, 8 + next(CALLS) % 256, 16, generator=torch.Generator().manual_seed(step))
-    return x.to(device), torch.zeros(4, 1, device=device)
-
-wl = Workload(model=Net, batch=batch, loss=torch.nn.functional.mse_loss, name="varlen-net")
-slow = StepConfig(scenario="custom", compile="default", backend="eager", dynamic="static",
-                  warmup=1, steps=3, profiled=1)
-'''
+# shapes (tests/explore_steps.py, imported as a notebook imports its own module): Dynamo
+# recompiles at every new length, the advice says dynamic shapes, and explore proves it.
+MODEL = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+         "from nbtools import Lab\nfrom explore_steps import SLOW as slow, WORKLOAD as wl\n"
+         "lab = Lab(n=2, history=None)")
 CELLS = [MODEL, "p = lab.panel(wl, slow); p", "lab.close()"]
 
 
@@ -63,13 +43,8 @@ def _set(pg, cls: str, value: str) -> None:
 @pytest.mark.timeout(1200)
 def test_suggest_and_explore_in_the_panel_of_a_fresh_page(tmp_path):
     def test(browser, server):
-        _write(server.root / "advice.ipynb", CELLS)
-        page = _Page(browser, server, "advice.ipynb")
+        page, run_button = _panel_page(browser, server, "advice.ipynb", CELLS)
         pg = page.page
-        page.run_cell(0)
-        page.run_cell(1)
-        run_button = pg.locator("button.nbtools-run").first
-        run_button.wait_for(timeout=150_000)
         run_button.click()
         run_id = _wait_status(pg, r"#([0-9a-f]{8}) done", 200)
         _open_log_console(pg)

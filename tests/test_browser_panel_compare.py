@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from browser import ARTIFACTS, check_plots_drawn
-from test_jupyterlab import RANKS, _Page, _serve, _wait_status, _write
+from test_jupyterlab import RANKS, _panel_page, _serve, _wait_status
 
 pytestmark = pytest.mark.slow
 
@@ -90,13 +90,8 @@ def _compare(pg, page, k: int) -> str:
 @pytest.mark.timeout(1500)
 def test_panel_compare_in_rounds_shows_progress_and_verdict_twice(tmp_path):
     def test(browser, server):
-        _write(server.root / "compare.ipynb", CELLS)
-        page = _Page(browser, server, "compare.ipynb")
+        page, run_button = _panel_page(browser, server, "compare.ipynb", CELLS)
         pg = page.page
-        page.run_cell(0)
-        page.run_cell(1)
-        run_button = pg.locator("button.nbtools-run").first
-        run_button.wait_for(timeout=150_000)
         run_button.click()
         first = _wait_status(pg, r"#([0-9a-f]{8}) done", 150)
         pg.locator(".nbtools-seed input").first.fill("1")
@@ -162,13 +157,8 @@ def test_a_panel_whose_kernel_stopped_says_so_and_disables_its_buttons(tmp_path)
     from test_jupyterlab import _api
 
     def test(browser, server):
-        _write(server.root / "stopped.ipynb", CELLS[:2])
-        page = _Page(browser, server, "stopped.ipynb")
+        page, run_button = _panel_page(browser, server, "stopped.ipynb", CELLS[:2])
         pg = page.page
-        page.run_cell(0)
-        page.run_cell(1)
-        run_button = pg.locator("button.nbtools-run").first
-        run_button.wait_for(timeout=150_000)
         run_button.click()
         _wait_status(pg, r"#([0-9a-f]{8}) done", 150)
         assert pg.locator(".nbtools-kernel-stopped").count() == 0

@@ -240,6 +240,18 @@ class _Page:
         self.page.screenshot(path=str(ARTIFACTS / f"{self.name.split('.')[0]}-{stage}.png"))
 
 
+def _panel_page(browser, server, name: str, cells: list):
+    """A fresh page on a new notebook of ``cells``, its first two run (they start the Lab
+    and show the panel); returns the _Page and the panel's Run button once it is drawn."""
+    _write(server.root / name, cells)
+    page = _Page(browser, server, name)
+    page.run_cell(0)
+    page.run_cell(1)
+    run_button = page.page.locator("button.nbtools-run").first
+    run_button.wait_for(timeout=150_000)          # kernel + Lab start
+    return page, run_button
+
+
 def _wait_status(page, pattern, timeout_s, not_id=None):
     """Wait until the panel's status matches ``pattern`` (a run id group) and returns a
     run id other than ``not_id``; fail with the status and error box if it does not."""

@@ -58,6 +58,16 @@ def main() -> int:
         log.write(text + "\n")
         log.flush()
 
+    def explore(title, *args, budget):
+        """lab.explore, each A/B said as it ends, then its table, verdict and code."""
+        ex = lab.explore(*args, budget_s=budget, rounds=rounds,
+                         on_step=lambda row: say("   step:", row["change"], "->",
+                                                 row["outcome"], "|", row["verdict"]))
+        say(f"-- lab.explore({title}):")
+        say(ex.steps.drop(columns=["verdict"]).to_string())
+        say("-- verdict:", ex.verdict.text)
+        say("-- code():\n" + ex.code())
+
     import torch
     say(f"torch {torch.__version__}, {torch.cuda.device_count()} x "
         f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}")
@@ -80,13 +90,8 @@ def main() -> int:
             say("\n== llama, use_cache on, FSDP2 per-block compile:", run)
             say("\n".join(run.flags))
             say("-- lab.advise(run):\n" + str(lab.advise(run)))
-            ex = lab.explore(cached, cfg, budget_s=a.llama_budget, rounds=rounds,
-                             on_step=lambda row: say("   step:", row["change"], "->",
-                                                     row["outcome"], "|", row["verdict"]))
-            say("-- lab.explore(llama use_cache on, per-block compile):")
-            say(ex.steps.drop(columns=["verdict"]).to_string())
-            say("-- verdict:", ex.verdict.text)
-            say("-- code():\n" + ex.code())
+            explore("llama use_cache on, per-block compile", cached, cfg,
+                    budget=a.llama_budget)
             if "eager" in cases:
                 eager = cfg.replace(compile="off", backend="inductor")
                 cmp = lab.ab((plain, eager), (plain, cfg), rounds=rounds)
@@ -114,23 +119,12 @@ def main() -> int:
             say("\n== deep-mlp b1 eager:", run)
             say("-- lab.advise(run):\n" + str(lab.advise(run)))
             if torch.cuda.is_available():
-                ex = lab.explore(wl, cfg, budget_s=a.budget, rounds=rounds,
-                                 on_step=lambda row: say("   step:", row["change"], "->",
-                                                         row["outcome"], "|", row["verdict"]))
-                say("-- lab.explore(deep-mlp b1 eager):")
-                say(ex.steps.drop(columns=["verdict"]).to_string())
-                say("-- verdict:", ex.verdict.text)
-                say("-- code():\n" + ex.code())
-        if "explore" in cases and hasattr(lab, "explore"):
+                explore("deep-mlp b1 eager", wl, cfg, budget=a.budget)
+        if "explore" in cases:
             start = StepConfig(scenario="tp-mlp-infer", batch=16, warmup=5, steps=20,
                                profiled=1)
-            ex = lab.explore(start, budget_s=a.budget, rounds=rounds,
-                             on_step=lambda row: say("   step:", row["change"], "->",
-                                                     row["outcome"], "|", row["verdict"]))
-            say("\n== lab.explore(tp-mlp-infer b16 eager, budget", a.budget, "s):")
-            say(ex.steps.drop(columns=["verdict"]).to_string())
-            say("-- verdict:", ex.verdict.text if hasattr(ex.verdict, "text") else ex.verdict)
-            say("-- code():\n" + ex.code())
+            say("\n== tp-mlp-infer b16 eager, budget", a.budget, "s:")
+            explore("tp-mlp-infer b16 eager", start, budget=a.budget)
     say(f"total {time.perf_counter() - t:.0f} s")
     return 0
 
