@@ -49,14 +49,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _notebook(path: Path) -> None:
-    import nbformat
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
-    nb.metadata["kernelspec"] = {"name": "torch-nbtools", "display_name": "torch-nbtools",
-                                 "language": "python"}
-    nbformat.write(nb, path)
-
-
 def _api(base, token, path, method="GET"):
     req = urllib.request.Request(f"{base}{path}", method=method,
                                  headers={"Authorization": f"token {token}"})
