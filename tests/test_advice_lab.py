@@ -112,8 +112,8 @@ def test_a_per_block_layer_idx_guard_names_the_attribute_and_the_limit(lab):
     from nbtools.results.exploration import GONE, Exploration
     ex = Exploration(start=StepConfig(**COMPILED), best=StepConfig(**COMPILED))
     queue = [(s, dict(s.change)) for s in advice] + [(None, {"dynamic": "dynamic"})]
-    assert _still_shown(ex, lab, again, queue, "x", None) == queue and ex.rows == []
-    assert _still_shown(ex, lab, clean, queue, "the fix", None) == queue[-1:]
+    assert _still_shown(ex, lab.advise(again), queue, "x", None) == queue and ex.rows == []
+    assert _still_shown(ex, lab.advise(clean), queue, "the fix", None) == queue[-1:]
     assert [r["rule"] for r in ex.rows] == rules(advice)
     assert all(r["outcome"] == f"{GONE} the fix" and not r["kept"] for r in ex.rows)
 

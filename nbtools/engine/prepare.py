@@ -21,10 +21,14 @@ _MODEL = ("scenario", "parallel", "size", "batch", "seq_len", "seq_schedule", "s
 _INPUTS_ONLY = ("batch",)
 
 
+def _build_key(cfg: StepConfig) -> tuple:
+    """Every field but the run-only ones: what is built (and compiled) for a config."""
+    return tuple((k, v) for k, v in cfg.to_dict().items() if k not in _RUN_ONLY)
+
+
 def state_key(cfg: StepConfig, source_key: str = "") -> tuple:
-    """What a run's graphs are compiled for: its code and every field but the run-only ones."""
-    return (source_key,) + tuple((k, repr(v)) for k, v in cfg.to_dict().items()
-                                 if k not in _RUN_ONLY)
+    """What a run's graphs are compiled for, hashable: its code and its build fields."""
+    return source_key, repr(_build_key(cfg))
 
 
 def prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, bool]:
@@ -36,7 +40,7 @@ def prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, bool
     from nbtools.config.workload import Workload
     from nbtools.engine.materialize import materialize, param_count
     model_key = tuple(getattr(cfg, k) for k in _MODEL) + (source_key,)
-    build_key = tuple((k, v) for k, v in cfg.to_dict().items() if k not in _RUN_ONLY)
+    build_key = _build_key(cfg)
     if _S.prepared is not None and build_key == _S.build_key and model_key == _S.model_key:
         return _S.prepared.notes, True
     fresh = cfg.cache == "fresh"

@@ -69,7 +69,8 @@ def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rou
 def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, on_step,
           on_run, line, run_s, t0) -> None:
     seen: set = set()
-    queue = _suggested(lab, first, seen) + [(None, c) for c in extra if _new(c, seen)]
+    # lab.advise: a run on warm engines reused its graphs, and gets their compiler run's
+    queue = _suggested(lab.advise(first), seen) + [(None, c) for c in extra if _new(c, seen)]
     budget_out = False
     while queue:
         s, change = queue.pop(0)
@@ -155,8 +156,9 @@ def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, o
             _add(ex, row, KEPT, on_step)
             # the new best's own advice: what the change exposed, tried on top of it; what
             # it no longer shows was the old best's problem, gone with this change
-            queue = _suggested(lab, cmp.b, seen) + _still_shown(ex, lab, cmp.b, queue,
-                                                                row["change"], on_step)
+            advice = lab.advise(cmp.b)
+            queue = _suggested(advice, seen) + _still_shown(ex, advice, queue, row["change"],
+                                                            on_step)
         else:
             _add(ex, row, NOT_FASTER + (f" ({len(failed)} run(s) failed)" if failed else ""),
                  on_step)
@@ -164,9 +166,9 @@ def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, o
             line.said(f"explore {row['ab'] + 1}: {row['change']}: {v.text} -> {row['outcome']}")
 
 
-def _suggested(lab, run, seen: set) -> list:
-    out = []      # a run on warm engines reused its graphs: lab.advise adds their compiler's
-    for s in lab.advise(run):
+def _suggested(advice, seen: set) -> list:
+    out = []
+    for s in advice:
         if s.model_patch and not s.change:
             if _new({f"model.{k}": v for k, v in s.model_patch.items()}, seen):
                 out.append((s, {}))
@@ -175,20 +177,23 @@ def _suggested(lab, run, seen: set) -> list:
     return out
 
 
-def _still_shown(ex, lab, run, queue: list, kept: str, on_step) -> list:
-    """The queued suggestions the new best's run still shows (and the ``also`` changes);
-    the others are recorded as gone with the kept change, not tried."""
-    now = {(s.rule, repr(sorted(s.change.items())), repr(sorted(s.model_patch.items())))
-           for s in lab.advise(run)}
+def _still_shown(ex, advice, queue: list, kept: str, on_step) -> list:
+    """The queued suggestions the new best's ``advice`` still has (and the ``also``
+    changes); the others are recorded as gone with the kept change, not tried."""
+    now = {_same(s) for s in advice}
     out = []
     for s, change in queue:
-        if s is None or (s.rule, repr(sorted(s.change.items())),
-                         repr(sorted(s.model_patch.items()))) in now:
+        if s is None or _same(s) in now:
             out.append((s, change))
             continue
         _add(ex, _row(s, change, dict(s.model_patch) if not change else {}),
              f"{GONE} {kept}", on_step)
     return out
+
+
+def _same(s) -> tuple:
+    """What makes two runs' suggestions the same one."""
+    return s.rule, repr(sorted(s.change.items())), repr(sorted(s.model_patch.items()))
 
 
 def _row(s, change: dict, patch: dict) -> dict:
