@@ -52,6 +52,18 @@ def _bad_answers(page, into: list, paths: list) -> None:
             else None)
 
 
+def _without_closed_socket_writes(log: str) -> str:
+    """The server log less tornado's report of a write to a websocket the page already closed.
+
+    The test's own reload closes the first page's kernel socket while the server may still be
+    writing to it; tornado then logs "Task exception was never retrieved ... WebSocketClosedError"
+    (tornadoweb/tornado#3565, jupyterlab/jupyterlab#4777): the server's noise, not our failure.
+    Any other traceback stays in.
+    """
+    return re.sub(r"(Task|Future) exception was never retrieved\n(?:(?!\n\[[DIWEC] ).)*?"
+                  r"\ntornado\.websocket\.WebSocketClosedError\n?", "", log, flags=re.S)
+
+
 def _stderr(path) -> list:
     nb = json.loads(path.read_text())
     return ["".join(o.get("text", "")) or o.get("ename", "") for c in nb["cells"]
@@ -120,8 +132,8 @@ def test_saved_notebook_new_tab_and_reload(tmp_path, monkeypatch):
         log = server.tail(10**9)[log_before:]
         assert not bad, bad
         assert not resolved, resolved[:5]
-        assert not re.search(r"Traceback|KeyError|File name too long|\] [45]\d\d ", log), \
-            log[-3000:]
+        assert not re.search(r"Traceback|KeyError|File name too long|\] [45]\d\d ",
+                             _without_closed_socket_writes(log)), log[-3000:]
         assert not tab.errors, tab.errors
         tab.assert_no_errors()
 
