@@ -41,37 +41,3 @@ def pytest_collection_modifyitems(config, items):
     if gpu:
         config.hook.pytest_deselected(items=gpu)
         items[:] = [i for i in items if not i.get_closest_marker("gpu")]
-
-
-# The step every lab test runs unless it needs its own: one warm-up, two timed steps, one
-# profiled (a timeline to draw, seconds on two CPU ranks).
-SMALL = dict(warmup=1, steps=2, profiled=1)
-
-
-@pytest.fixture(scope="session")
-def _shared_lab(tmp_path_factory):
-    """One Lab per test process (per xdist worker), started when a test first asks for it.
-
-    A 2-rank start is seconds of CPU on two cores, and 15 modules used to start their own;
-    runs need no lab of their own because every run starts from fresh compiler caches
-    (StepConfig.cache="fresh", the default) and tests count history deltas, not totals.
-    """
-    held: dict = {}
-    yield held
-    if held.get("lab") is not None:
-        held["lab"].close()
-
-
-@pytest.fixture(scope="module")
-def lab(_shared_lab, tmp_path_factory):
-    """The shared 2-rank CPU lab, healthy: a module that closed it or broke a rank (the
-    panel's restart test does both) leaves the next module a restarted one, never a dead one.
-    Tests that need their own engines (faults, simulated hosts, preload) define their own."""
-    from nbtools import Lab
-    lab = _shared_lab.get("lab")
-    if lab is None or lab.closed:
-        lab = _shared_lab["lab"] = Lab(n=2, history=tmp_path_factory.mktemp("history"),
-                                       timeout=300, pg_timeout=120)
-    elif lab.needs_restart:
-        lab.restart()
-    yield lab

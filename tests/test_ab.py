@@ -21,6 +21,14 @@ A, B = StepConfig(batch=2, **RUN), StepConfig(batch=16, **RUN)
 
 
 @pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    from nbtools import Lab
+    with Lab(n=2, history=tmp_path_factory.mktemp("history"), timeout=240,
+             pg_timeout=120) as lab:
+        yield lab
+
+
+@pytest.fixture(scope="module")
 def ab(lab):
     n = len(lab.history)
     cmp = lab.ab(A, B, rounds=3)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from nbtools import StepConfig
+from nbtools import Lab, StepConfig
 from nbtools.analysis.advice import NOTHING, Suggestions
 
 from lab_steps import break_line, step_with_break  # noqa: E402  (tests/ is on sys.path)
@@ -15,6 +15,12 @@ pytestmark = pytest.mark.slow
 
 FAST = dict(warmup=1, steps=3, profiled=1)
 COMPILED = dict(compile="default", backend="aot_eager", **FAST)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with Lab(n=2, history=None, timeout=240, pg_timeout=120) as lab:
+        yield lab
 
 
 def rules(suggestions):

@@ -7,7 +7,9 @@ import copy
 import dataclasses
 import gzip
 import json
+import math
 import os
+import warnings
 import zlib
 from pathlib import Path
 

@@ -17,10 +17,10 @@ import pytest
 from nbtools import Lab, StepConfig
 from nbtools.lab.errors import RunFailed, RunTimeout
 from nbtools.results.history import History
-from conftest import SMALL
 
 pytestmark = pytest.mark.slow
 
+SMALL = dict(warmup=1, steps=2, profiled=0)
 CUSTOM = StepConfig(scenario="custom", warmup=0, steps=1, profiled=0)
 
 

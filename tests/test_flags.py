@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nbtools import StepConfig, export_html, load_traces
+from nbtools import Lab, StepConfig, export_html, load_traces
 from nbtools.analysis import flags as F
 from nbtools.ui.html import summary_html
 from nbtools.analysis.straggler import attribute, verdict_text
@@ -20,6 +20,12 @@ FAST = dict(warmup=1, steps=2, profiled=1)
 SLEEP_S = 0.02
 COMPILE_FLAGS = {"ran-eagerly", "ddp-graph-breaks", "graph-breaks", "recompiles",
                  "divergent-ranks"}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    with Lab(n=2, history=tmp_path_factory.mktemp("h"), timeout=300, echo=False) as lab:
+        yield lab
 
 
 def ids(run):

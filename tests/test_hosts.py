@@ -23,10 +23,10 @@ from simhosts import SimHosts, why_not  # noqa: E402
 from nbtools import Lab, StepConfig  # noqa: E402
 from nbtools.lab.errors import RunFailed  # noqa: E402
 from nbtools.lab.hosts import SSH  # noqa: E402
-from conftest import SMALL
 
 pytestmark = pytest.mark.slow
 
+SMALL = dict(warmup=1, steps=2, profiled=1)
 ENGINE = "-m ipyparallel.engine --"   # the engine, not its nanny
 
 

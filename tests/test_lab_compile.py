@@ -11,6 +11,12 @@ from lab_steps import break_line, step_with_break  # noqa: E402  (tests/ is on s
 FAST = dict(warmup=1, steps=2, profiled=0)
 
 
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    with Lab(n=2, history=tmp_path_factory.mktemp("h"), timeout=300, echo=False) as lab:
+        yield lab
+
+
 def _per_rank(run, kind):
     ce = run.compile_events
     return ce[ce["kind"] == kind].groupby("rank").size().reindex([0, 1], fill_value=0)

@@ -9,11 +9,18 @@ import html
 import time
 from pathlib import Path
 
+import pytest
 
-from nbtools import StepConfig
+from nbtools import Lab, StepConfig
 from nbtools.widgets.panel import Panel
-from conftest import SMALL
 
+SMALL = dict(warmup=1, steps=3, profiled=1)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with Lab(n=2, history=None, timeout=240, pg_timeout=120, echo=True) as lab:
+        yield lab
 
 
 def _two_runs(lab, panel):

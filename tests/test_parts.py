@@ -177,6 +177,13 @@ def test_the_exported_compile_table_gives_the_slowest_ranks_seconds():
 
 
 # -- fresh CPU runs ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lab():
+    from nbtools import Lab
+    with Lab(n=2, history=None, echo=False, timeout=300) as lab:
+        yield lab
+
+
 @pytest.mark.parametrize("fields", [
     dict(scenario="fsdp2-train", parallel="ddp"),
     dict(scenario="fsdp2-train", parallel="fsdp2", compile="default", backend="aot_eager"),

@@ -8,7 +8,7 @@ import inspect
 import pytest
 import torch
 
-from nbtools import StepConfig
+from nbtools import Lab, StepConfig
 
 
 def _my_layer(x):
@@ -64,6 +64,13 @@ def _my_step(ctx):
     y = torch.mm(x, x)              # the line the tooltip must name
     torch.distributed.all_reduce(y)
     return y.sum()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    with Lab(n=2, history=tmp_path_factory.mktemp("history"), timeout=240,
+             pg_timeout=120) as lab:
+        yield lab
 
 
 def test_lab_run_with_stack_puts_the_users_line_in_the_timeline_tooltip(lab):

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nbtools import ConfigError, StepConfig, Workload
+from nbtools import ConfigError, Lab, StepConfig, Workload
 from nbtools.claims.model_sweep import check_rel, collectives_per_step
 
 FAST = dict(warmup=1, steps=1, profiled=1, check=True)
@@ -44,6 +44,12 @@ NET = Workload(model=lambda: Net(), batch=_batch, loss=F.mse_loss, blocks=lambda
                tp_plan={"layers.*.up": "colwise", "layers.*.down": "rowwise"},
                dynamic_dims=((0, 0),), items=8, flops=lambda m: 6.0 * 8 * sum(
                    p.numel() for p in m.parameters()), name="net")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    with Lab(n=2, history=tmp_path_factory.mktemp("h"), timeout=600, echo=False) as lab:
+        yield lab
 
 
 def _collectives(run) -> dict:
