@@ -69,7 +69,8 @@ def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rou
 def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, on_step,
           on_run, line, run_s, t0) -> None:
     seen: set = set()
-    # lab.advise: a run on warm engines reused its graphs, and gets their compiler run's
+    # lab.advise, not advise: a run on warm engines reused its graphs, and lab.advise adds
+    # the findings of the run that compiled them
     queue = _suggested(lab.advise(first), seen) + [(None, c) for c in extra if _new(c, seen)]
     budget_out = False
     while queue:
