@@ -106,6 +106,23 @@ def test_failed_start_cleans_up_at_once(tmp_path, monkeypatch):
     assert glob.glob(str(tmp_path / "nbtools-lab-*")) == []
 
 
+def test_engine_that_dies_before_registering_is_named_with_its_words(tmp_path, monkeypatch):
+    """An engine that cannot start (a broken environment) is named at once with what it
+    printed, not waited for until start_timeout, and nothing is left behind."""
+    from nbtools.lab import pool
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(pool, "ENGINE_CMD", [sys.executable, "-c", "import sys; print("
+                        "'this environment cannot start an engine', file=sys.stderr); "
+                        "sys.exit(3)"])
+    mine = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(RuntimeError, match=r"engine\(s\) ended before registering: local rank 0 "
+                       r"\(exit code 3\): this environment cannot start an engine"):
+        Lab(n=2, history=None, spares=False, start_timeout=120)
+    new = [p for p in psutil.Process().children(recursive=True) if p.pid not in mine]
+    assert [p.pid for p in new if not _gone(p)] == []
+    assert glob.glob(str(tmp_path / "nbtools-lab-*")) == []
+
+
 def test_close_stops_every_process_and_removes_the_folders():
     lab = Lab(n=2, history=None, spares=False)
     procs, workdir = _lab_pids(lab), lab.workdir

@@ -389,6 +389,29 @@ def test_unreachable_host_is_a_clear_error_and_leaves_nothing(sim):
     assert _until(lambda: sim.pids(a) == [], 10), sim.cmdlines(a)
 
 
+def test_engine_that_exits_before_calling_back_is_named_with_its_output(sim, tmp_path):
+    """An engine over ssh that dies before its startup command (here: its python refuses to
+    start an engine; in CI, an engine giving up on a slow registration reply) has no lifeline
+    to drop: the start says so, with the engine's own words, instead of waiting out
+    start_timeout and blaming the network."""
+    a, b = sim.names
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n"
+                      'case "$*" in *ipyparallel.engine*) echo "no driver for this test" >&2;'
+                      " exit 3;; esac\n"
+                      f'exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    with pytest.raises(RuntimeError) as e:
+        Lab(engines=SSH({a: 1}, ssh_args=sim.ssh_args, python=str(python)), history=None,
+            start_timeout=120)
+    msg = str(e.value)
+    assert f"the engine for local rank 0 on {a} ended before registering" in msg, msg
+    assert "exited before it called back" in msg, msg
+    assert "no driver for this test" in msg, msg
+    for h in sim.names:
+        assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+
+
 def test_external_cluster_short_of_engines_is_a_clear_error():
     import ipyparallel as ipp
     with ipp.Cluster(n=1, log_level=40) as client:

@@ -17,6 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Optional
 
+from nbtools.lab import hub
+
 STARTUP = ("import nbtools.engine.lifeline as _nbf; _nbf.start(); "
            "import nbtools.engine.liveness as _nbl; _nbl.start()")
 
@@ -189,7 +191,7 @@ class Hosts:
         try:
             set_id = self.lab.cluster.start_engines_sync(
                 n=1, engines={host: {"n": 1, "to_send": []}}, environment=env,
-                engine_args=[f"--IPEngine.startup_command={STARTUP}"],
+                engine_args=[f"--IPEngine.startup_command={STARTUP}", *hub.REGISTRATION],
                 ssh_args=list(self.spec.ssh_args), scp_args=list(self.spec.ssh_args),
                 remote_python=self.spec.python, remote_profile_dir=f"{folder}/ipython")
         except Exception as e:
@@ -212,15 +214,17 @@ class Hosts:
             if dead:
                 r = dead[0]
                 raise RuntimeError(f"the engine for local rank {r.local_rank} on {r.host} "
-                                   f"ended before registering: {self._output(r)}")
+                                   f"ended before registering ({self.status(r)}): "
+                                   f"{self._output(r)}")
             if not missing:
                 return [r.engine_id for r in remotes]
             time.sleep(0.2)
-        hosts = sorted({r.host for r in remotes if r.engine_id is None})
-        raise RuntimeError(f"{sum(r.engine_id is None for r in remotes)} engine(s) on "
-                           f"{', '.join(hosts)} did not register within start_timeout="
-                           f"{self.lab.start_timeout:.0f} s (can they reach the controller "
-                           f"at {self.addr}?)")
+        missing = [r for r in remotes if r.engine_id is None]
+        hosts = sorted({r.host for r in missing})
+        raise RuntimeError(f"{len(missing)} engine(s) on {', '.join(hosts)} did not register "
+                           f"within start_timeout={self.lab.start_timeout:.0f} s (can they "
+                           f"reach the controller at {self.addr}?): "
+                           + "; ".join(self._missing(r) for r in missing))
 
     def identify(self) -> None:
         """Match newly registered engines to the remotes that started them, by the host and pid
@@ -228,6 +232,7 @@ class Hosts:
         from nbtools.lab import placement
         client = self.lab.client
         known = {r.engine_id for r in self.remotes} | self.retired
+        hub.catch_up(client)
         new = [e for e in client.ids if e not in known]
         if not new:
             return
@@ -246,6 +251,14 @@ class Hosts:
             if r is not None:
                 r.engine_id = e
 
+    def _missing(self, r: Remote) -> str:
+        """What is known of one engine that did not register: whether it called back, and
+        the end of its output on its host."""
+        line = self.lifeline.get(r.token)
+        said = (f"it called back (pid {line['pid']}) but the controller does not list it"
+                if line is not None else "it never called back")
+        return f"local rank {r.local_rank} on {r.host}: {said}; its output: {self._output(r)}"
+
     def _output(self, r: Remote) -> str:
         try:
             out = r.launcher.get_output() or ""
@@ -261,7 +274,13 @@ class Hosts:
     def status(self, r: Remote) -> Optional[str]:
         """None while its engine holds its lifeline; else why it is taken for dead."""
         line = self.lifeline.get(r.token) if self.lifeline is not None else None
-        if line is None or line["alive"]:
+        if line is None:
+            # its exit code is not known: ipyparallel's remote waitpid reads -1 for a
+            # process that is not its child
+            if not getattr(r.launcher, "remote_exited", False):
+                return None
+            return f"its process (pid {r.launcher.pid} on {r.host}) exited before it called back"
+        if line["alive"]:
             return None
         return f"its process (pid {line['pid']} on {line['host']}) ended"
 
@@ -360,11 +379,9 @@ def wait_external(lab) -> list:
     started = sum(getattr(es, "n", 0) or 0 for es in getattr(lab.cluster, "engines", {}).values())
     want = (lab._n_requested or getattr(lab.cluster, "n", None) or started
             or len(lab.client.ids) or 1)
-    try:
-        lab.client.wait_for_engines(want, timeout=lab.start_timeout, interactive=False)
-    except TimeoutError:
+    if not hub.wait_for(lab.client, want, lab.start_timeout):
         have = len(lab.client.ids)
         raise RuntimeError(f"the cluster has {have} of {want} engines after start_timeout="
                            f"{lab.start_timeout:.0f} s; start the rest (or give Lab(n=...) "
-                           "the count you have)") from None
+                           "the count you have)")
     return sorted(lab.client.ids)

@@ -59,6 +59,8 @@ class SSHEngineLauncher(_ipp_launcher.SSHEngineLauncher):
     in its environment ($IPP_CONNECTION_INFO, sent over ssh's stdin, never argv), so no
     connection file needs copying."""
 
+    remote_exited = False       # set by its waiter when the engine's process is gone
+
     @property
     def ssh_sender(self):
         """The one ssh command sender for this host and profile, kept on the launcher."""
@@ -88,6 +90,9 @@ class SSHEngineLauncher(_ipp_launcher.SSHEngineLauncher):
             break
         if self._stop_waiting.is_set():
             return
+        # read by the lab's start loop at once: the callback below runs only on a loop that
+        # runs, and an engine that exits before its startup command has no lifeline to drop
+        self.remote_exited = True
         stop_data = dict(exit_code=exit_code, pid=self.pid, identifier=self.identifier)
         self.loop.add_callback(lambda: self.notify_stop(stop_data))
 

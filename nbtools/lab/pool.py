@@ -14,7 +14,7 @@ import uuid
 from typing import Optional
 
 from nbtools.engine import liveness
-from nbtools.lab import bytecode, placement, reaper
+from nbtools.lab import bytecode, hub, placement, reaper
 from nbtools.lab.arguments import ENGINE_GB, available_gb
 
 # liveness.start() (watchdog, background torch import) runs as the process's first line,
@@ -78,7 +78,8 @@ class Pool:
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
             env["OMP_NUM_THREADS"] = str(self.threads)
-        set_id = self.cluster.start_engines_sync(n=1, environment=env, engine_cmd=ENGINE_CMD)
+        set_id = self.cluster.start_engines_sync(n=1, environment=env, engine_cmd=ENGINE_CMD,
+                                                  engine_args=list(hub.REGISTRATION))
         launcher = self.cluster.engines[set_id].launchers["0"]
         self.guard.watch(launcher.pid)
         slot = self.slots[launcher.pid] = Slot(launcher, local_rank, env.get("CUDA_VISIBLE_DEVICES"))
@@ -151,18 +152,18 @@ class Pool:
     def await_engine(self, client, slot: Slot, timeout: float) -> Optional[int]:
         """The engine id of ``slot`` once it registers; None when it exits or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:                  # looks once even when the time is already up
             self.identify(client)
             if slot.engine_id is not None:
                 return slot.engine_id
-            if slot.exit_status() is not None:
+            if slot.exit_status() is not None or time.monotonic() >= deadline:
                 return None
             time.sleep(0.1)
-        return None
 
     def identify(self, client) -> None:
         """Match newly registered engine ids to the processes we launched, by pid."""
         known = {s.engine_id for s in self.slots.values()} | self.retired
+        hub.catch_up(client)
         new = [e for e in client.ids if e not in known]
         if not new:
             return

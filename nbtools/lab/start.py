@@ -4,10 +4,11 @@ a healed lab (recovery, hosts) joins again through Lab._join."""
 from __future__ import annotations
 
 import os
+import time
 
 from nbtools.config.step_config import ConfigError
 from nbtools.engine import process_group
-from nbtools.lab import arguments, hosts, placement
+from nbtools.lab import arguments, hosts, hub, placement
 from nbtools.lab.pool import Pool
 
 
@@ -34,14 +35,30 @@ def launch(lab, ipp) -> list:
             if getattr(es, "pid", None):
                 lab._guard.watch(es.pid)
     lab.client = lab.cluster.connect_client_sync()
-    lab.client.wait_for_engines(n, timeout=lab.start_timeout, interactive=False)
     if lab.pool is None:
+        if not hub.wait_for(lab.client, n, lab.start_timeout):
+            raise TimeoutError(f"{len(lab.client.ids)} of {n} engines registered within "
+                               f"start_timeout={lab.start_timeout:g} s")
         return sorted(lab.client.ids)
-    ids = [lab.pool.await_engine(lab.client, s, lab.start_timeout) for s in slots]
+    deadline = time.monotonic() + lab.start_timeout       # one wait for all, not one each
+    ids = [lab.pool.await_engine(lab.client, s, deadline - time.monotonic()) for s in slots]
+    ended = [s for s, e in zip(slots, ids) if e is None and s.exit_status() is not None]
+    if ended:       # their words now: the lab's folder goes when the start fails
+        raise RuntimeError("engine(s) ended before registering: " + "; ".join(
+            f"local rank {s.local_rank} ({s.exit_status()}): {_output(s.launcher)}"
+            for s in ended))
     if None in ids:
-        raise RuntimeError(f"{ids.count(None)} engine(s) did not register within "
-                           f"start_timeout={lab.start_timeout:.0f} s")
+        raise TimeoutError(f"{ids.count(None)} of {n} engine(s) did not register within "
+                           f"start_timeout={lab.start_timeout:g} s")
     return ids
+
+
+def _output(launcher) -> str:
+    try:
+        out = launcher.get_output() or ""
+    except Exception:
+        out = ""
+    return out.strip()[-400:] or "no output"
 
 
 def count(lab) -> tuple[int, list]:
