@@ -1,6 +1,6 @@
 """The notebooks as a person sees them, in real JupyterLab driven by headless Chromium,
-each test from a fresh page: Run All of 00-quickstart and of 01 (at the tests' CPU sizes),
-and the panel (Run, flip compile, Run, pick the first run in the history, Compare). After
+each test from a fresh page: Run All of 01 (at the tests' CPU sizes; 00-quickstart's is
+test_notebook_document's), and the panel (Run, flip compile, Run, pick the first run in the history, Compare). After
 each step every Bokeh figure must be drawn: no JavaScript error, every rank's lanes hold
 coloured boxes on the screenshot (tests/browser.py), and the y-range covers every lane in
 BokehJS's state. The saved notebook must stay small (BokehJS is not written into it).
@@ -26,7 +26,7 @@ import pytest
 
 PYTHON = os.environ.get("NBTOOLS_PYTHON", sys.executable)
 from browser import ARTIFACTS, check_plots_drawn, launch as _launch  # noqa: E402
-from test_notebooks import NOTEBOOKS, small  # noqa: E402  (the sizes every test uses)
+from test_notebooks import NOTEBOOKS, _errors, small  # noqa: E402  (the sizes every test uses)
 
 pytestmark = pytest.mark.slow   # a JupyterLab server, kernels with labs, Chromium
 
@@ -292,7 +292,8 @@ def _serve(tmp_path, test):
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("stem", ["00-quickstart", "01-cuda-graphs-tp-inference"])
+# 00-quickstart's Run All is test_notebook_document's first half (with these checks)
+@pytest.mark.parametrize("stem", ["01-cuda-graphs-tp-inference"])
 def test_notebook_run_all_draws_every_figure(stem, tmp_path):
     def test(browser, server):
         name = f"{stem}.ipynb"
@@ -306,6 +307,14 @@ def test_notebook_run_all_draws_every_figure(stem, tmp_path):
         page.shot("run-all")
         size = page.save()
         assert size < MAX_SAVED, f"saved {name} is {size / 1e6:.1f} MB"
+        # test_notebooks' headless checks, on what the page saved (01 runs only here)
+        import nbformat
+        saved = nbformat.read(str(server.root / name), as_version=4)
+        assert not _errors(saved), _errors(saved)
+        skipped = [i for i, c in enumerate(saved.cells)
+                   if c.cell_type == "code" and c.execution_count is None]
+        assert not skipped, f"cells not run: {skipped}"
+        assert any((tmp_path / "runs").glob("*/run.json")), "no run saved under HISTORY"
     _serve(tmp_path, test)
 
 

@@ -13,11 +13,12 @@ import json
 import re
 import subprocess
 
+import nbformat
 import pytest
 
 from browser import ARTIFACTS, check_plots_drawn
 from test_jupyterlab import MAX_SAVED, PYTHON, RANKS, _api, _Page, _serve, _write
-from test_notebooks import NOTEBOOKS, small
+from test_notebooks import NOTEBOOKS, _errors, small
 
 pytestmark = pytest.mark.slow
 
@@ -79,10 +80,14 @@ def test_saved_notebook_shows_figures_live_and_static(tmp_path):
         first.run_all(timeout_s=700)
         first.page.wait_for_timeout(2000)
         first.assert_no_errors()
-        check_plots_drawn(first.page, "notebook-doc-run-all", RANKS, min_plots=2)
+        plots = check_plots_drawn(first.page, "notebook-doc-run-all", RANKS, min_plots=2)
+        assert any(p["timeline"] for p in plots), plots
         shot(first.page, "run-all")
         size = first.save()
         assert size < MAX_SAVED, f"saved {name} is {size / 1e6:.2f} MB"
+        saved = nbformat.read(str(path), as_version=4)      # test_notebooks' headless checks
+        assert not _errors(saved), _errors(saved)
+        assert any((tmp_path / "runs").glob("*/run.json")), "no run saved under HISTORY"
         figures = _figures(path)
         assert len(figures) >= 3, f"{len(figures)} figure outputs saved (plot, compare, panel)"
         assert all("image/png" in f for f in figures), "a figure output without its picture"
