@@ -41,3 +41,17 @@ def pytest_collection_modifyitems(config, items):
     if gpu:
         config.hook.pytest_deselected(items=gpu)
         items[:] = [i for i in items if not i.get_closest_marker("gpu")]
+
+
+@pytest.fixture(scope="module")
+def lab(request, tmp_path_factory):
+    """The 2-rank CPU lab of one test module, closed after its tests. Each module starts its
+    own: its tests count history and reuse compiled graphs, which another module's runs would
+    change. A module sets ``LAB = dict(...)`` for what it needs beside these defaults
+    (``history=None``, ``echo=False``, other timeouts)."""
+    from nbtools import Lab
+    options = dict(n=2, history=tmp_path_factory.mktemp("history"), timeout=240,
+                   pg_timeout=120)
+    options.update(getattr(request.module, "LAB", {}))
+    with Lab(**options) as lab:
+        yield lab

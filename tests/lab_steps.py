@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import inspect
 
+# The step a lab test runs unless it needs another: one warm-up, two timed steps, one
+# profiled (a timeline to draw; seconds on two CPU ranks).
+SMALL = dict(warmup=1, steps=2, profiled=1)
+
 
 def step_with_break(ctx):
     import torch

@@ -20,12 +20,6 @@ RUN = dict(scenario="ddp-train", warmup=1, steps=5, profiled=1)
 A, B = StepConfig(batch=2, **RUN), StepConfig(batch=16, **RUN)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    from nbtools import Lab
-    with Lab(n=2, history=tmp_path_factory.mktemp("history"), timeout=240,
-             pg_timeout=120) as lab:
-        yield lab
 
 
 @pytest.fixture(scope="module")

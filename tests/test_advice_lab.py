@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from nbtools import Lab, StepConfig
+from nbtools import StepConfig
 from nbtools.analysis.advice import NOTHING, Suggestions
 
 from lab_steps import break_line, step_with_break  # noqa: E402  (tests/ is on sys.path)
@@ -17,10 +17,8 @@ FAST = dict(warmup=1, steps=3, profiled=1)
 COMPILED = dict(compile="default", backend="aot_eager", **FAST)
 
 
-@pytest.fixture(scope="module")
-def lab():
-    with Lab(n=2, history=None, timeout=240, pg_timeout=120) as lab:
-        yield lab
+# the conftest lab, with what this module needs beside its defaults
+LAB = dict(history=None)
 
 
 def rules(suggestions):

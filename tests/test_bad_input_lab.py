@@ -10,17 +10,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nbtools import ConfigError, Lab, StepConfig, Workload
+from nbtools import ConfigError, StepConfig, Workload
 from nbtools.lab.lab import RunFailed
 from nbtools.results.history import History
 
 FAST = dict(scenario="custom", warmup=0, steps=1, profiled=0)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with Lab(n=2, history=tmp_path_factory.mktemp("h"), timeout=300, echo=False) as lab:
-        yield lab
+# the conftest lab, with what this module needs beside its defaults
+LAB = dict(timeout=300, pg_timeout=300, echo=False)
 
 
 def _odd_report(ctx):

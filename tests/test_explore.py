@@ -9,17 +9,15 @@ import threading
 
 import pytest
 
-from nbtools import Exploration, Lab, StepConfig
+from nbtools import Exploration, StepConfig
 
 from explore_steps import SLOW, WORKLOAD  # noqa: E402  (tests/ is on sys.path)
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def lab():
-    with Lab(n=2, history=None, timeout=240, pg_timeout=120) as lab:
-        yield lab
+# the conftest lab, with what this module needs beside its defaults
+LAB = dict(history=None)
 
 
 def test_keeps_the_faster_change_refuses_a_slower_one_and_skips_a_failing_one(lab, capsys):

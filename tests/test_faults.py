@@ -20,15 +20,14 @@ from nbtools.results.history import History
 
 pytestmark = pytest.mark.slow
 
-SMALL = dict(warmup=1, steps=2, profiled=0)
+from lab_steps import SMALL as _SMALL  # noqa: E402  (tests/ is on sys.path)
+
+SMALL = dict(_SMALL, profiled=0)      # no timeline: these tests count ranks and heals
 CUSTOM = StepConfig(scenario="custom", warmup=0, steps=1, profiled=0)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("history")
-    with Lab(n=2, history=folder, timeout=120, pg_timeout=60) as lab:
-        yield lab
+# the conftest lab, with what this module needs beside its defaults
+LAB = dict(timeout=120, pg_timeout=60)
 
 
 def _lab_pids(lab) -> list:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nbtools import Lab, StepConfig, export_html, load_traces
+from nbtools import StepConfig, export_html, load_traces
 from nbtools.analysis import flags as F
 from nbtools.ui.html import summary_html
 from nbtools.analysis.straggler import attribute, verdict_text
@@ -22,10 +22,8 @@ COMPILE_FLAGS = {"ran-eagerly", "ddp-graph-breaks", "graph-breaks", "recompiles"
                  "divergent-ranks"}
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with Lab(n=2, history=tmp_path_factory.mktemp("h"), timeout=300, echo=False) as lab:
-        yield lab
+# the conftest lab, with what this module needs beside its defaults
+LAB = dict(timeout=300, pg_timeout=300, echo=False)
 
 
 def ids(run):

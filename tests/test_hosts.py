@@ -26,7 +26,7 @@ from nbtools.lab.hosts import SSH  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-SMALL = dict(warmup=1, steps=2, profiled=1)
+from lab_steps import SMALL  # noqa: E402  (tests/ is on sys.path)
 ENGINE = "-m ipyparallel.engine --"   # the engine, not its nanny
 
 

@@ -3,18 +3,13 @@ import time
 
 import pytest
 
-from nbtools import Lab, StepConfig
+from nbtools import StepConfig
 from nbtools.lab.errors import RunFailed, RunTimeout
 from nbtools.results.history import History
 
-SMALL = dict(warmup=1, steps=3, profiled=1)
+from lab_steps import SMALL  # noqa: E402  (tests/ is on sys.path)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("history")
-    with Lab(n=2, history=folder, timeout=240, pg_timeout=120) as lab:
-        yield lab
 
 
 def test_engines_are_ranks_of_one_job(lab):

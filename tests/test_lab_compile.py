@@ -11,10 +11,8 @@ from lab_steps import break_line, step_with_break  # noqa: E402  (tests/ is on s
 FAST = dict(warmup=1, steps=2, profiled=0)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with Lab(n=2, history=tmp_path_factory.mktemp("h"), timeout=300, echo=False) as lab:
-        yield lab
+# the conftest lab, with what this module needs beside its defaults
+LAB = dict(timeout=300, pg_timeout=300, echo=False)
 
 
 def _per_rank(run, kind):

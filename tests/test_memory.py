@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from nbtools import Lab, StepConfig
+from nbtools import StepConfig
 from nbtools.engine.memory import MemoryRecorder
 from nbtools.results.run import Run
 
@@ -42,10 +42,6 @@ def test_memory_must_be_a_bool():
         StepConfig(memory="yes")
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with Lab(n=2, history=tmp_path_factory.mktemp("history"), timeout=240, pg_timeout=120) as lab:
-        yield lab
 
 
 def test_lab_run_records_memory_per_rank_and_keeps_it(lab, tmp_path):

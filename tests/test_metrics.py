@@ -84,14 +84,11 @@ RUN = dict(scenario="ddp-train", warmup=1, steps=5, profiled=2)
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    from nbtools import Lab
-    with Lab(n=2, history=tmp_path_factory.mktemp("history"), timeout=240,
-             pg_timeout=120) as lab:
-        a = lab.run(StepConfig(batch=4, **RUN))
-        b = lab.run(StepConfig(batch=8, **RUN))
-        assert a.ok and b.ok, (a.errors, b.errors)
-        yield lab, a, b
+def pair(lab):
+    a = lab.run(StepConfig(batch=4, **RUN))
+    b = lab.run(StepConfig(batch=8, **RUN))
+    assert a.ok and b.ok, (a.errors, b.errors)
+    return lab, a, b
 
 
 def _reference(lab, a, b) -> dict:

@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 from jupyter_bokeh import BokehModel
 
-from nbtools import Lab, StepConfig
+from nbtools import StepConfig
 from nbtools.config.step_config import ConfigError
 from nbtools.widgets.panel import DEFAULT, RUNNING, Panel, config_from_values, values_from_config
 
-SMALL = dict(warmup=1, steps=3, profiled=1)
+from lab_steps import SMALL  # noqa: E402  (tests/ is on sys.path)
 
 
 # -- pure: widget values <-> StepConfig ---------------------------------------------------
@@ -68,10 +68,8 @@ def test_invalid_values_raise_config_error():
 
 
 # -- the panel on a real lab ----------------------------------------------------------------
-@pytest.fixture(scope="module")
-def lab():
-    with Lab(n=2, history=None, timeout=240, pg_timeout=120, echo=True) as lab:
-        yield lab
+# the conftest lab, with what this module needs beside its defaults
+LAB = dict(history=None)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from nbtools import Lab
 from nbtools.widgets.panel import Panel
 
 from explore_steps import SLOW, WORKLOAD  # noqa: E402  (tests/ is on sys.path)
@@ -14,10 +13,8 @@ from explore_steps import SLOW, WORKLOAD  # noqa: E402  (tests/ is on sys.path)
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def lab():
-    with Lab(n=2, history=None, timeout=240, pg_timeout=120) as lab:
-        yield lab
+# the conftest lab, with what this module needs beside its defaults
+LAB = dict(history=None)
 
 
 def test_suggest_try_and_explore_land_in_the_panel_and_print_nothing(lab, capfd, tmp_path):

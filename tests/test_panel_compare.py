@@ -9,18 +9,15 @@ import html
 import time
 from pathlib import Path
 
-import pytest
 
-from nbtools import Lab, StepConfig
+from nbtools import StepConfig
 from nbtools.widgets.panel import Panel
 
-SMALL = dict(warmup=1, steps=3, profiled=1)
+from lab_steps import SMALL  # noqa: E402  (tests/ is on sys.path)
 
 
-@pytest.fixture(scope="module")
-def lab():
-    with Lab(n=2, history=None, timeout=240, pg_timeout=120, echo=True) as lab:
-        yield lab
+# the conftest lab, with what this module needs beside its defaults
+LAB = dict(history=None)
 
 
 def _two_runs(lab, panel):

@@ -177,11 +177,8 @@ def test_the_exported_compile_table_gives_the_slowest_ranks_seconds():
 
 
 # -- fresh CPU runs ------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def lab():
-    from nbtools import Lab
-    with Lab(n=2, history=None, echo=False, timeout=300) as lab:
-        yield lab
+# the conftest lab, with what this module needs beside its defaults
+LAB = dict(history=None, timeout=300, pg_timeout=300, echo=False)
 
 
 @pytest.mark.parametrize("fields", [

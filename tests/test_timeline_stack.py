@@ -8,7 +8,7 @@ import inspect
 import pytest
 import torch
 
-from nbtools import Lab, StepConfig
+from nbtools import StepConfig
 
 
 def _my_layer(x):
@@ -66,11 +66,6 @@ def _my_step(ctx):
     return y.sum()
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with Lab(n=2, history=tmp_path_factory.mktemp("history"), timeout=240,
-             pg_timeout=120) as lab:
-        yield lab
 
 
 def test_lab_run_with_stack_puts_the_users_line_in_the_timeline_tooltip(lab):

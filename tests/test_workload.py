@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nbtools import ConfigError, Lab, StepConfig, Workload
+from nbtools import ConfigError, StepConfig, Workload
 from nbtools.claims.model_sweep import check_rel, collectives_per_step
 
 FAST = dict(warmup=1, steps=1, profiled=1, check=True)
@@ -46,10 +46,8 @@ NET = Workload(model=lambda: Net(), batch=_batch, loss=F.mse_loss, blocks=lambda
                    p.numel() for p in m.parameters()), name="net")
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with Lab(n=2, history=tmp_path_factory.mktemp("h"), timeout=600, echo=False) as lab:
-        yield lab
+# the conftest lab, with what this module needs beside its defaults
+LAB = dict(timeout=600, pg_timeout=300, echo=False)
 
 
 def _collectives(run) -> dict:
