@@ -27,7 +27,7 @@ def test_run_returns_all_ranks_and_reuses_state(lab):
     assert sorted(a.summary["rank"]) == [0, 1]
     assert (a.summary["step_ms"] > 0).all()
     assert set(a.steps["phase"]) == {"warmup", "measured", "profiled"}
-    assert len(a.steps) == 2 * 5
+    assert len(a.steps) == 2 * (SMALL["warmup"] + SMALL["steps"] + SMALL["profiled"])   # per rank
     assert set(a.events["rank"]) == {0, 1}
     assert not any(r["reused"] for r in a.ranks.values())
     b = lab.run(cfg.replace(steps=4))         # only run-length fields changed: state reused
