@@ -166,15 +166,15 @@ def test_invalid_combination_shows_config_error_and_runs_nothing(lab, panel):
 
 
 def test_auto_rerun_on_change(lab, panel):
-    n = len(lab.history)
+    n, steps = len(lab.history), SMALL["steps"] + 1        # a change from the panel's SMALL
     panel.auto.value = True
     try:
-        panel.controls["steps"].value = 2
+        panel.controls["steps"].value = steps
     finally:
         panel.auto.value = False
     assert len(lab.history) == n + 1, panel.error.value
-    assert lab.history[-1].config.steps == 2 and panel.shown is lab.history[-1]
-    panel.controls["steps"].value = 3          # auto is off: nothing runs
+    assert lab.history[-1].config.steps == steps and panel.shown is lab.history[-1]
+    panel.controls["steps"].value = steps + 1  # auto is off: nothing runs
     assert len(lab.history) == n + 1
 
 
