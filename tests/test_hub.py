@@ -50,3 +50,15 @@ def test_wait_for_counts_a_missed_engine_and_gives_up_on_a_missing_one(client):
     _forget(client, client.ids[0])
     assert hub.wait_for(client, 2, timeout=30)
     assert not hub.wait_for(client, 3, timeout=2)
+
+
+def test_catch_up_with_a_dead_hub_gives_up_instead_of_hanging():
+    cluster = ipp.Cluster(n=1, log_level=40)
+    cluster.start_cluster_sync()
+    c = cluster.connect_client_sync()
+    try:
+        c.wait_for_engines(1, timeout=120, interactive=False)
+        cluster.stop_cluster_sync()                   # the controller is gone
+        assert hub.catch_up(c, every=0) == []         # after REPLY_S, not never
+    finally:
+        c.close()

@@ -15,6 +15,7 @@ import time
 import weakref
 
 EVERY_S = 1.0
+REPLY_S = 5.0
 
 # An engine sends its registration request once and exits when the hub's reply takes over
 # IPEngine.timeout (5 s by default), which a hub on 2 cores busy with engines' and ssh
@@ -33,10 +34,15 @@ def catch_up(client, every: float = EVERY_S) -> list:
     if now - _last.get(client, -every) < every:
         return []
     _last[client] = now
-    # the same request the client sends when it connects; its reply is the hub's engine list
-    reply = client._send_recv(client._query_stream, "connection_request")
-    engines = reply["content"].get("engines", {})
-    missed = {k: v for k, v in engines.items() if int(k) not in client._engines}
+    # the same request the client sends when it connects; its reply is the hub's engine list.
+    # Private to ipyparallel (9.x): if a later release changes it, or the hub does not answer
+    # in REPLY_S (a dead controller), the wait goes on as it did without this.
+    try:
+        reply = client._send(client._query_stream, "connection_request").result(REPLY_S)
+        engines = dict(reply["content"]["engines"])
+        missed = {k: v for k, v in engines.items() if int(k) not in client._engines}
+    except (AttributeError, KeyError, TypeError, ValueError, OSError, TimeoutError):
+        return []
     if missed:
         client._update_engines(missed)
     return sorted(int(k) for k in missed)
