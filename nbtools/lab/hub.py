@@ -20,8 +20,8 @@ REPLY_S = 5.0
 # An engine sends its registration request once and exits when the hub's reply takes over
 # IPEngine.timeout (5 s by default), which a hub on 2 cores busy with engines' and ssh
 # logins' starts may miss; an engine over ssh that exits then, before its startup command,
-# never connects its lifeline. The lab's own
-# start_timeout bounds the start; this only stops an engine giving up first.
+# never connects its lifeline. The lab's own start_timeout bounds the start; this only
+# stops an engine giving up first.
 REGISTRATION = ["--IPEngine.timeout=60"]
 
 _last: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
