@@ -213,9 +213,10 @@ class Hosts:
             dead = [r for r in missing if self.status(r) is not None]
             if dead:
                 r = dead[0]
+                from nbtools.lab.launchers import output_tail
                 raise RuntimeError(f"the engine for local rank {r.local_rank} on {r.host} "
                                    f"ended before registering ({self.status(r)}): "
-                                   f"{self._output(r)}")
+                                   f"{output_tail(r.launcher)}")
             if not missing:
                 return [r.engine_id for r in remotes]
             time.sleep(0.2)
@@ -254,17 +255,11 @@ class Hosts:
     def _missing(self, r: Remote) -> str:
         """What is known of one engine that did not register: whether it called back, and
         the end of its output on its host."""
+        from nbtools.lab.launchers import output_tail
         line = self.lifeline.get(r.token)
         said = (f"it called back (pid {line['pid']}) but the controller does not list it"
                 if line is not None else "it never called back")
-        return f"local rank {r.local_rank} on {r.host}: {said}; its output: {self._output(r)}"
-
-    def _output(self, r: Remote) -> str:
-        try:
-            out = r.launcher.get_output() or ""
-        except Exception:
-            out = ""
-        return out.strip()[-400:] or "no output"
+        return f"local rank {r.local_rank} on {r.host}: {said}; its output: {output_tail(r.launcher)}"
 
     # -- faults -----------------------------------------------------------------------------
     def by_engine(self, eid) -> Optional[Remote]:

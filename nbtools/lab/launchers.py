@@ -136,6 +136,16 @@ class SSHEngineSetLauncher(_ipp_launcher.SSHEngineSetLauncher):
     launcher_class = SSHEngineLauncher
 
 
+def output_tail(launcher, chars: int = 400) -> str:
+    """The end of what an engine printed (its launcher's output file, fetched from its host
+    for an ssh one), for an error that names it; "no output" when there is none to read."""
+    try:
+        out = launcher.get_output() or ""
+    except Exception:
+        out = ""
+    return out.strip()[-chars:] or "no output"
+
+
 def forget_profiles(prefix: str) -> None:
     """The lab's per-host folders go with its engines: a restarted lab creates them again."""
     with _LOCK:

@@ -44,21 +44,14 @@ def launch(lab, ipp) -> list:
     ids = [lab.pool.await_engine(lab.client, s, deadline - time.monotonic()) for s in slots]
     ended = [s for s, e in zip(slots, ids) if e is None and s.exit_status() is not None]
     if ended:       # their words now: the lab's folder goes when the start fails
+        from nbtools.lab.launchers import output_tail
         raise RuntimeError("engine(s) ended before registering: " + "; ".join(
-            f"local rank {s.local_rank} ({s.exit_status()}): {_output(s.launcher)}"
+            f"local rank {s.local_rank} ({s.exit_status()}): {output_tail(s.launcher)}"
             for s in ended))
     if None in ids:
         raise TimeoutError(f"{ids.count(None)} of {n} engine(s) did not register within "
                            f"start_timeout={lab.start_timeout:g} s")
     return ids
-
-
-def _output(launcher) -> str:
-    try:
-        out = launcher.get_output() or ""
-    except Exception:
-        out = ""
-    return out.strip()[-400:] or "no output"
 
 
 def count(lab) -> tuple[int, list]:
