@@ -55,6 +55,7 @@ CLIENT = textwrap.dedent("""
     from nbtools import Lab, StepConfig
     lab = Lab(n=2, history=None)
     lab.run(StepConfig(warmup=0, steps=1, profiled=0))
+    assert sorted(lab.pool.spares) == [0, 1]
     for spare in lab.pool.spares.values():
         lab.pool.await_engine(lab.client, spare, 120)
     pids = [p.pid for p in psutil.Process().children(recursive=True)]
@@ -69,8 +70,11 @@ def test_sigkill_of_the_client_leaves_no_process(also_guard):
     """The guard process cleans up at once; when it is killed too, every engine and the
     controller still go on their own (each watches the client's pid)."""
     import json
+    # spares right after Lab() whatever the cores (on 2 they wait for a first fault): they
+    # must go too
     client = subprocess.Popen([sys.executable, "-c", CLIENT], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+                              stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, NBTOOLS_SPARES_WITH_RANKS="0"))
     try:
         line = client.stdout.readline()
         assert line, "the client did not start its lab"
@@ -225,9 +229,21 @@ def test_hang_past_the_timeout_then_next_run_ready(lab):
 # -- Ctrl-C ----------------------------------------------------------------------------
 def _long_step(ctx, marker_dir):
     import time
+    open(os.path.join(marker_dir, f"started-{ctx.rank}"), "w").close()
     for _ in range(300):                # 30 s unless interrupted
         time.sleep(0.1)
     open(os.path.join(marker_dir, f"finished-{ctx.rank}"), "w").close()
+
+
+def _ctrl_c_once_started(marker_dir, done, ranks=2):
+    """Ctrl-C (SIGINT to this process) once every rank is inside the step: a fixed delay
+    lands anywhere on a loaded box (before the run was sent, after it ended)."""
+    import time
+    while not done.is_set():
+        if sum(f.startswith("started-") for f in os.listdir(marker_dir)) == ranks:
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        time.sleep(0.05)
 
 
 def test_ctrl_c_keeps_the_run_as_interrupted_and_nothing_queues(lab, tmp_path):
@@ -237,14 +253,15 @@ def test_ctrl_c_keeps_the_run_as_interrupted_and_nothing_queues(lab, tmp_path):
         _long_step(ctx, marker_dir)
 
     n = len(lab.history)
-    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    done = threading.Event()
+    ctrl_c = threading.Thread(target=_ctrl_c_once_started, args=(marker_dir, done), daemon=True)
+    ctrl_c.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             lab.run(step, CUSTOM)
     finally:
-        timer.cancel()      # a run that ended early must not leave a SIGINT for pytest
-        timer.join()
+        done.set()          # a run that ended early must not leave a SIGINT for pytest
+        ctrl_c.join()
     assert len(lab.history) == n + 1
     run = lab.history[-1]
     assert run.status == "interrupted"
@@ -254,7 +271,7 @@ def test_ctrl_c_keeps_the_run_as_interrupted_and_nothing_queues(lab, tmp_path):
     assert nxt.ok
     # had the abandoned step kept running, the next run would have queued behind it and
     # the step would have finished first
-    assert os.listdir(marker_dir) == []
+    assert [f for f in os.listdir(marker_dir) if f.startswith("finished-")] == []
 
 
 # -- the first fault after Lab() (issue 26) -----------------------------------------------
@@ -285,6 +302,25 @@ def test_spares_started_with_the_ranks_are_warm_when_lab_returns(monkeypatch):
 def _sigkill_last(ctx):
     if ctx.rank == ctx.world_size - 1:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_without_room_for_spares_the_first_heal_starts_them(monkeypatch):
+    """On a host without room for spares beside the ranks (2 ranks, 2 cores) Lab() and its
+    first runs start none (two warm imports there made the first run 2.5x slower); a dead
+    engine is replaced by a new one, and from that heal on each rank has a spare."""
+    from nbtools.lab import pool
+    monkeypatch.delenv("NBTOOLS_SPARES_WITH_RANKS", raising=False)
+    monkeypatch.setattr(pool.os, "cpu_count", lambda: 2)
+    with Lab(n=2, history=None, timeout=120, pg_timeout=60) as lab:
+        assert lab.run(StepConfig(**SMALL)).ok
+        assert lab.pool.on_fault and lab.pool.spares == {}
+        assert len(lab.pool.slots) == 2                   # the ranks' engines, no other
+        with pytest.raises(RunFailed, match="rank 1's engine died"):
+            lab.run(_sigkill, CUSTOM)
+        assert lab.run(StepConfig(**SMALL)).ok
+        assert not lab.pool.on_fault and sorted(lab.pool.spares) == [0, 1]
+        ranks = set(lab.rank_to_engine.values())
+        assert all(s.engine_id not in ranks for s in lab.pool.spares.values())
 
 
 def test_a_second_fault_right_after_a_heal_takes_the_second_spare(monkeypatch):

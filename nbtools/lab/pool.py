@@ -58,6 +58,8 @@ class Pool:
         self.spares: dict[int, Slot] = {}     # local rank -> a started, unused engine
         self.retired: set = set()             # engine ids killed by us (the hub may still list them)
         self.early = False                    # spares started with the ranks (start_with)
+        # no room for spares beside the ranks: none until the first fault needs one (start_with)
+        self.on_fault = False
         # local rank -> a second spare, where the host has room (start_with): a fault right
         # after a heal takes it instead of waiting for the spare that heal started
         self.reserve: dict[int, Slot] = {}
@@ -88,7 +90,7 @@ class Pool:
     def fill_spares(self, local_world: int) -> None:
         """Start a spare for every local rank that has none (returns at once: the engines
         register and import torch in the background)."""
-        if not self.want_spares:
+        if not self.want_spares or self.on_fault:
             return
         for spares in ((self.spares, self.reserve) if self.deep else (self.spares,)):
             for lr in range(local_world):
@@ -99,12 +101,19 @@ class Pool:
         """Start the spares together with the ranks where the host has room (two cores per
         engine process): they register and import torch while the ranks do, and Lab()
         returns with them warm (ready()), so a fault in the first run is a swap, not a wait
-        for a spare still starting (issue 26: 5-10 s on H200). On a small host they start
-        after the ranks have joined, as before: four torch imports on two cores would slow
-        every Lab() down for the sake of a fault that may not come."""
+        for a spare still starting (issue 26: 5-10 s on H200). On a host without that room
+        (2 ranks on a laptop's 2 cores) no spare starts until the first fault that needs
+        one (a dead or hung engine; an exception on CPU ranks needs none): a spare's warm
+        import is about 7 s of CPU there, and two of them made the person's first run after
+        Lab() 2.5x slower (5 s against 2 s) for a fault that may not come. That fault waits
+        for a new engine instead (a Lab()'s start, seconds); the heal then starts spares, so
+        the next one is a swap. NBTOOLS_SPARES_WITH_RANKS=1 starts them with the ranks, =0
+        right after Lab() has its ranks, whatever the cores."""
         forced = os.environ.get("NBTOOLS_SPARES_WITH_RANKS")     # "1" / "0": regardless of cores
         cores = os.cpu_count() or 1
-        if self.want_spares and (forced == "1" or (forced is None and cores >= 2 * 2 * local_world)):
+        if not self.want_spares:
+            return
+        if forced == "1" or (forced is None and cores >= 2 * 2 * local_world):
             self.fill_spares(local_world)
             self.early = True
             # two spares per rank where that still leaves two cores per engine process
@@ -112,6 +121,13 @@ class Pool:
             depth = os.environ.get("NBTOOLS_SPARE_DEPTH")
             self.deep_wanted = depth == "2" or (depth is None and cores >= 2 * 3 * local_world
                                                 and available_gb() >= 4 * ENGINE_GB * local_world)
+        elif forced is None:
+            self.on_fault = True
+
+    def after_fault(self, local_world: int) -> None:
+        """A heal has replaced engines: from now on every local rank keeps a spare."""
+        self.on_fault = False
+        self.fill_spares(local_world)
 
     def ready(self, client, timeout: float) -> None:
         """Spares started with the ranks: wait (rarely long: they started together) until

@@ -135,7 +135,7 @@ def heal(lab, ranks: set) -> float:
                                f"{lab.start_timeout:.0f} s")
         ids[r] = eid
     lab._join([ids[r] for r in sorted(ids)])
-    lab.pool.fill_spares(max(p.local_world for p in lab.placements))
+    lab.pool.after_fault(max(p.local_world for p in lab.placements))
     lab.heal_s = time.perf_counter() - t0
     return lab.heal_s
 
