@@ -34,6 +34,12 @@ def _engines(sim, host):
     return [c for c in sim.cmdlines(host) if ENGINE in c]
 
 
+# how long processes (and ssh clients) may take to go after a stop: a bound, not a wait (they
+# are usually gone in well under a second), wide enough for a 2-core box running two test
+# workers (dev.py test), where 10 s once ran out on a Slurm step still exiting
+GONE_S = 60
+
+
 def _until(cond, timeout):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -43,12 +49,13 @@ def _until(cond, timeout):
     return cond()
 
 
-def _listening(pids) -> set:
+def _listening(pids, ports=None) -> set:
+    """The addresses ``pids`` listen on (only on ``ports``, when given)."""
     out = set()
     for pid in pids:
         try:
             for c in psutil.Process(pid).net_connections(kind="inet"):
-                if c.status == psutil.CONN_LISTEN:
+                if c.status == psutil.CONN_LISTEN and (ports is None or c.laddr.port in ports):
                     out.add(c.laddr.ip)
         except psutil.Error:
             pass
@@ -84,8 +91,10 @@ def test_listening_only_on_the_ranks_network(lab, sim):
     # controller (and its schedulers) and the lifeline: the client's bridge address (and
     # loopback, for the controller's own internal sockets), never all interfaces
     ctrl = psutil.Process(lab.cluster.controller.pid)
-    here = _listening([ctrl.pid] + [c.pid for c in ctrl.children(recursive=True)]
-                      + [os.getpid()])
+    # this process: only the lifeline's socket is the lab's (another test may have left a
+    # server of its own listening here)
+    here = _listening([ctrl.pid] + [c.pid for c in ctrl.children(recursive=True)]) \
+        | _listening([os.getpid()], ports={lab.hosts.lifeline.port})
     assert sim.client_addr in here and here <= {sim.client_addr, "127.0.0.1"}, here
     assert lab.hosts.addr == sim.client_addr
     # inside each host: the store (rank 0), gloo and sshd on the host's address (the
@@ -178,16 +187,16 @@ def test_close_leaves_nothing_on_either_host(lab, sim):
     when b is back (their lifeline's end-of-file arrives)."""
     profile = Path(lab.workdir)
     config = sim.ssh_args[-1]
-    assert _until(lambda: _ssh_clients(config), 10)     # the launcher's waiters
+    assert _until(lambda: _ssh_clients(config), GONE_S)     # the launcher's waiters
     b = sim.names[1]
     sim.unplug(b)
     try:
         lab.close()
-        assert _until(lambda: _ssh_clients(config) == [], 10), _ssh_clients(config)
+        assert _until(lambda: _ssh_clients(config) == [], GONE_S), _ssh_clients(config)
     finally:
         sim.unplug(b, up=True)
     for h in sim.names:
-        assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+        assert _until(lambda: sim.pids(h) == [], GONE_S), (h, sim.cmdlines(h))
     assert not profile.exists()
 
 
@@ -247,8 +256,8 @@ def test_ctrl_c_in_a_run_across_hosts_keeps_it_and_leaves_nothing(sim, tmp_path)
     assert lines[2:4] == [f"next True 2 {[a, a, b, b]}", "closed"], (out, err[-2000:])
     assert "Traceback" not in err, err[-2000:]
     for h in sim.names:
-        assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
-    assert _until(lambda: _ssh_clients(config) == [], 10), _ssh_clients(config)
+        assert _until(lambda: sim.pids(h) == [], GONE_S), (h, sim.cmdlines(h))
+    assert _until(lambda: _ssh_clients(config) == [], GONE_S), _ssh_clients(config)
 
 
 def test_killed_client_leaves_nothing_on_either_host(sim, tmp_path):
@@ -269,9 +278,9 @@ def test_killed_client_leaves_nothing_on_either_host(sim, tmp_path):
         os.kill(client.pid, signal.SIGKILL)
         client.wait(10)
         for h in sim.names:
-            assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+            assert _until(lambda: sim.pids(h) == [], GONE_S), (h, sim.cmdlines(h))
         # its waiters' ssh clients end with the engines they waited on
-        assert _until(lambda: _ssh_clients(config) == [], 10), _ssh_clients(config)
+        assert _until(lambda: _ssh_clients(config) == [], GONE_S), _ssh_clients(config)
     finally:
         if client.poll() is None:
             client.kill()
@@ -311,7 +320,7 @@ def test_mpirun_over_ssh_starts_the_engines_on_both_hosts(sim, tmp_path):
         mpi.send_signal(signal.SIGINT)         # a person's Ctrl-C on mpirun
         mpi.wait(30)
         for h in sim.names:
-            assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+            assert _until(lambda: sim.pids(h) == [], GONE_S), (h, sim.cmdlines(h))
     finally:
         procs = []
         for proc in (mpi, ctrl):               # with their children (the schedulers)
@@ -375,7 +384,7 @@ def test_docs_sbatch_script_on_a_two_node_slurm(sim, tmp_path):
         slurm.run("scancel", jobid)
         for h in sim.names:
             assert _until(lambda: [c for c in sim.cmdlines(h) if "slurmd -D" not in c] == [],
-                          10), (h, sim.cmdlines(h))
+                          GONE_S), (h, sim.cmdlines(h))
     finally:
         slurm.close()
 
@@ -386,7 +395,7 @@ def test_unreachable_host_is_a_clear_error_and_leaves_nothing(sim):
         Lab(engines=SSH({a: 1, "simhost-gone": 1}, ssh_args=sim.ssh_args), history=None,
             start_timeout=60)
     assert "ssh" in str(e.value)
-    assert _until(lambda: sim.pids(a) == [], 10), sim.cmdlines(a)
+    assert _until(lambda: sim.pids(a) == [], GONE_S), sim.cmdlines(a)
 
 
 def test_engine_that_exits_before_calling_back_is_named_with_its_output(sim, tmp_path):
@@ -409,7 +418,7 @@ def test_engine_that_exits_before_calling_back_is_named_with_its_output(sim, tmp
     assert "exited before it called back" in msg, msg
     assert "no driver for this test" in msg, msg
     for h in sim.names:
-        assert _until(lambda: sim.pids(h) == [], 10), (h, sim.cmdlines(h))
+        assert _until(lambda: sim.pids(h) == [], GONE_S), (h, sim.cmdlines(h))
 
 
 def test_external_cluster_short_of_engines_is_a_clear_error():
