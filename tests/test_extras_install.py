@@ -48,12 +48,13 @@ def test_each_extra_installs_beside_cpu_torch(tmp_path):
     for extra in IMPORTS:
         sh(py, "-m", "pip", "install", "-q", f"{wheel}[{extra}]", env=env, timeout=900)
         done.append(extra)
-        assert sh(py, "-c", TORCH_IS, env=env).stdout.strip() == torch_before, \
-            f"[{extra}] replaced torch"
         check = subprocess.run([py, "-m", "pip", "check"], capture_output=True, text=True, env=env)
         assert check.returncode == 0, f"after [{extra}]: {check.stdout}{check.stderr}"
-        for earlier in done:       # nothing installed since broke what worked before
-            sh(py, "-c", IMPORTS[earlier], env=env, cwd=tmp_path)
+        # torch as before, and nothing installed since broke what worked before: one fresh
+        # interpreter runs every check (each its own statement list, in install order)
+        code = "\n".join([TORCH_IS] + [IMPORTS[earlier] for earlier in done])
+        torch_now = sh(py, "-c", code, env=env, cwd=tmp_path).stdout.splitlines()[0].strip()
+        assert torch_now == torch_before, f"[{extra}] replaced torch: {torch_now}"
     # torchvision is in no extra; the message names the build for this torch
     hint = sh(py, "-c", "from nbtools.common.extras import hint; print(hint('torchvision'))",
               env=env, cwd=tmp_path).stdout
