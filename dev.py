@@ -189,6 +189,35 @@ def ensure_system_packages() -> None:
               file=sys.stderr)
 
 
+WORKERS = int(os.environ.get("NBTOOLS_TEST_WORKERS", "2"))
+
+
+def selects_tests(pytest_args) -> bool:
+    """The person chose what runs, or how: -m/-k, workers (-n, --dist), or a test path."""
+    for a in pytest_args:
+        if a.startswith(("-m", "-k", "-n", "--numprocesses", "--dist", "-p")):
+            return True
+        if not a.startswith("-") and Path(a.split("::")[0]).exists():
+            return True
+    return False
+
+
+def full_run(py, rest) -> int:
+    """The whole suite: WORKERS pytest-xdist workers, a module per worker at a time (a
+    module's tests share its lab; tests/conftest.py sends the longest modules out first),
+    then the tests marked `serial` alone (they signal a process and time how it goes: a
+    second worker's load is not theirs to absorb). docs/testing.md: times on 2 cores."""
+    base = [str(py), "-m", "pytest", *rest]
+    if WORKERS < 2:
+        return subprocess.call(base, cwd=ROOT)
+    print(f"the full suite: {WORKERS} workers (NBTOOLS_TEST_WORKERS=1: one), then the "
+          "tests marked serial alone", flush=True)
+    rc = subprocess.call(base + ["-n", str(WORKERS), "--dist", "loadfile",
+                                 "--no-loadscope-reorder", "-m", "not serial"], cwd=ROOT)
+    rc2 = subprocess.call(base + ["-m", "serial"], cwd=ROOT)
+    return rc or rc2
+
+
 def next_steps() -> str:
     """What to type next: the package is in the venv, not in the `python3` that ran dev.py."""
     def here(p):
@@ -234,6 +263,8 @@ def main(argv) -> int:
             rest = ["-n", str(max(1, min(4, os.cpu_count() or 1))), *rest]
     else:
         ensure_system_packages()
+        if not selects_tests(rest):
+            return full_run(py, rest)
     return subprocess.call([str(py), "-m", "pytest", *rest], cwd=ROOT)
 
 

@@ -28,7 +28,27 @@ def _drives_a_browser(item) -> bool:
     return code is not None and bool(BROWSER_CALLS & set(code.co_names))
 
 
+# The full run (dev.py test) runs on two pytest-xdist workers, one module per worker at a
+# time (--dist loadfile): these modules go out first, longest first, so that the last
+# module a worker takes is a short one (measured: docs/benchmarks.md, "The full suite";
+# benchmarks/suite/summary.py prints the order from a profile). The rest keep file order.
+LONGEST_FIRST = [
+    "test_notebooks.py", "test_readme.py", "test_hosts.py", "test_jupyterlab.py",
+    "test_ab.py", "test_extras_install.py", "test_browser_panel_compare.py",
+    "test_notebook_document.py", "test_lab_compile.py", "test_faults.py", "test_cli.py",
+    "test_explore.py", "test_install.py", "test_browser_panel_advice.py",
+    "test_browser_saved_notebook.py", "test_advice_lab.py",
+]
+
+
+def _module_rank(item) -> int:
+    name = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=_module_rank)          # stable: a module's own order is kept
     for item in items:
         if LAB_FIXTURES & set(getattr(item, "fixturenames", ())) or _drives_a_browser(item):
             item.add_marker(pytest.mark.slow)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The full suite from a fresh clone of HEAD, as CI runs it (CI=true, .ci/run's pytest -q),
+# The full suite from a fresh clone of HEAD, as CI runs it (CI=true, `python3 dev.py test -q`),
 # with each test's wall and CPU recorded (suite_profile.py) and, with --coverage, nbtools'
 # line coverage in every process (coverage.toml). docs/benchmarks.md, "The full suite".
 #
-#   benchmarks/suite/run.sh [--coverage] OUTDIR [pytest args, e.g. -n 2]
+#   benchmarks/suite/run.sh [--coverage] OUTDIR [more arguments for dev.py test]
 #
 # OUTDIR gets clone/, pytest.log, time.txt (GNU time -v), profile.jsonl and, with
 # --coverage, coverage.txt (the report) and coverage.json (lines per file).
@@ -19,15 +19,16 @@ cd "$out/clone"
 git log --oneline -1 | tee "$out/commit.txt"
 python3 dev.py setup > "$out/setup.log" 2>&1
 export CI=true NBPROF_OUT="$out/profile.jsonl" PYTHONPATH="$out/clone/benchmarks/suite"
+export PYTEST_ADDOPTS="-p suite_profile"
 if [ $cov = 1 ]; then
     .venv/bin/python -m pip install -q coverage
-    export COVERAGE_FILE="$out/.coverage"
-    run=(.venv/bin/python -m coverage run --rcfile=benchmarks/suite/coverage.toml -m pytest -p coverage_grace)
-else
-    run=(.venv/bin/python -m pytest)
+    # every python the venv starts (pytest, its workers, engines, kernels) measures itself
+    export COVERAGE_PROCESS_START="$out/clone/benchmarks/suite/coverage.toml"
+    export COVERAGE_FILE="$out/.coverage" PYTEST_ADDOPTS="$PYTEST_ADDOPTS -p coverage_grace"
 fi
 set +e
-/usr/bin/time -v -o "$out/time.txt" "${run[@]}" -p suite_profile -q "$@" > "$out/pytest.log" 2>&1
+# the README's test command, as .ci/run calls it
+/usr/bin/time -v -o "$out/time.txt" python3 dev.py test -q "$@" > "$out/pytest.log" 2>&1
 rc=$?
 set -e
 if [ $cov = 1 ]; then
