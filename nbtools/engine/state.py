@@ -54,8 +54,10 @@ class EngineState:
         the old model and its optimizer state stayed allocated and counted in the next run's
         peak memory (on H200 the peak of notebook 04's FSDP2 runs grew run after run)."""
         import gc
+        from nbtools.engine import quiet
         self.prepared = self.workload = None
         self.cache.clear()
+        quiet.thaw()         # the old model may be among the objects a run froze
         gc.collect()
         if self.device is not None and self.device.type == "cuda":
             import torch
