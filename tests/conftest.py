@@ -33,11 +33,12 @@ def _drives_a_browser(item) -> bool:
 # module a worker takes is a short one (measured: docs/benchmarks.md, "The full suite";
 # benchmarks/suite/summary.py prints the order from a profile). The rest keep file order.
 LONGEST_FIRST = [
-    "test_notebooks.py", "test_readme.py", "test_hosts.py", "test_jupyterlab.py",
-    "test_ab.py", "test_extras_install.py", "test_browser_panel_compare.py",
-    "test_notebook_document.py", "test_lab_compile.py", "test_faults.py", "test_cli.py",
-    "test_explore.py", "test_install.py", "test_browser_panel_advice.py",
-    "test_browser_saved_notebook.py", "test_advice_lab.py",
+    "test_notebooks.py", "test_jupyterlab.py", "test_hosts.py", "test_readme.py",
+    "test_lab_compile.py", "test_faults.py", "test_ab.py", "test_extras_install.py",
+    "test_notebook_document.py", "test_browser_panel_compare.py", "test_lab.py", "test_cli.py",
+    "test_explore.py", "test_panel.py", "test_install.py", "test_workload.py", "test_flags.py",
+    "test_panel_compare.py", "test_browser_panel_advice.py", "test_browser_saved_notebook.py",
+    "test_advice_lab.py", "test_first_hour.py",
 ]
 
 
