@@ -195,7 +195,7 @@ WORKERS = int(os.environ.get("NBTOOLS_TEST_WORKERS", "2"))
 def selects_tests(pytest_args) -> bool:
     """The person chose what runs, or how: -m/-k, workers (-n, --dist), or a test path."""
     for a in pytest_args:
-        if a.startswith(("-m", "-k", "-n", "--numprocesses", "--dist", "-p")):
+        if a.startswith(("-m", "-k", "-n", "--numprocesses", "--dist")):
             return True
         if not a.startswith("-") and Path(a.split("::")[0]).exists():
             return True
