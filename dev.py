@@ -203,19 +203,15 @@ def selects_tests(pytest_args) -> bool:
 
 
 def full_run(py, rest) -> int:
-    """The whole suite: WORKERS pytest-xdist workers, a module per worker at a time (a
-    module's tests share its lab; tests/conftest.py sends the longest modules out first),
-    then the tests marked `serial` alone (they signal a process and time how it goes: a
-    second worker's load is not theirs to absorb). docs/testing.md: times on 2 cores."""
+    """The whole suite on WORKERS pytest-xdist workers, a module per worker at a time (a
+    module's tests share its lab; tests/conftest.py sends the longest modules out first).
+    docs/testing.md: times on 2 cores."""
     base = [str(py), "-m", "pytest", *rest]
     if WORKERS < 2:
         return subprocess.call(base, cwd=ROOT)
-    print(f"the full suite: {WORKERS} workers (NBTOOLS_TEST_WORKERS=1: one), then the "
-          "tests marked serial alone", flush=True)
-    rc = subprocess.call(base + ["-n", str(WORKERS), "--dist", "loadfile",
-                                 "--no-loadscope-reorder", "-m", "not serial"], cwd=ROOT)
-    rc2 = subprocess.call(base + ["-m", "serial"], cwd=ROOT)
-    return rc or (0 if rc2 == 5 else rc2)      # 5: no serial test among those selected
+    print(f"the full suite on {WORKERS} workers (NBTOOLS_TEST_WORKERS=1: one)", flush=True)
+    return subprocess.call(base + ["-n", str(WORKERS), "--dist", "loadfile",
+                                   "--no-loadscope-reorder"], cwd=ROOT)
 
 
 def next_steps() -> str:
@@ -258,8 +254,7 @@ def main(argv) -> int:
         print("fast tier: nothing outside the venv is installed or needed", flush=True)
         if not any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in rest):
             # its tests share no lab and no server: one worker per core (2 cores: 130 s
-            # instead of 182 s, docs/testing.md); the full run stays serial (its labs
-            # and browsers already fill the cores)
+            # instead of 182 s, docs/testing.md); the full run: full_run
             rest = ["-n", str(max(1, min(4, os.cpu_count() or 1))), *rest]
     else:
         ensure_system_packages()

@@ -2,9 +2,16 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from hypothesis import settings
+
+# A shell starts a background job (`cmd &` without job control) with SIGINT ignored, and
+# every process below inherits that: the tests that press Ctrl-C (SIGINT to this process,
+# to a lab's client, to JupyterLab) would find it ignored. Ctrl-C acts as in a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Property tests explore new examples on every local run (that is how the parts test found a
 # CPU rank's op on a GPU lane counted in compute but not in the span); in CI (.ci/run sets

@@ -85,10 +85,12 @@ def _sleepy(ctx):
 def _heavy(ctx):
     import torch
     import torch.distributed as dist
-    a = torch.ones(256, 256)
+    # 512: tens of ms more a step on rank 0, beyond what a second test worker's load on the
+    # same 2 cores makes a rank wait for the CPU (256, a few ms, was lost in it)
+    a = torch.ones(512, 512)
     if ctx.rank == 0:
         for _ in range(12):   # rank 0 computes longer before the collective
-            a = torch.mm(a, a) / 256
+            a = torch.mm(a, a) / 512
     dist.all_reduce(a[0], group=ctx.group)
     return a.sum()
 

@@ -307,7 +307,6 @@ def landing(base, token) -> str:
         return r.geturl().split("?")[0]
 
 
-@pytest.mark.serial      # under a second worker's load SIGINT once took over 60 s to stop it
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_lab_stops_on_a_signal_and_leaves_no_child(tmp_path, sig):
     """`nbtools lab` becomes jupyter lab (exec), so SIGTERM, and Ctrl-C's SIGINT, reach

@@ -41,10 +41,7 @@ class Lab:
         peer_grace: seconds other ranks may run on after one failed before the lab treats
             them as stuck in a collective and replaces their engines.
         spares: a warm engine per rank (local engines only) swaps in for a dead, hung or
-            interrupted one in about a second, instead of a full start. Where the host has
-            no room for them beside the ranks (under 4 cores a rank: 2 ranks on a laptop),
-            they start with the first heal instead of with Lab(), so they do not slow every
-            first run down (``NBTOOLS_SPARES_WITH_RANKS=0``: right after Lab() anyway).
+            interrupted one in about a second; under 4 cores a rank, with the first heal.
         compile_cache: a folder for the inductor caches that outlives the lab (a later lab
             starts warm); default a new one per lab.
         compile_cache_per: "host" (a host's ranks share one folder; inductor locks each

@@ -150,6 +150,7 @@ class Advisor(Stoppable):
         out: dict = {}
 
         def body():
+            done = ""
             try:
                 with captured(p.log.append_stdout), \
                         Ticker(self.progress, f"{what}: starting") as tick:
@@ -160,14 +161,18 @@ class Advisor(Stoppable):
                     finally:
                         p.lab.progress = shows
                 where = "stopped: " if self._stop.is_set() else ""
-                self.progress.value = f"{where}{what} done in {tick.elapsed:.1f} s"
+                done = f"{where}{what} done in {tick.elapsed:.1f} s"
             except BaseException as e:  # noqa: BLE001 - a thread's error has nowhere else to go
                 msg = html.escape(str(e).splitlines()[0] if str(e) else "")
                 self.progress.value = ""
                 self.result.value = (f"<div style='{ERROR_STYLE}'>{what} failed: "
                                      f"{type(e).__name__}: {msg}</div>")
             finally:
+                # the buttons come back (Stop goes) before the words say done: a page
+                # never shows "done" beside a Stop that stops nothing
                 self._set_busy(False)
+                if done:
+                    self.progress.value = done
                 p._refresh_history()
         self.thread = threading.Thread(target=body, name=f"nbtools-{what.lower()}", daemon=True)
         self.thread.start()
