@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nbtools.report.notebook import execute, export_notebook
+from nbtools.report.notebook import NotebookStopped, execute, export_notebook
 
 pytestmark = pytest.mark.slow   # runs the tutorial notebooks in kernels, each with its own lab
 
@@ -28,6 +28,17 @@ SMALL = dict(SMALL=True, WARMUP=1, STEPS=2, PROFILED=1, BATCHES=[1, 4], CPU_BATC
 def small(tmp_path) -> dict:
     """SMALL plus output paths inside tmp_path, so a test run writes nothing into the repo."""
     return dict(SMALL, HISTORY=str(tmp_path / "runs"), HTML=str(tmp_path / "findings.html"))
+
+
+def _failed_runs(history: Path) -> str:
+    """Each failed run's errors in full, every rank's (the cell's error names only the first
+    line of the first): what a failure seen once in CI is diagnosed from."""
+    import json
+    out = []
+    for meta in sorted(history.glob("*/run.json")):
+        errors = json.loads(meta.read_text()).get("errors") or {}
+        out += [f"--- run {meta.parent.name}, rank {r}:\n{e}" for r, e in errors.items()]
+    return "\n".join(out)
 
 
 def _errors(nb) -> list:
@@ -69,7 +80,10 @@ HEADLESS = [p for p in PATHS if p.stem not in ("00-quickstart", "01-cuda-graphs-
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("path", HEADLESS, ids=[p.stem for p in HEADLESS])
 def test_notebook_runs_headless(path, tmp_path):
-    nb = execute(path, parameters=small(tmp_path), timeout=300, cwd=tmp_path)
+    try:
+        nb = execute(path, parameters=small(tmp_path), timeout=300, cwd=tmp_path)
+    except NotebookStopped as e:
+        raise AssertionError(f"{e}\n{_failed_runs(tmp_path / 'runs')}") from e
     assert not _errors(nb), _errors(nb)
     # the injected HISTORY was used: the runs were saved there, not into the repo
     assert any((tmp_path / "runs").glob("*/run.json")), "no run saved under HISTORY"
