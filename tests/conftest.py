@@ -71,15 +71,37 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [i for i in items if not i.get_closest_marker("gpu")]
 
 
+# What a module sets as ``LAB`` to run on the worker's shared lab instead of one of its own.
+SHARED = "shared"
+# The shared lab's options: the longest timeouts any sharing module asked for.
+SHARED_OPTIONS = dict(timeout=600, pg_timeout=300)
+
+
+@pytest.fixture(scope="session")
+def shared_lab(tmp_path_factory):
+    """One 2-rank CPU lab per test process (each xdist worker has its own), for the modules
+    whose tests count history relative to where they start and run configs of their own:
+    they do not need a lab of their own, and each lab start is ~12 s of CPU on 2 cores
+    (docs/benchmarks.md, "Session 17")."""
+    from nbtools import Lab
+    with Lab(n=2, history=tmp_path_factory.mktemp("shared-history"), **SHARED_OPTIONS) as lab:
+        yield lab
+
+
 @pytest.fixture(scope="module")
 def lab(request, tmp_path_factory):
-    """The 2-rank CPU lab of one test module, closed after its tests. Each module starts its
-    own: its tests count history and reuse compiled graphs, which another module's runs would
-    change. A module sets ``LAB = dict(...)`` for what it needs beside these defaults
-    (``history=None``, ``echo=False``, other timeouts)."""
+    """The 2-rank CPU lab of one test module. A module sets ``LAB = SHARED`` to run on its
+    worker's shared lab (its tests must not depend on a fresh lab: a fixed history length,
+    a first run that builds, the panel opening on the newest run, killing ranks), or
+    ``LAB = dict(...)`` for a lab of its own with these defaults changed (``history=None``,
+    ``echo=False``, other timeouts); without ``LAB`` it gets a lab of its own."""
+    wanted = getattr(request.module, "LAB", {})
+    if wanted == SHARED:
+        yield request.getfixturevalue("shared_lab")
+        return
     from nbtools import Lab
     options = dict(n=2, history=tmp_path_factory.mktemp("history"), timeout=240,
                    pg_timeout=120)
-    options.update(getattr(request.module, "LAB", {}))
+    options.update(wanted)
     with Lab(**options) as lab:
         yield lab

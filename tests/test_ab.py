@@ -16,6 +16,8 @@ from nbtools.ui.summary_view import BAD, GOOD
 
 pytestmark = pytest.mark.slow
 
+LAB = "shared"     # the worker's lab (tests/conftest.py): history counted from here
+
 RUN = dict(scenario="ddp-train", warmup=1, steps=5, profiled=1)
 A, B = StepConfig(batch=2, **RUN), StepConfig(batch=16, **RUN)
 

@@ -18,7 +18,7 @@ COMPILED = dict(compile="default", backend="aot_eager", **FAST)
 
 
 # the conftest lab, with what this module needs beside its defaults
-LAB = dict(history=None)
+LAB = "shared"     # the worker's lab (tests/conftest.py): history counted from here
 
 
 def rules(suggestions):

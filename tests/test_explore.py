@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 # the conftest lab, with what this module needs beside its defaults
-LAB = dict(history=None)
+LAB = "shared"     # the worker's lab (tests/conftest.py): history counted from here
 
 
 def test_keeps_the_faster_change_refuses_a_slower_one_and_skips_a_failing_one(lab, capsys):

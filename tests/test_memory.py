@@ -13,6 +13,8 @@ from nbtools import StepConfig
 from nbtools.engine.memory import MemoryRecorder
 from nbtools.results.run import Run
 
+LAB = "shared"     # the worker's lab (tests/conftest.py): history counted from here
+
 
 def test_recorder_sums_the_profilers_allocations_on_cpu():
     cfg = StepConfig(memory=True)

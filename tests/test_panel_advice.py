@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 # the conftest lab, with what this module needs beside its defaults
-LAB = dict(history=None)
+LAB = "shared"     # the worker's lab (tests/conftest.py): history counted from here
 
 
 def test_suggest_try_and_explore_land_in_the_panel_and_print_nothing(lab, capfd, tmp_path):

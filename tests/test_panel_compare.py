@@ -17,7 +17,7 @@ from lab_steps import SMALL  # noqa: E402  (tests/ is on sys.path)
 
 
 # the conftest lab, with what this module needs beside its defaults
-LAB = dict(history=None)
+LAB = "shared"     # the worker's lab (tests/conftest.py): history counted from here
 
 
 def _two_runs(lab, panel):

@@ -178,7 +178,7 @@ def test_the_exported_compile_table_gives_the_slowest_ranks_seconds():
 
 # -- fresh CPU runs ------------------------------------------------------------------
 # the conftest lab, with what this module needs beside its defaults
-LAB = dict(history=None, timeout=300, pg_timeout=300, echo=False)
+LAB = "shared"     # the worker's lab (tests/conftest.py)
 
 
 @pytest.mark.parametrize("fields", [

@@ -47,7 +47,7 @@ NET = Workload(model=lambda: Net(), batch=_batch, loss=F.mse_loss, blocks=lambda
 
 
 # the conftest lab, with what this module needs beside its defaults
-LAB = dict(timeout=600, pg_timeout=300, echo=False)
+LAB = "shared"     # the worker's lab (tests/conftest.py): history counted from here
 
 
 def _collectives(run) -> dict:
