@@ -67,17 +67,21 @@ class Comparer(Stoppable):
 
     # -- the rounds (in the thread) --------------------------------------------------------
     def _rounds(self, a, b, rounds) -> None:
-        p = self.panel
+        p, said = self.panel, None
         try:
             with captured(p.log.append_stdout):
-                self._run_rounds(a, b, rounds)
+                said = self._run_rounds(a, b, rounds)
         except BaseException as e:  # noqa: BLE001 - a thread's error has nowhere else to go
             p._set_error(f"compare failed: {type(e).__name__}: {html.escape(str(e))}")
             self.progress.value = ""
         finally:
             self._set_busy(False)
+            # last: a person (or a page test) who reads "compared" finds the buttons back
+            if said is not None:
+                self.progress.value = said
 
-    def _run_rounds(self, a, b, rounds) -> None:
+    def _run_rounds(self, a, b, rounds) -> str:
+        """Run the rounds and show the comparison; returns the line that says how it ended."""
         p, lab = self.panel, self.panel.lab
         failed = []
         p.log.outputs = ()          # engine output of these runs, by rank
@@ -104,10 +108,9 @@ class Comparer(Stoppable):
             finally:
                 lab.progress = shows
         where = "stopped: " if self._stop.is_set() else ""
-        self.progress.value = (f"{where}{cmp.verdict.rounds} of {rounds} rounds compared "
-                               f"({len(cmp.runs_a) + len(cmp.runs_b)} runs) in "
-                               f"{tick.elapsed:.1f} s" if cmp is not None else
-                               f"{where}no comparison after {tick.elapsed:.1f} s")
+        return (f"{where}{cmp.verdict.rounds} of {rounds} rounds compared "
+                f"({len(cmp.runs_a) + len(cmp.runs_b)} runs) in {tick.elapsed:.1f} s"
+                if cmp is not None else f"{where}no comparison after {tick.elapsed:.1f} s")
 
     def _finish(self, a, b, make):
         """Make the comparison; show it (verdict, table, timelines) or why it failed."""
