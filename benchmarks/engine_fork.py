@@ -61,8 +61,9 @@ def spawned() -> tuple[float, float]:
     return cpu, time.perf_counter() - t0
 
 
-def forked() -> tuple[float, float]:
-    """A template that imports once, then forks the two: (CPU s of all three, wall s)."""
+def forked() -> tuple[float, float, float]:
+    """A template that imports once, then forks the two: (CPU s of all three, wall s, CPU s
+    of the two children)."""
     port, t0 = free_port(), time.perf_counter()
     code = IMPORTS + f"import os, sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n" \
         "import engine_fork\n" \
@@ -99,7 +100,7 @@ def main() -> None:
     n = ap.parse_args().repeats
     rows = {"spawned": [], "forked": [], "of which children": []}
     for _ in range(n):               # interleaved, so both see the same load
-        rows["spawned"].append(spawned()[:2])
+        rows["spawned"].append(spawned())
         cpu, wall, kids = forked()
         rows["forked"].append((cpu, wall))
         rows["of which children"].append((kids, wall))

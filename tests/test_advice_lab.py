@@ -17,7 +17,6 @@ FAST = dict(warmup=1, steps=3, profiled=1)
 COMPILED = dict(compile="default", backend="aot_eager", **FAST)
 
 
-# the conftest lab, with what this module needs beside its defaults
 LAB = "shared"     # the worker's lab (tests/conftest.py): history counted from here
 
 

@@ -16,7 +16,6 @@ from explore_steps import SLOW, WORKLOAD  # noqa: E402  (tests/ is on sys.path)
 pytestmark = pytest.mark.slow
 
 
-# the conftest lab, with what this module needs beside its defaults
 LAB = "shared"     # the worker's lab (tests/conftest.py): history counted from here
 
 

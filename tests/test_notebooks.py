@@ -33,12 +33,11 @@ def small(tmp_path) -> dict:
 def _failed_runs(history: Path) -> str:
     """Each failed run's errors in full, every rank's (the cell's error names only the first
     line of the first): what a failure seen once in CI is diagnosed from."""
-    import json
-    out = []
-    for meta in sorted(history.glob("*/run.json")):
-        errors = json.loads(meta.read_text()).get("errors") or {}
-        out += [f"--- run {meta.parent.name}, rank {r}:\n{e}" for r, e in errors.items()]
-    return "\n".join(out)
+    from nbtools import History
+    if not history.is_dir():
+        return f"(no history at {history})"
+    return "\n".join(f"--- run {run.run_id}, rank {r}:\n{e}"
+                     for run in History.load(history) for r, e in run.errors.items())
 
 
 def _errors(nb) -> list:

@@ -19,7 +19,8 @@ def meminfo() -> dict:
     return out
 
 
-def processes(top: int = 8) -> list:
+def processes(top: int = 8) -> tuple:
+    """The ``top`` biggest processes (RSS MiB, pid, command), the RSS sum, the count."""
     rows = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
