@@ -85,7 +85,53 @@ def shared_lab(tmp_path_factory):
     (docs/benchmarks.md, "Session 17")."""
     from nbtools import Lab
     with Lab(n=2, history=tmp_path_factory.mktemp("shared-history"), **SHARED_OPTIONS) as lab:
+        _on_engines(lab, _KEEP_DYNAMO_CONFIG)
         yield lab
+
+
+# A module's runs can change process-wide state on the shared lab's engines and so the next
+# module's results: tests/explore_steps.py's Net raises Dynamo's recompile limits, as a
+# person's model may, and test_advice_lab then hit no limit (CI's failure of session 17).
+# Each sharing module gets Dynamo's config back as the shared lab started with it. Run on
+# the engines as source (execute, then pull): a function of this file would travel by
+# reference to a module the engines cannot import. Both wait for the engine's background
+# import first, as a run does: two threads importing torch._dynamo at once can deadlock.
+_WARM = "from nbtools.engine.state import S\nS.finish_warm_import()\n"
+_KEEP_DYNAMO_CONFIG = _WARM + """
+import torch._dynamo
+torch._dynamo._nbtools_tests_config = torch._dynamo.config.get_config_copy()
+_nbtools_tests_changed = []
+"""
+_RESTORE_DYNAMO_CONFIG = _WARM + """
+import torch._dynamo
+def _nbtools_tests_restore():
+    cfg = torch._dynamo.config
+    kept = getattr(torch._dynamo, "_nbtools_tests_config", None)
+    if kept is None:          # an engine that joined later: what it has now is its start
+        torch._dynamo._nbtools_tests_config = cfg.get_config_copy()
+        return []
+    now, changed = cfg.get_config_copy(), []
+    for name, value in kept.items():
+        try:
+            same = bool(now.get(name) == value)
+        except Exception:     # a value whose == is not a bool
+            same = now.get(name) is value
+        if not same:
+            setattr(cfg, name, value)
+            changed.append(name)
+    return changed
+_nbtools_tests_changed = _nbtools_tests_restore()
+"""
+
+
+def _on_engines(lab, code: str) -> dict:
+    """Run ``code`` on every rank's engine; each rank's ``_nbtools_tests_changed``."""
+    out = {}
+    for rank, eid in sorted(lab.rank_to_engine.items()):
+        view = lab.client[eid]
+        view.execute(code, block=True)
+        out[rank] = view.pull("_nbtools_tests_changed", block=True)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +143,15 @@ def lab(request, tmp_path_factory):
     ``echo=False``, other timeouts); without ``LAB`` it gets a lab of its own."""
     wanted = getattr(request.module, "LAB", {})
     if wanted == SHARED:
-        yield request.getfixturevalue("shared_lab")
+        shared = request.getfixturevalue("shared_lab")
+        yield shared
+        try:
+            changed = _on_engines(shared, _RESTORE_DYNAMO_CONFIG)
+        except Exception as e:   # noqa: BLE001 - a broken shared lab: its next user says so
+            changed = {"not restored": repr(e)}
+        if any(changed.values()):    # with -s: which module changed what
+            print(f"\n{request.module.__name__} changed torch._dynamo.config on the shared "
+                  f"lab's engines, restored: {changed}")
         return
     from nbtools import Lab
     options = dict(n=2, history=tmp_path_factory.mktemp("history"), timeout=240,
