@@ -41,8 +41,8 @@ def test_each_extra_installs_beside_cpu_torch(tmp_path):
     sh(sys.executable, "-m", "venv", venv)
     py = venv / "bin" / "python"
     env = clean_env()
-    # --no-compile: byte-compiling every installed file is half of torch's install CPU (on 2
-    # cores 24.7 -> 6.4 s user) and tests nothing here; what the checks import compiles itself
+    # --no-compile: byte-compiling every installed file is 40 % of torch's install CPU (on 2
+    # cores user+sys 34.4 -> 20.2 s) and tests nothing here; what the checks import compiles itself
     pip_install = [py, "-m", "pip", "install", "-q", "--no-compile"]
     sh(*pip_install, f"torch=={TORCH}", env=env, timeout=900)
     torch_before = sh(py, "-c", TORCH_IS, env=env).stdout.strip()
