@@ -29,7 +29,7 @@ def _blocks_step(ctx, read_index=True):
     """Ten blocks of one class, each compiled on its own (per-block compile), each with
     its layer_idx; forward reads it when ``read_index`` (as HF's attention does with its
     KV cache): one frame, one guard per index, the recompile limit (8) hit."""
-    import torch._dynamo
+    import torch
 
     class Block(torch.nn.Module):
         def __init__(self, i):
@@ -47,11 +47,7 @@ def _blocks_step(ctx, read_index=True):
         torch.manual_seed(0)
         ctx.state["blocks"] = [ctx.compile(Block(i)) for i in range(10)]
     x = torch.randn(4, 16)
-    # the worker's shared lab also runs tests/explore_steps.py's Net, which raises Dynamo's
-    # limits for the rest of its engine's life (as a person's model may; CI's failure of
-    # session 17): the limit this step plants is PyTorch's default
-    limits = torch._dynamo.config.patch(recompile_limit=8, accumulated_recompile_limit=256)
-    with limits, torch.no_grad():
+    with torch.no_grad():
         for b in ctx.state["blocks"]:
             x = b(x)
     return x.sum()

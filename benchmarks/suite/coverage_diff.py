@@ -57,8 +57,11 @@ def main() -> None:
         b, n = before.get(f, set()), after.get(f, set())
         if a.revs:
             old, new = source(a.revs[0], f), source(a.revs[1], f)
-            if old is None or new is None:
-                (moved_out if new is None else gained)[f] = sorted(b if new is None else n)
+            if new is None:          # the file is gone: all it covered went with it
+                moved_out[f] = sorted(b)
+                continue
+            if old is None:          # a new file: all it covers is new
+                gained[f] = sorted(n)
                 continue
             m = line_map(old, new)
             lost[f] = sorted(x for x in b if x in m and m[x] not in n)
