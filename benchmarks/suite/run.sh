@@ -5,7 +5,7 @@
 #
 #   benchmarks/suite/run.sh [--coverage] OUTDIR [more arguments for dev.py test]
 #
-# OUTDIR gets clone/, pytest.log, time.txt (GNU time -v), profile.jsonl and, with
+# OUTDIR gets clone/, pytest.log, time.txt (GNU time -v), profile.jsonl, cpu_kinds.json and, with
 # --coverage, coverage.txt (the report) and coverage.json (lines per file).
 set -euo pipefail
 cov=0
@@ -27,9 +27,13 @@ if [ $cov = 1 ]; then
     export COVERAGE_FILE="$out/.coverage" PYTEST_ADDOPTS="$PYTEST_ADDOPTS -p coverage_grace"
 fi
 set +e
+# CPU per kind of process (engines, kernels, browsers, pip...), a floor: cpuwatch.py
+python3 benchmarks/suite/cpuwatch.py "$out/cpu_kinds.json" 0.5 &
+watch=$!
 # the README's test command, as .ci/run calls it
 /usr/bin/time -v -o "$out/time.txt" python3 dev.py test -q "$@" > "$out/pytest.log" 2>&1
 rc=$?
+kill -TERM $watch; wait $watch
 set -e
 if [ $cov = 1 ]; then
     .venv/bin/python -m coverage combine -q --rcfile=benchmarks/suite/coverage.toml || true
