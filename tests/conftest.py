@@ -20,6 +20,30 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
+# Every lab of a test run keeps its inductor caches in one folder ($NBTOOLS_COMPILE_CACHE,
+# the default of Lab(compile_cache=)): a lab compiling from nothing is C++ builds and
+# inductor's lowering again for graphs an earlier lab built, a third of a CLI test's CPU
+# (docs/benchmarks.md, "Session 19"). Set before the workers start, so they, the notebooks'
+# kernels and the CLI's processes inherit it; a test about cold compiles gives its lab a
+# folder of its own. A person's own setting is kept.
+_MADE_CACHE = None
+
+
+def pytest_configure(config):
+    global _MADE_CACHE
+    if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("NBTOOLS_COMPILE_CACHE"):
+        return
+    import tempfile
+    _MADE_CACHE = tempfile.mkdtemp(prefix="nbtools-tests-inductor-")
+    os.environ["NBTOOLS_COMPILE_CACHE"] = _MADE_CACHE
+
+
+def pytest_unconfigure(config):
+    if _MADE_CACHE:
+        import shutil
+        shutil.rmtree(_MADE_CACHE, ignore_errors=True)
+
+
 # Fixtures that start a Lab (engines, a controller, a process group: seconds each, and the
 # tests on them run real steps): a test using one is in the slow tier without saying so,
 # so a new test on a lab cannot slip into the inner loop's three minutes.

@@ -1,6 +1,7 @@
 """Compile events through the lab on 2 CPU ranks (real engines, gloo): reasons and counts
 as PyTorch reports them, on every rank, on the run's clock."""
 import os
+from pathlib import Path
 
 import pytest
 
@@ -221,6 +222,29 @@ def test_a_compile_cache_folder_outlives_the_lab(tmp_path):
     assert set(dirs) == {str(tmp_path / "cc" / folders[0])}, dirs
     assert all("miss" in c for c in caches[0]), caches[0]
     assert all(c == {"hit"} for c in caches[1]), caches[1]
+
+
+def test_labs_without_a_folder_of_their_own_share_nbtools_compile_cache(lab):
+    """$NBTOOLS_COMPILE_CACHE (tests/conftest.py sets one per test run) is the default of
+    Lab(compile_cache=): the module's lab named none, and its ranks compile into that folder."""
+    expected = Path(os.environ["NBTOOLS_COMPILE_CACHE"]).resolve()
+    assert lab.compile_cache == expected and f"compile cache {expected}" in repr(lab)
+    dirs = {lab.client[e].apply_sync(os.getenv, "TORCHINDUCTOR_CACHE_DIR")
+            for e in lab.rank_to_engine.values()}
+    assert len(dirs) == 1 and Path(dirs.pop()).parent == expected, dirs
+
+
+def test_nbtools_compile_cache_is_checked_like_the_argument(tmp_path, monkeypatch):
+    from nbtools.lab.arguments import cache_folder
+    monkeypatch.setenv("NBTOOLS_COMPILE_CACHE", str(tmp_path / "cc"))
+    assert cache_folder(None) == (tmp_path / "cc").resolve() and (tmp_path / "cc").is_dir()
+    assert cache_folder(tmp_path / "own") == (tmp_path / "own").resolve()   # the argument wins
+    (tmp_path / "f").write_text("")
+    monkeypatch.setenv("NBTOOLS_COMPILE_CACHE", str(tmp_path / "f"))
+    with pytest.raises(ConfigError, match=r"\$NBTOOLS_COMPILE_CACHE=.*is a file"):
+        cache_folder(None)
+    monkeypatch.setenv("NBTOOLS_COMPILE_CACHE", "")       # empty: unset
+    assert cache_folder(None) is None
 
 
 def test_a_compile_cache_per_that_is_neither_host_nor_rank_is_refused():

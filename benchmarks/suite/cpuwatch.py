@@ -3,7 +3,8 @@ Chromium, pip, the pytest workers. /proc is read every INTERVAL seconds; each pr
 user+sys CPU is kept by pid and sorted into a kind by its command line. A process that
 lives less than INTERVAL, or CPU spent after the last sample, is missed, so the sums are a
 floor. On SIGTERM/SIGINT (or every 60 s) OUT gets one JSON object: per kind the CPU seconds
-and the number of processes, and the 40 costliest processes.
+and the number of processes, the same per program (python: per module), and the 40
+costliest processes.
 
     python benchmarks/suite/cpuwatch.py OUT.json [INTERVAL]     # runs until killed
 """
@@ -26,6 +27,20 @@ KINDS = [   # first match on the command line wins
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+def head_of(cmd: str) -> str:
+    """The program and, for python, its module or script: ``python -m nbtools.engine.boot``."""
+    argv = cmd.split()
+    if not argv:
+        return "?"
+    prog = os.path.basename(argv[0])
+    if prog.startswith("python") and len(argv) > 1:
+        rest = argv[2] if argv[1] in ("-m", "-u") and len(argv) > 2 else argv[1]
+        if argv[1] == "-u" and len(argv) > 3 and argv[2] == "-c":
+            rest = "-c"
+        return f"{prog} {argv[1] if argv[1] == '-m' else ''} {os.path.basename(rest)}".replace("  ", " ")
+    return prog
+
+
 def kind_of(cmd: str) -> str:
     for kind, needles in KINDS:
         if any(n in cmd for n in needles):
@@ -45,9 +60,16 @@ def main() -> None:
             k = kinds.setdefault(p["kind"], dict(cpu=0.0, n=0))
             k["cpu"] += p["cpu"]
             k["n"] += 1
+        heads: dict[str, dict] = {}
+        for p in seen.values():
+            h = heads.setdefault(head_of(p["cmd"]), dict(cpu=0.0, n=0))
+            h["cpu"] += p["cpu"]
+            h["n"] += 1
+        heads = dict(sorted(heads.items(), key=lambda kv: -kv[1]["cpu"])[:40])
         top = sorted(seen.values(), key=lambda p: -p["cpu"])[:40]
         with open(out, "w") as f:
-            json.dump(dict(kinds=kinds, total=sum(k["cpu"] for k in kinds.values()), top=top), f,
+            json.dump(dict(kinds=kinds, total=sum(k["cpu"] for k in kinds.values()), heads=heads,
+                           top=top), f,
                       indent=1)
         if _:
             sys.exit(0)

@@ -171,8 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="let --html replace a notebook, a saved run's file or a profiler "
                        "trace (refused otherwise)")
         p.add_argument("--compile-cache", default=None, metavar="DIR",
-                       help="keep the ranks' inductor caches in DIR across labs (default: a cold "
-                            "cache per lab)")
+                       help="keep the ranks' inductor caches in DIR across labs (default: "
+                            "$NBTOOLS_COMPILE_CACHE where set, else a cold cache per lab)")
         p.add_argument("--compile-cache-per", default="host", choices=["host", "rank"],
                        help="host (default): the ranks on a host share one inductor cache, so a "
                             "kernel is built once; rank: each rank its own (cold compiles per rank)")

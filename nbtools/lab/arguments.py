@@ -135,20 +135,30 @@ def rank_cache(root: Path, p, per: str) -> Path:
     return root / ("host-" + re.sub(r"[^A-Za-z0-9._-]", "_", str(p.host)))
 
 
+# The default of Lab(compile_cache=...) where set: every lab without a folder of its own
+# keeps its inductor caches there, so a restarted kernel, a second CLI run or a test suite's
+# next lab compiles warm instead of from nothing.
+COMPILE_CACHE_ENV = "NBTOOLS_COMPILE_CACHE"
+
+
 def cache_folder(path) -> Path | None:
     """Lab(compile_cache=...): a folder made now (one subfolder per host or rank later), or a clear
-    error for a file or a place that cannot be written."""
+    error for a file or a place that cannot be written. ``None`` takes $NBTOOLS_COMPILE_CACHE
+    where it is set (not empty), else stays None: the lab's own cold cache."""
+    given = f"compile_cache={str(path)!r}"
     if path is None:
-        return None
+        path = os.environ.get(COMPILE_CACHE_ENV) or None
+        if path is None:
+            return None
+        given = f"${COMPILE_CACHE_ENV}={path!r} (the default of compile_cache)"
     folder = Path(path).expanduser().resolve()
     if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"compile_cache={str(path)!r} is a file; give a folder (it gets one "
-                          "subfolder per rank)")
+        raise ConfigError(f"{given} is a file; give a folder (it gets one subfolder per host "
+                          "or rank)")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"compile_cache={str(path)!r} cannot be created ({e}); give a "
-                          "writable folder") from None
+        raise ConfigError(f"{given} cannot be created ({e}); give a writable folder") from None
     return folder
 
 
