@@ -43,8 +43,7 @@ class Lab:
         spares: a warm engine per rank (local engines only) swaps in for a dead, hung or
             interrupted one in about a second; under 4 cores a rank, with the first heal.
         compile_cache: a folder for the inductor caches that outlives the lab (a later lab
-            starts warm); default ``$NBTOOLS_COMPILE_CACHE`` where set, else a new, cold
-            one per lab.
+            starts warm); default ``$NBTOOLS_COMPILE_CACHE``, else a new, cold one per lab.
         compile_cache_per: "host" (a host's ranks share one folder; inductor locks each
             kernel's build) or "rank" (``DIR/rank0``, ...: cold compiles per rank).
         echo: say what the lab does on stderr. ``progress`` (attribute): each rank's phase
