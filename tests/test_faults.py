@@ -42,14 +42,6 @@ def _lab_pids(lab) -> list:
     return out
 
 
-def _new_children(before: set) -> list:
-    """This process's children started since ``before``, less the engine template: it is
-    this process's, not a lab's, and serves the next Lab() (lab/engine_template.py)."""
-    from nbtools.lab import engine_template
-    keep = before | engine_template.pids()
-    return [p for p in psutil.Process().children(recursive=True) if p.pid not in keep]
-
-
 def _gone(proc) -> bool:
     try:
         return proc.status() == psutil.STATUS_ZOMBIE    # dead, memory freed, not reaped yet
@@ -112,7 +104,7 @@ def test_failed_start_cleans_up_at_once(tmp_path, monkeypatch):
     mine = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(TimeoutError):
         Lab(n=2, history=None, start_timeout=0.5)     # engines cannot register that fast
-    new = _new_children(mine)
+    new = [p for p in psutil.Process().children(recursive=True) if p.pid not in mine]
     assert [p.pid for p in new if not _gone(p)] == []
     assert glob.glob(str(tmp_path / "nbtools-lab-*")) == []
 
@@ -129,7 +121,7 @@ def test_engine_that_dies_before_registering_is_named_with_its_words(tmp_path, m
     with pytest.raises(RuntimeError, match=r"engine\(s\) ended before registering: local rank 0 "
                        r"\(exit code 3\): this environment cannot start an engine"):
         Lab(n=2, history=None, spares=False, start_timeout=120)
-    new = _new_children(mine)
+    new = [p for p in psutil.Process().children(recursive=True) if p.pid not in mine]
     assert [p.pid for p in new if not _gone(p)] == []
     assert glob.glob(str(tmp_path / "nbtools-lab-*")) == []
 

@@ -18,7 +18,7 @@ import psutil
 from ipyparallel.cluster import launcher as _ipp_launcher
 from ipyparallel.cluster.launcher import LocalEngineLauncher, LocalEngineSetLauncher
 
-from nbtools.lab import engine_template, sshclients
+from nbtools.lab import sshclients
 
 
 class _Recording(psutil.Process):
@@ -33,38 +33,10 @@ class _Recording(psutil.Process):
 
 class EngineLauncher(LocalEngineLauncher):
     """ipyparallel's local engine launcher, with the engine's pid recorded before its waiter
-    thread starts, so the reaper always knows it. An engine whose environment asks for it
-    (``NBTOOLS_FORK=1``: the Pool's CPU engines) is forked from this process's engine
-    template instead of started as a new interpreter (lab/engine_template.py), from the
-    process's second Lab on; where the template cannot fork, it starts the usual way."""
-    def start(self):
-        """Start the engine: forked from the template where it can be, else as ipyparallel
-        starts it (a new interpreter)."""
-        args = list(self.args)
-        if (self.environment.get("NBTOOLS_FORK") != "1" or args[1:3] != _BOOT
-                or self.state != "before"):
-            return super().start()
-        env = dict(os.environ)
-        env.update(self.get_env())
-        try:
-            template = engine_template.template(dict(self.environment))
-            if template is None:        # this process's first lab: no template yet
-                return super().start()
-            proc = template.fork(args[3:], env, self.work_dir, self.output_file)
-        except Exception as e:  # noqa: BLE001 - a new interpreter still starts the engine
-            self.log.warning("forking the engine failed (%s); starting it anew", e)
-            return super().start()
-        self.pid, self.process = proc.pid, proc
-        self.notify_start(proc.pid)
-        self._start_waiting()
-
+    thread starts, so the reaper always knows it."""
     def _start_waiting(self):
-        if not isinstance(self.process, engine_template.Forked):
-            self.process = _Recording(self.process.pid)   # before the waiter thread starts
+        self.process = _Recording(self.process.pid)   # before the waiter thread starts
         super()._start_waiting()
-
-
-_BOOT = ["-m", "nbtools.engine.boot"]
 
 
 class EngineSetLauncher(LocalEngineSetLauncher):

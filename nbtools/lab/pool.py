@@ -14,7 +14,7 @@ import uuid
 from typing import Optional
 
 from nbtools.engine import liveness
-from nbtools.lab import bytecode, engine_template, hub, placement, reaper
+from nbtools.lab import bytecode, hub, placement, reaper
 from nbtools.lab.arguments import ENGINE_GB, available_gb
 
 # liveness.start() (watchdog, background torch import) runs as the process's first line,
@@ -68,8 +68,6 @@ class Pool:
         # they start without waiting for the controller to write it
         cluster.send_engines_connection_env = False
         self.bytecode_env = bytecode.engine_env()
-        if not gpus:            # this process's second CPU lab on forks its engines
-            engine_template.lab_started()
 
     def launch(self, local_rank: int) -> Slot:
         """Start one engine for ``local_rank`` (its GPU, or its CPU thread count) and return its slot."""
@@ -82,10 +80,6 @@ class Pool:
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
             env["OMP_NUM_THREADS"] = str(self.threads)
-            # CPU engines are forked from a warm template (lab/engine_template.py); a GPU
-            # engine must not be: a fork after anything touched CUDA breaks it in the child
-            if engine_template.wanted():
-                env["NBTOOLS_FORK"] = "1"
         set_id = self.cluster.start_engines_sync(n=1, environment=env, engine_cmd=ENGINE_CMD,
                                                   engine_args=list(hub.REGISTRATION))
         launcher = self.cluster.engines[set_id].launchers["0"]
