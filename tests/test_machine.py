@@ -93,6 +93,29 @@ def test_switches_are_checked_and_restored():
     assert quiet.publish_step("warmup") and not quiet.publish_step("measured")
 
 
+def test_a_dropped_model_is_freed_by_one_full_collection_then_frozen_again():
+    import weakref
+
+    class Model:        # a model in a reference cycle, as compiled and FSDP2 modules are
+        pass
+    model = Model()
+    model.me = model
+    gone = weakref.ref(model)
+    with quiet.timed_steps():
+        pass                                          # the run froze it with everything
+    del model
+    assert gc.get_freeze_count() > 0 and gone() is not None
+    quiet.collect_all()                               # what release_model does
+    assert gone() is None, "the frozen model was not freed"
+    assert gc.get_freeze_count() > 0                  # the survivors are frozen again
+    quiet.state_changed()                             # already collected: stays frozen
+    assert gc.get_freeze_count() > 0
+    with quiet.timed_steps():
+        pass
+    quiet.state_changed()                             # a new run's state since: thawed
+    assert gc.get_freeze_count() == 0
+
+
 def test_the_frame_counter_pauses_for_the_timed_steps_and_keeps_its_count():
     torch = pytest.importorskip("torch")
     from nbtools.engine.compile_recorder import CompileRecorder

@@ -53,12 +53,10 @@ class EngineState:
         Compiled and FSDP2-wrapped modules sit in reference cycles, so without a collection
         the old model and its optimizer state stayed allocated and counted in the next run's
         peak memory (on H200 the peak of notebook 04's FSDP2 runs grew run after run)."""
-        import gc
         from nbtools.engine import quiet
         self.prepared = self.workload = None
         self.cache.clear()
-        quiet.thaw()         # the old model may be among the objects a run froze
-        gc.collect()
+        quiet.collect_all()      # the old model may be among the objects a run froze
         if self.device is not None and self.device.type == "cuda":
             import torch
             torch.cuda.empty_cache()
