@@ -83,37 +83,47 @@ def test_switches_are_checked_and_restored():
             assert gc.get_freeze_count() == 0 and quiet.poll_interval(0.25) == 0.25
     finally:
         quiet.configure(**quiet.DEFAULTS)
+    quiet.collect()                                   # an engine's first model, before it is built
     with quiet.timed_steps():
         assert gc.get_freeze_count() > 0              # the engine's objects are not re-walked
         assert quiet.poll_interval(0.25) == quiet.WATCH_TIMED_S
-    # still frozen for the next run on the same state, which walks only what is new
+    # still frozen for the next runs, which walk only what is new
     assert gc.get_freeze_count() > 0 and quiet.poll_interval(0.25) == 0.25
-    quiet.thaw()                                      # new state: everything collectable
+    quiet.thaw()
     assert gc.get_freeze_count() == 0
     assert quiet.publish_step("warmup") and not quiet.publish_step("measured")
 
 
-def test_a_dropped_model_is_freed_by_one_full_collection_then_frozen_again():
+def test_a_dropped_model_is_freed_without_walking_the_frozen_start_up_heap():
     import weakref
 
-    class Model:        # a model in a reference cycle, as compiled and FSDP2 modules are
-        pass
-    model = Model()
-    model.me = model
-    gone = weakref.ref(model)
+    class Held:         # a model, a process group: in reference cycles, as compiled and
+        pass            # FSDP2 modules and torch's groups are
+
+    def cycle():
+        x = Held()
+        x.me = x
+        return x, weakref.ref(x)
+    quiet.thaw()
+    group, group_gone = cycle()                       # made before the first run
+    quiet.collect()                                   # the first model's release_model
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    model, model_gone = cycle()                       # the run's model
     with quiet.timed_steps():
-        pass                                          # the run froze it with everything
+        pass
+    assert gc.get_freeze_count() == frozen            # the model is not frozen
     del model
-    assert gc.get_freeze_count() > 0 and gone() is not None
-    quiet.collect_all()                               # what release_model does
-    assert gone() is None, "the frozen model was not freed"
-    assert gc.get_freeze_count() > 0                  # the survivors are frozen again
-    quiet.state_changed()                             # already collected: stays frozen
+    quiet.collect()                                   # the next model's release_model
+    assert model_gone() is None, "the dropped model was not freed"
+    assert gc.get_freeze_count() == frozen
+    del group                                         # a failure drops the group
+    quiet.collect()
+    assert group_gone() is not None                   # frozen: an ordinary collection keeps it
+    quiet.collect(everything=True)                    # release_peers' release_model
+    assert group_gone() is None, "the frozen group was not freed after the failure"
     assert gc.get_freeze_count() > 0
-    with quiet.timed_steps():
-        pass
-    quiet.state_changed()                             # a new run's state since: thawed
-    assert gc.get_freeze_count() == 0
+    quiet.thaw()
 
 
 def test_the_frame_counter_pauses_for_the_timed_steps_and_keeps_its_count():

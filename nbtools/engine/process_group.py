@@ -162,7 +162,7 @@ def release_peers(run_id: str, error: str) -> None:
     # still keep it alive, so the client also restarts ranks left waiting (cluster.py).
     _S.group, _S.build_key, _S.model_key = None, (), ()
     _S.custom_state.clear()
-    _S.release_model()
+    _S.release_model(everything=True)    # the group was frozen with the engine's start-up heap
     try:
         _S.store.set(f"failed/{run_id}", f"rank {_S.rank}: {error.splitlines()[0][:300]}")
     except Exception:

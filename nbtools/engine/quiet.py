@@ -13,16 +13,15 @@ against a plain script with each switch at its old setting (``BEFORE``) and at i
 - ``progress_steps``: publish per-step progress in the measured and profiled phases too
   (False: one message when the phase starts; warm-up steps, where compiles happen, keep
   theirs).
-- ``gc_freeze``: collect once before the timed steps and freeze what survives
-  (gc.freeze), so the collections a step triggers walk only the objects made since, as in
-  a small plain process. What is frozen stays frozen from run to run while the engine's
-  state is reused, so the next run's collection walks only what was made since the last
-  freeze: a full one walks every object of torch, Dynamo and pandas, 0.3-0.5 s of each
-  rank's CPU per run on 2 CPU cores (3x a small run's whole time there). A frozen object
-  is never collected, so when the old model goes (engine/state.py's release_model)
-  ``collect_all()`` unfreezes everything, collects once (freeing the old model before the
-  next is built) and freezes what survived again; a run that builds new state without
-  that (runner.py) unfreezes, and the timed steps' collection walks everything.
+- ``gc_freeze``: before an engine's first model, collect once and freeze what survives
+  (gc.freeze): torch, Dynamo, pandas, ipykernel, the process group, 460k objects that live
+  as long as the engine. No later collection walks them: a full one took 0.3 s of each
+  rank's CPU on 2 CPU cores, and the engine paid one or two for every model it built
+  (more than a small run's whole time there). Later collections (before the timed steps,
+  when a model goes, and those the steps trigger) walk only what runs made since, as in a
+  plain script's process. The freeze happens only where no model is held (a model is
+  never frozen, so a dropped one is freed by the next collection); after a failure (process_group.py) everything is unfrozen and collected once,
+  so a process group in a reference cycle is freed and gloo closes its connections.
 - ``slow_watchers``: the liveness watchdog and the peer-failure watcher poll every
   ``WATCH_TIMED_S`` while steps are timed instead of every 0.25-0.5 s (each wakeup takes the
   GIL from the step). Not stopped: a peer that fails mid-step must still be noticed.
@@ -63,8 +62,7 @@ _timed = threading.Event()      # set while measured/profiled steps run
 _TEARDOWN = "TEARDOWN_CUPTI"
 _teardown_ours = False          # TEARDOWN_CUPTI=1 was set by us (not by the person or torch)
 _graphs_seen = False            # a config that captures CUDA graphs has run in this engine
-_frozen = False                 # gc.freeze() by timed_steps, not undone yet
-_clean = False                  # collect_all() ran since the last timed steps began
+_frozen = False                 # the start-up heap is frozen (collect()), not undone
 
 
 def configure(**switches) -> dict:
@@ -119,14 +117,10 @@ def publish_step(phase: str) -> bool:
 @contextlib.contextmanager
 def timed_steps(recorder=None, warmed: bool = True, sampler=None):
     """Around the measured and profiled steps; ``sampler`` (engine/machine.py) samples the
-    machine while they run, started after the collection and stopped before the unfreeze."""
-    global _frozen, _clean
+    machine while they run, started after the collection."""
     hook_off = False
-    _clean = False
     if SETTINGS["gc_freeze"]:
-        gc.collect()            # only what is not frozen yet (all of it after a thaw())
-        gc.freeze()
-        _frozen = True
+        gc.collect()            # what runs made: the frozen start-up heap is not walked
     else:
         thaw()
     if recorder is not None and warmed and SETTINGS["frame_hook_after_warmup"]:
@@ -145,31 +139,23 @@ def timed_steps(recorder=None, warmed: bool = True, sampler=None):
 
 
 def thaw() -> None:
-    """Undo timed_steps' freeze: every object can be collected again (the next collection
-    walks them all)."""
+    """Unfreeze the start-up heap: every object can be collected again (the next
+    collection walks them all, and freezes again where ``gc_freeze`` is on)."""
     global _frozen
     if _frozen:
         gc.unfreeze()
         _frozen = False
 
 
-def collect_all() -> None:
-    """Free whatever the engine's last state held, frozen or not, with one walk of every
-    object; then freeze what survived, so the timed steps' own collection walks only what
-    the next run makes. Before, that was a second full walk (0.3 s of each rank's CPU per
-    rebuilt model on 2 CPU cores: 460k objects of torch, Dynamo and pandas)."""
-    global _frozen, _clean
-    thaw()
+def collect(everything: bool = False) -> None:
+    """Where the engine holds no model (engine/state.py's release_model): collect what runs
+    left behind (a dropped model in its reference cycles), walking only what is not frozen;
+    the first call, or one with ``everything``, walks all and then freezes what survived
+    (``gc_freeze`` above). Never called with a model held, so no model is frozen."""
+    global _frozen
+    if everything:
+        thaw()
     gc.collect()
-    if SETTINGS["gc_freeze"]:
+    if SETTINGS["gc_freeze"] and not _frozen:
         gc.freeze()
         _frozen = True
-    _clean = True
-
-
-def state_changed() -> None:
-    """A run built new state: what the last state held may be garbage now. Unless
-    collect_all() has freed it since the last timed steps, unfreeze everything, so their
-    collection walks it all."""
-    if not _clean:
-        thaw()

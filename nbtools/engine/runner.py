@@ -115,9 +115,6 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
     rec.install()
     rec.start_run()
     notes, reused = prepare(cfg, user_fn, source_key)
-    if not reused:       # what the last state held may be garbage now: collect it all
-        from nbtools.engine import quiet
-        quiet.state_changed()
     wl, prep = _S.workload, _S.prepared
     dev = _S.device
     cuda = dev.type == "cuda"

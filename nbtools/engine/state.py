@@ -48,15 +48,16 @@ class EngineState:
         t.join(timeout)
         return not t.is_alive()
 
-    def release_model(self) -> None:
+    def release_model(self, everything: bool = False) -> None:
         """Drop the previous model, optimizer and compiled step before building the next.
         Compiled and FSDP2-wrapped modules sit in reference cycles, so without a collection
         the old model and its optimizer state stayed allocated and counted in the next run's
-        peak memory (on H200 the peak of notebook 04's FSDP2 runs grew run after run)."""
+        peak memory (on H200 the peak of notebook 04's FSDP2 runs grew run after run).
+        ``everything``: collect what the engine froze at its start too (after a failure)."""
         from nbtools.engine import quiet
         self.prepared = self.workload = None
         self.cache.clear()
-        quiet.collect_all()      # the old model may be among the objects a run froze
+        quiet.collect(everything)
         if self.device is not None and self.device.type == "cuda":
             import torch
             torch.cuda.empty_cache()
