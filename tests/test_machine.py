@@ -123,6 +123,15 @@ def test_a_dropped_model_is_freed_without_walking_the_frozen_start_up_heap():
     quiet.collect(everything=True)                    # release_peers' release_model
     assert group_gone() is None, "the frozen group was not freed after the failure"
     assert gc.get_freeze_count() > 0
+    # a switch turned off and on (benchmarks/fidelity.py) thaws with a model held: the
+    # timed steps freeze it too, and the next release walks everything to free it
+    model, model_gone = cycle()
+    quiet.thaw()
+    with quiet.timed_steps():
+        assert gc.get_freeze_count() > 0
+    del model
+    quiet.collect()
+    assert model_gone() is None, "a model frozen by the timed steps was not freed"
     quiet.thaw()
 
 

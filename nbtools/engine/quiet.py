@@ -63,6 +63,7 @@ _TEARDOWN = "TEARDOWN_CUPTI"
 _teardown_ours = False          # TEARDOWN_CUPTI=1 was set by us (not by the person or torch)
 _graphs_seen = False            # a config that captures CUDA graphs has run in this engine
 _frozen = False                 # the start-up heap is frozen (collect()), not undone
+_holds_state = False            # and so is a run's state (timed_steps after a thaw)
 
 
 def configure(**switches) -> dict:
@@ -118,9 +119,13 @@ def publish_step(phase: str) -> bool:
 def timed_steps(recorder=None, warmed: bool = True, sampler=None):
     """Around the measured and profiled steps; ``sampler`` (engine/machine.py) samples the
     machine while they run, started after the collection."""
+    global _frozen, _holds_state
     hook_off = False
     if SETTINGS["gc_freeze"]:
         gc.collect()            # what runs made: the frozen start-up heap is not walked
+        if not _frozen:         # thawed (a switch turned off and on): freeze all, the run's
+            gc.freeze()         # state too; the next collect() walks everything once
+            _frozen = _holds_state = True
     else:
         thaw()
     if recorder is not None and warmed and SETTINGS["frame_hook_after_warmup"]:
@@ -141,19 +146,20 @@ def timed_steps(recorder=None, warmed: bool = True, sampler=None):
 def thaw() -> None:
     """Unfreeze the start-up heap: every object can be collected again (the next
     collection walks them all, and freezes again where ``gc_freeze`` is on)."""
-    global _frozen
+    global _frozen, _holds_state
     if _frozen:
         gc.unfreeze()
-        _frozen = False
+        _frozen = _holds_state = False
 
 
 def collect(everything: bool = False) -> None:
     """Where the engine holds no model (engine/state.py's release_model): collect what runs
     left behind (a dropped model in its reference cycles), walking only what is not frozen;
     the first call, or one with ``everything``, walks all and then freezes what survived
-    (``gc_freeze`` above). Never called with a model held, so no model is frozen."""
+    (``gc_freeze`` above). Called with no model held, so no model is frozen here; one the
+    timed steps froze after a thaw() is freed by a walk of everything."""
     global _frozen
-    if everything:
+    if everything or _holds_state:
         thaw()
     gc.collect()
     if SETTINGS["gc_freeze"] and not _frozen:
