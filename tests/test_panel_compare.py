@@ -6,6 +6,7 @@ the Log Console)."""
 from __future__ import annotations
 
 import html
+import re
 import time
 from pathlib import Path
 
@@ -66,11 +67,13 @@ def test_compare_twice_on_the_same_pair_shows_the_verdict_and_prints_nothing(lab
         assert not panel.compare_a.disabled and not panel.compare_rounds.disabled
         assert panel.comparer.stop_button.layout.display == "none"
         assert "2 of 2 rounds compared (8 runs)" in panel.comparer.progress.value
-    # progress said where the rounds were: round k of n, which side, the run's phase
+    # progress said where the rounds were: every run as it started (round k of n, which
+    # side; shown at once, however short the run), and the run's phase (sampled twice a second)
     seen = " ".join(progress)
-    for needle in ("Compare: round 1 of 2 · A (run 1 of 8)", "round 2 of 2 · B",
-                   "(run 8 of 8)", "profiled"):
+    for needle in ["Compare: round 1 of 2 · A (run 1 of 8)", "round 2 of 2 · B"] + [
+            f"(run {i} of 8)" for i in range(1, 9)]:
         assert needle in seen, needle
+    assert re.search(r"run \w{8}: (warm-up|measured|profiled|parse|done)", seen), seen[-2000:]
     assert disabled.count(True) == 2 and disabled.count(False) == 2
     out, err = capfd.readouterr()
     assert out == "" and "round" not in err and "VBox" not in err, (out, err)

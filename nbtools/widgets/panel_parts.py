@@ -57,15 +57,31 @@ class Ticker:
     kernel is busy in the block and cannot update it itself)."""
 
     def __init__(self, target: W.HTML, text: str):
-        self.target, self.text, self.stop = target, text, threading.Event()
+        self.target, self._text, self.stop = target, text, threading.Event()
         self.detail = ""          # the run's phase and steps per rank (Lab.progress)
         self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.t0 = None
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    @text.setter
+    def text(self, value: str) -> None:
+        """Where the work is (round, side, run): shown at once, not at the next tick, so a
+        run shorter than a tick still shows that it ran."""
+        self._text = value
+        if self.t0 is not None and not self.stop.is_set():
+            self._show()
+
+    def _show(self) -> None:
+        self.target.value = (f"<b>⏳ {self._text}</b> {time.perf_counter() - self.t0:.1f} s"
+                             + (f"<br><small>{html.escape(self.detail)}</small>"
+                                if self.detail else ""))
 
     def _loop(self):
         while True:
-            self.target.value = (f"<b>⏳ {self.text}</b> {time.perf_counter() - self.t0:.1f} s"
-                                 + (f"<br><small>{html.escape(self.detail)}</small>"
-                                    if self.detail else ""))
+            self._show()
             if self.stop.wait(0.5):
                 return
 
