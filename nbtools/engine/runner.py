@@ -115,6 +115,9 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
     rec.install()
     rec.start_run()
     notes, reused = prepare(cfg, user_fn, source_key)
+    if not reused:
+        from nbtools.engine import quiet
+        quiet.new_state()
     wl, prep = _S.workload, _S.prepared
     dev = _S.device
     cuda = dev.type == "cuda"

@@ -64,6 +64,7 @@ class Ticker:
 
     @property
     def text(self) -> str:
+        """The line's words: where the work is (the elapsed time and the run's phase follow)."""
         return self._text
 
     @text.setter
