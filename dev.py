@@ -95,8 +95,9 @@ def compile_sources(py) -> None:
     kernel and CLI process otherwise compiled nbtools again (0.2-0.3 s of CPU each, some
     hundreds of them in a test run). Files already compiled are skipped; Python recompiles
     an edited file in memory as before."""
+    # check=False: a syntax error is the import's to report, not set-up's
     subprocess.run([str(py), "-m", "compileall", "-q", str(ROOT / "nbtools")],
-                   stdout=subprocess.DEVNULL, check=False)   # a syntax error is the import's to report
+                   stdout=subprocess.DEVNULL, check=False)
 
 
 def nvidia_gpu() -> bool:

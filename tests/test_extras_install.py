@@ -41,9 +41,9 @@ def test_each_extra_installs_beside_cpu_torch(tmp_path):
     sh(sys.executable, "-m", "venv", venv)
     py = venv / "bin" / "python"
     # The venv's interpreters write the bytecode of what they import, as on a person's
-    # machine: with PYTHONDONTWRITEBYTECODE=1 (set on some hosts, this project's build box among them) each of the
-    # six fresh interpreters below compiled torch's and transformers' sources again, 15-22 s
-    # of CPU each.
+    # machine: with PYTHONDONTWRITEBYTECODE=1 (set on some hosts, this project's build box
+    # among them) each of the six fresh interpreters below compiled torch's and
+    # transformers' sources again, 15-22 s of CPU each.
     env = {k: v for k, v in clean_env().items() if k != "PYTHONDONTWRITEBYTECODE"}
     # --no-compile: byte-compiling every installed file is 40 % of torch's install CPU (on 2
     # cores user+sys 34.4 -> 20.2 s) and tests nothing here; what the checks import compiles

@@ -20,8 +20,9 @@ against a plain script with each switch at its old setting (``BEFORE``) and at i
   (more than a small run's whole time there). Later collections (before the timed steps,
   when a model goes, and those the steps trigger) walk only what runs made since, as in a
   plain script's process. The freeze happens only where no model is held (a model is
-  never frozen, so a dropped one is freed by the next collection); after a failure (process_group.py) everything is unfrozen and collected once,
-  so a process group in a reference cycle is freed and gloo closes its connections.
+  never frozen, so a dropped one is freed by the next collection); after a failure
+  (process_group.py) everything is unfrozen and collected once, so a process group in a
+  reference cycle is freed and gloo closes its connections.
 - ``slow_watchers``: the liveness watchdog and the peer-failure watcher poll every
   ``WATCH_TIMED_S`` while steps are timed instead of every 0.25-0.5 s (each wakeup takes the
   GIL from the step). Not stopped: a peer that fails mid-step must still be noticed.
@@ -126,7 +127,7 @@ def timed_steps(recorder=None, warmed: bool = True, sampler=None):
         # what runs made (the frozen start-up heap is not walked): all of it when the run
         # built new state; on a reused state only the young generations, as the last full
         # walk of this state left the old one clean (a full walk is ~0.04 s on 2 CPU cores)
-        gc.collect() if _walk_all or not _frozen else gc.collect(1)
+        gc.collect(2 if _walk_all or not _frozen else 1)
         _walk_all = False
         if not _frozen:         # thawed (a switch turned off and on): freeze all, the run's
             gc.freeze()         # state too; the next collect() walks everything once
