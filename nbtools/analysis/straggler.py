@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from nbtools.analysis.step_metrics import step_times
+from nbtools.analysis.units import fmt_number
 
 # A straggler is named when one rank arrives last this often, beyond chance (a balanced run
 # on busy cores can put one rank last 5 times in 6 by luck), and the others wait for it at
@@ -148,26 +150,28 @@ def verdict_text(att: dict | None) -> str:
     if not ev:
         return "no straggler resolved"
     return (f"no straggler resolved: the likeliest, rank {ev['rank']}, was late by more than "
-            f"the steps' noise ({ev['noise_ms']:.3g} ms) in {ev['late_steps']:.0%} of "
-            f"{ev['steps']} profiled steps (median {ev['late_ms']:.3g} ms)"
+            f"the steps' noise ({fmt_number(ev['noise_ms'])} ms) in {ev['late_steps']:.0%} of "
+            f"{ev['steps']} profiled steps (median {fmt_number(ev['late_ms'])} ms)"
             + ("" if ev["late_steps"] <= 0.5 else "; not often or long enough beyond chance"))
 
 
 def sentence(verdict: dict) -> str:
     """The verdict as a flag's words (flags.py wraps it)."""
     r, late, kind = verdict["rank"], verdict["late_ms"], verdict["kind"]
-    waits = "; ".join(f"rank {w} waited {ms:.3g} ms per step"
+    waits = "; ".join(f"rank {w} waited {fmt_number(ms)} ms per step"
                       for w, ms in verdict["waits"].items())
     if verdict["cause"] == "host":
         extra = round(verdict["extra_compute_ms"], 2) + 0.0   # + 0.0: no "-0.00"
-        return (f"rank {r} launched the {kind} late, {late:.3g} ms per step on median: host-side "
-                f"(not slower compute: {extra:+.2f} ms of compute before them against the "
-                f"others); {waits}")
+        return (f"rank {r} launched the {kind} late, {fmt_number(late)} ms per step on median: "
+                f"host-side (not slower compute: {extra:+.2f} ms of compute before them against "
+                f"the others); {waits}")
     if verdict["cause"] == "unknown":
-        return (f"rank {r} reached the {kind} late, {late:.3g} ms per step on median (host-side or "
-                f"compute not told: no step range before them was captured); {waits}")
-    return (f"rank {r} reached the {kind} late, {late:.3g} ms per step on median: slower compute "
-            f"({verdict['extra_compute_ms']:.3g} ms more before them than the others); {waits}")
+        return (f"rank {r} reached the {kind} late, {fmt_number(late)} ms per step on median "
+                f"(host-side or compute not told: no step range before them was captured); "
+                f"{waits}")
+    return (f"rank {r} reached the {kind} late, {fmt_number(late)} ms per step on median: "
+            f"slower compute ({fmt_number(verdict['extra_compute_ms'])} ms more before them "
+            f"than the others); {waits}")
 
 
 def arrivals_by_rank(events: pd.DataFrame):

@@ -10,6 +10,7 @@ from nbtools.analysis.compile_counts import COMPILE_KINDS, wall_s
 from nbtools.analysis import flags as F
 from nbtools.analysis import machine
 from nbtools.analysis.straggler import attribute, sentence
+from nbtools.analysis.units import fmt_number, fmt_pct
 
 
 def step_stats(steps: pd.DataFrame, phase: str = "measured") -> pd.DataFrame:
@@ -142,7 +143,7 @@ def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None,
         chk = rep.get("check")
         if chk and (not chk.get("finite", True) or chk.get("max_rel", 0) > 5e-2):
             out.append(F.make("check-differs", rank=r, what=chk["what"],
-                              rel=f"{chk['max_rel']:.2%}", abs=f"{chk['max_abs']:.3g}"))
+                              rel=fmt_pct(100 * chk['max_rel']), abs=fmt_number(chk['max_abs'])))
     return out
 
 
@@ -204,5 +205,5 @@ def _timing_flags(summary, events, steps=None) -> list[str]:
                    "(capture='full' names it)" if events is None or not len(events) else
                    "the ranks ran no collectives in the captured steps: each runs at its "
                    "own pace")
-            return [F.make("step-spread", lo=f"{lo:.3g}", hi=f"{hi:.3g}", why=why)]
+            return [F.make("step-spread", lo=fmt_number(lo), hi=fmt_number(hi), why=why)]
     return []

@@ -1,12 +1,24 @@
-"""Numbers in words a person reads: byte sizes in the unit that fits (B, KB, MB, GB; powers
-of 1024, as the allocator counts), and a value that was not measured said so instead of
-"nan" or "None". Pure (no torch, no bokeh): every surface that writes a size calls this."""
+"""Numbers in words a person reads: the one home of every number a surface prints (tables,
+verdicts, flags, sentences, the CLI). Pure (no torch, no bokeh).
+
+- ``fmt_number``: three significant figures and never e-notation ("0.0123", "10.6",
+  "123", "17,493"): ``f"{x:.3g}"`` printed "1.75e+04 ms" for a 17.5 s cold start.
+- ``fmt_ratio`` / ``fmt_range``: B/A and its interval ("1.04", "294", "0.00342"): two
+  decimals rounded a 294x speed-up's ratio to "0.00".
+- ``fmt_count``: a whole number of things, with its noun in the right number ("1 cold
+  start", "3 graphs"); a count that is not whole (combined over runs) says so.
+- ``fmt_ms`` / ``fmt_s``: a time in the unit that fits ("52 µs", "10.6 ms", "17.5 s").
+- ``fmt_pct``, ``fmt_bytes`` (powers of 1024, as the allocator counts), ``fmt_column``
+  (the CLI's fixed digits per unit, so its columns line up).
+A value that was not measured says so instead of "nan" or "None".
+"""
 from __future__ import annotations
 
 import math
 
 NOT_MEASURED = "not measured"
 _UNITS = ("B", "KB", "MB", "GB", "TB")
+_TINY = 1e-4          # below this a number reads "<0.0001": e-notation never reaches a page
 
 
 def missing(v) -> bool:
@@ -17,6 +29,96 @@ def missing(v) -> bool:
         return math.isnan(float(v))
     except (TypeError, ValueError):
         return True
+
+
+def fmt_number(v, digits: int = 3, none: str = NOT_MEASURED) -> str:
+    """``digits`` significant figures below 1000, whole numbers with thousands separators
+    from there ("17,493": more figures, never "1.75e+04"); "<0.0001" for what would need
+    e-notation; ``none`` when the value is missing."""
+    if missing(v):
+        return none
+    x = float(v)
+    if math.isinf(x):
+        return "infinite" if x > 0 else "-infinite"
+    a = abs(x)
+    if a == 0:
+        return "0"
+    if a < _TINY:
+        return "<0.0001" if x > 0 else ">-0.0001"
+    if round(a) >= 1000 or a >= 10 ** digits:
+        return f"{x:,.0f}"
+    text = f"{x:.{digits}g}"
+    if "e" in text:       # 999.6 at 3 digits: "1e+03"
+        return f"{x:,.0f}"
+    return text
+
+
+def fmt_ratio(x, none: str = "—") -> str:
+    """A ratio as a person reads it: two decimals from 0.1 to 100 ("1.04"), whole numbers
+    from 100 ("294", never "1.04e+03"), three significant figures below 0.1 ("0.00342":
+    two decimals made a 294x speed-up's B/A "0.00")."""
+    if missing(x):
+        return none
+    x = float(x)
+    if 0.1 <= abs(x) < 100:
+        return f"{x:.2f}"
+    return fmt_number(x)
+
+
+def fmt_range(low, high, fmt=fmt_ratio, none: str = "—") -> str:
+    """An interval "low-high" in ``fmt``'s words ("0.91-1.10"); " to " between ends when
+    one is negative, so a minus sign is never read as the dash."""
+    if missing(low) or missing(high):
+        return none
+    lo, hi = fmt(low), fmt(high)
+    return f"{lo} to {hi}" if lo.startswith("-") or hi.startswith("-") else f"{lo}-{hi}"
+
+
+def fmt_count(n, noun=None, none: str = NOT_MEASURED) -> str:
+    """A count: "3", "1,234"; with ``noun`` (a word, or a (singular, plural) pair) "1 cold
+    start", "2 cold starts". A value that is not whole (a count averaged over runs) keeps
+    one decimal and says "on average": a count is never shown as 1.41 without a word."""
+    if missing(n):
+        return none
+    x = float(n)
+    whole = x.is_integer()
+    text = f"{int(x):,}" if whole else f"{x:,.1f} on average"
+    if noun is None:
+        return text
+    one, many = (noun, noun + "s") if isinstance(noun, str) else noun
+    word = one if whole and abs(x) == 1 else many
+    return f"{int(x):,} {word}" if whole else f"{x:,.1f} {word} on average"
+
+
+def fmt_ms(ms, none: str = NOT_MEASURED) -> str:
+    """A time given in milliseconds, in the unit that fits: "850 ns", "52 µs", "10.6 ms",
+    "17.5 s" (never "1.75e+04 ms")."""
+    if missing(ms):
+        return none
+    x = float(ms)
+    a = abs(x)
+    if a == 0:
+        return "0 ms"
+    if a < 1e-3:
+        return f"{fmt_number(x * 1e6)} ns"
+    if a < 1:
+        return f"{fmt_number(x * 1e3)} µs"
+    if a < 999.5:
+        return f"{fmt_number(x)} ms"
+    return f"{fmt_number(x / 1e3)} s"
+
+
+def fmt_s(s, none: str = NOT_MEASURED) -> str:
+    """A time given in seconds, in the unit that fits (``fmt_ms``)."""
+    return none if missing(s) else fmt_ms(float(s) * 1e3)
+
+
+def fmt_pct(v, signed: bool = False, none: str = NOT_MEASURED) -> str:
+    """A percentage: "12.3 %", "170 %", "+4.1 %" (``signed``)."""
+    if missing(v):
+        return none
+    text = fmt_number(v)
+    return f"{'+' if signed and float(v) > 0 else ''}{text} %"
 
 
 def fmt_bytes(n, none: str = NOT_MEASURED) -> str:
@@ -31,6 +133,16 @@ def fmt_bytes(n, none: str = NOT_MEASURED) -> str:
     return f"{v:.0f} B" if unit == 0 else f"{float(f'{v:.3g}'):g} {_UNITS[unit]}"
 
 
-def fmt_number(v, fmt: str = "{:.4g}", none: str = NOT_MEASURED) -> str:
-    """``fmt`` of ``v``, or ``none`` when it is missing."""
-    return none if missing(v) else fmt.format(float(v))
+# Fixed digits per unit for columns that must line up (the CLI's tables): ms to the µs,
+# shares to a tenth, counts and rates whole.
+_COLUMN = {"ms": "{:,.3f}", "s": "{:,.2f}", "%": "{:.1f}", "MB": "{:,.0f}", "/s": "{:,.0f}",
+           "": "{:,.0f}"}
+
+
+def fmt_column(v, unit: str, none: str = "-") -> str:
+    """A number in a fixed-width column of ``unit``: the same digits on every row;
+    ``fmt_number`` for units without a fixed rule."""
+    if missing(v):
+        return none
+    rule = _COLUMN.get(unit)
+    return rule.format(float(v)) if rule else fmt_number(v)

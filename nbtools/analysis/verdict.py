@@ -16,6 +16,7 @@ import numpy as np
 from scipy import stats
 
 from nbtools.analysis import metrics
+from nbtools.analysis.units import fmt_ratio as _f
 
 CONFIDENCE = 0.95
 RESAMPLES = 9999
@@ -261,16 +262,6 @@ def _make(metric, ratio, low, high, rounds, failed, how: str) -> Verdict:
     else:
         text = _direction(metric, ratio, low, high, how)
     return Verdict(metric, ratio, low, high, resolved, rounds, text, failed)
-
-
-def _f(x: float) -> str:
-    """A ratio as a person reads it: two decimals, whole numbers from 100 (never 1.04e+03,
-    seen in the panel), three significant digits below 0.1."""
-    if 0.1 <= abs(x) < 100:
-        return f"{x:.2f}"
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.3g}" if abs(x) >= 1e-4 else "<0.0001"
 
 
 def _direction(metric: str, ratio: float, low: float, high: float, how: str) -> str:

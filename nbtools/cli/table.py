@@ -2,6 +2,8 @@
 rank and the run's own row, about 100 characters wide; and the legend under it."""
 from __future__ import annotations
 
+from nbtools.analysis.units import fmt_column, fmt_ratio
+
 
 def _legend(traces: bool = False) -> str:
     """Every header of format_table, explained from the registry the panel and the report
@@ -18,11 +20,6 @@ def _legend(traces: bool = False) -> str:
 
 TABLE_LEGEND = _legend()
 TRACE_LEGEND = _legend(traces=True)
-
-
-# Digits per unit: what the CLI shows of a number (ms to the µs, shares to a tenth).
-_FORMAT = {"ms": "{:.3f}", "s": "{:.2f}", "%": "{:.1f}", "MB": "{:.0f}", "/s": "{:.0f}",
-           "": "{:.0f}"}
 
 
 def format_table(runs, header: bool = True) -> str:
@@ -72,7 +69,7 @@ def format_comparison(cmp) -> str:
              f"  {'':<{w}} {'A':>10} {'B':>10} {'B - A':>10} {'B / A':>7}"]
     for m in rows:
         r = t.loc[m]
-        ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.2f}"
+        ratio = fmt_ratio(r["ratio"], none="-")
         lines.append(f"  {METRICS[m].label:<{w}} {_number(m, r['a']):>10} {_number(m, r['b']):>10}"
                      f" {_number(m, r['delta']):>10} {ratio:>7}")
     v = cmp.verdict
@@ -88,7 +85,6 @@ def _trace_head(run) -> str:
 
 
 def _number(column: str, value) -> str:
+    """A table cell: the unit's fixed digits (analysis/units.py), so the rows line up."""
     from nbtools.analysis.metrics import unit
-    if value is None or value != value:
-        return "-"
-    return _FORMAT.get(unit(column), "{:.3g}").format(float(value))
+    return fmt_column(value, unit(column))

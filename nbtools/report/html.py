@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.compile_counts import wall_s
+from nbtools.analysis.units import fmt_number
 from nbtools.common.privacy import scrub_home
 from nbtools.common.text import valid_text
 from nbtools.config.step_config import StepConfig
@@ -170,7 +171,9 @@ def scrub(text) -> str:
 
 def safe_env(env: dict) -> dict:
     """The environment's reportable keys, formatted, with private paths and names scrubbed."""
-    return {k: scrub(_fmt_value(env[k])) for k in ENV_KEYS if k in env}
+    # a key recorded as None (a built-in scenario has no Workload name) is not recorded:
+    # "workload None None None None" said nothing
+    return {k: scrub(_fmt_value(env[k])) for k in ENV_KEYS if env.get(k) is not None}
 
 
 def scrubbed(run: Run) -> Run:
@@ -239,7 +242,7 @@ def _compile_table(run: Run) -> str:
                  + "</span>") if divergent else "all ranks" if len(all_ranks) > 1 else str(ranks[0])
         body.append(f"<tr class='{'diff' if divergent else ''}'><td>{_e(kind)}</td><td>{_e(name)}"
                     f"</td><td>{_e(frame)}</td><td>{_e(reason)}</td><td>{where}</td>"
-                    f"<td>{n}</td><td>{secs:.3g}</td></tr>")
+                    f"<td>{n}</td><td>{fmt_number(secs)}</td></tr>")
     more = len(rows) - MAX_COMPILE_ROWS
     return ("<table class='tbl'><tr><th>kind</th><th>function</th><th>frame</th><th>reason</th>"
             "<th>ranks</th><th>events</th><th title='wall seconds of the slowest rank (the ranks "
@@ -302,7 +305,7 @@ def _lod_note(stats: dict) -> str:
         return f"{stats.get('events', 0):,} events, each drawn as its own box."
     return (f"{stats['events']:,} events drawn as {stats['boxes']:,} boxes: "
             f"{stats['merged_events']:,} events narrower than one pixel "
-            f"({stats['pixel_ns'] / 1e3:.3g} µs at this width) were merged into "
+            f"({fmt_number(stats['pixel_ns'] / 1e3)} µs at this width) were merged into "
             f"{stats['merged_boxes']:,} boxes, per lane and pixel column (the hover says "
             "'N merged'; a box's opacity is how busy its span was). Zoom in the notebook "
             "for full detail.")
