@@ -19,6 +19,7 @@ from nbtools.analysis.breakdown import breakdown, rank_table, violations
 from nbtools.analysis.compile_counts import wall_s
 from nbtools.analysis.metrics import combine
 from nbtools.analysis.step_metrics import category_ms
+from nbtools.analysis.units import fmt_number
 from nbtools.ui.timeline.data import SUMMARY_STACK, summary_data
 
 ROOT = Path(__file__).resolve().parent
@@ -54,7 +55,9 @@ def check_surfaces(summary, events, steps):
     want = np.nan_to_num(measured.set_index("rank").loc[ranks, "profiled_window_ms"].to_numpy())
     assert np.allclose(total, want, rtol=1e-9, atol=1e-9)
     for text, w in zip(bars["text"], want):
-        assert text.startswith(f"step {w:.3g} ms"), text
+        # the bar names its whole as what it is (the profiled steps' mean window), not
+        # "step", which read as step_ms (the measured steps' median) in the table beside
+        assert text.startswith(f"profiled step {fmt_number(w)} ms (mean)"), text
     # time per category: once per lane, so never more than the lanes' spans
     per_cat = category_ms(events, steps)
     n = int((steps["phase"] == "profiled").sum()) if len(steps) else 0

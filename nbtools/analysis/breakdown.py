@@ -72,7 +72,8 @@ def breakdown(events: pd.DataFrame, steps: pd.DataFrame, *, _c: dict | None = No
     mean step window those parts fit in). A rank whose events carry no step numbers (a
     foreign trace without step ranges) gets its totals over the whole trace divided by its
     profiled steps (1 when unknown), and its event span so divided as the window."""
-    cols = ["rank", *PARTS, "profiled_window_ms"]
+    # the whole first, its parts after it: every table that shows them keeps them together
+    cols = ["rank", "profiled_window_ms", *PARTS]
     if not len(events):
         return pd.DataFrame(columns=cols)
     ps = per_step(events, _c=_c, _spans=_spans)
@@ -85,8 +86,9 @@ def breakdown(events: pd.DataFrame, steps: pd.DataFrame, *, _c: dict | None = No
     else:
         stepped = ps.merge(win, on=["rank", "step"], how="inner")
     means = stepped.groupby("rank")[[*PARTS, "window_ms"]].mean()
-    means = pd.DataFrame({"rank": means.index.to_numpy(), **{p: means[p].to_numpy() for p in
-                          PARTS}, "profiled_window_ms": means["window_ms"].to_numpy()})
+    means = pd.DataFrame({"rank": means.index.to_numpy(),
+                          "profiled_window_ms": means["window_ms"].to_numpy(),
+                          **{p: means[p].to_numpy() for p in PARTS}})
     # the distinct ranks in numpy: set() of the column iterated every event in Python
     rest = np.setdiff1d(np.unique(events["rank"].to_numpy()).astype(int),
                         means["rank"].to_numpy().astype(int)).tolist()
@@ -98,8 +100,9 @@ def breakdown(events: pd.DataFrame, steps: pd.DataFrame, *, _c: dict | None = No
         n = pr["rank"].map(n_prof).fillna(1).clip(lower=1).to_numpy()
         end = ev["ts_ns"] + ev["dur_ns"]
         span = end.groupby(ev["rank"]).max() - ev["ts_ns"].groupby(ev["rank"]).min()
-        fill = pd.DataFrame({"rank": pr["rank"], **{p: pr[p] / n for p in PARTS},
-                             "profiled_window_ms": pr["rank"].map(span).to_numpy() / 1e6 / n})
+        fill = pd.DataFrame({"rank": pr["rank"],
+                             "profiled_window_ms": pr["rank"].map(span).to_numpy() / 1e6 / n,
+                             **{p: pr[p] / n for p in PARTS}})
         means = pd.concat([means, fill], ignore_index=True) if len(means) else fill
         return means[cols].sort_values("rank").reset_index(drop=True)
     return means   # sorted by rank already (groupby's keys)

@@ -28,6 +28,8 @@ class Metric:
     short: str = ""  # the header in narrow tables (the CLI); the name when empty
     weight: str = ""         # "mean" only: the column weighting each rank
     tp_shared: bool = False  # "rate" only: under tp every rank reports the same items
+    stat: str = ""           # the statistic over steps a table header names ("median",
+                             # "mean") where two columns of one step differ by it
 
     @property
     def label(self) -> str:
@@ -74,12 +76,15 @@ def _m(name, unit, kind, combine, better, text, **kw) -> Metric:
 _ALL = (
     _m("rank", "", "key", "", "", "torch.distributed rank (one engine, one GPU or a share of "
        "the CPU)"),
-    _m("step_ms", "ms", "key", "max", "lower", "median time of the measured (unprofiled) steps"),
+    _m("step_ms", "ms", "key", "max", "lower", "median time of the measured (unprofiled) steps",
+       stat="median"),
     _m("p10_ms", "ms", "more", "max", "lower", "10th percentile of the measured steps' time",
        short="p10"),
     _m("p90_ms", "ms", "key", "max", "lower", "90th percentile of the measured steps' time: "
        "the slow steps", short="p90"),
-    _m("profiled_step_ms", "ms", "more", "max", "lower", "median time of the profiled steps"),
+    _m("profiled_step_ms", "ms", "more", "max", "lower", "median time of the profiled steps "
+       "(a median: the parts per profiled step are means, and fit in profiled_window_ms)",
+       stat="median"),
     _m("profiler_overhead_pct", "%", "key", "max", "lower", "how much slower the profiled "
        "steps were than the measured ones; shown only when larger than the steps' own spread "
        "(profiler_noise_pct), else 'within noise'"),
@@ -125,19 +130,19 @@ _ALL = (
     _m("profiled_window_ms", "ms", "key", "mean", "lower", "the profiled step the parts "
        "(compute_ms, comm_ms, exposed_comm_ms, idle_ms) are measured in: mean over the "
        "profiled steps of the step range, widened to the end of the step's own GPU work; "
-       "compute_ms + exposed_comm_ms + idle_ms fit inside it", short="window_ms"),
+       "compute_ms + exposed_comm_ms + idle_ms fit inside it", short="window_ms", stat="mean"),
     _m("compute_ms", "ms", "more", "mean", "lower", "compute time per profiled step (mean over "
        "the profiled steps, each measured inside its step; streams overlapping count once)"),
     _m("comm_ms", "ms", "more", "mean", "lower", "communication time per profiled step (NCCL "
        "kernels on GPU, gloo collectives on CPU; mean over the profiled steps)"),
     _m("memcpy_ms", "ms", "gpu", "mean", "lower", "host/device copy time per profiled step"),
-    _m("overlap_pct", "%", "key", "mean", "higher", "share of communication that ran while "
-       "compute ran", short="overlap%", weight="comm_ms"),
     _m("exposed_comm_ms", "ms", "key", "mean", "lower", "exposed communication: communication "
        "time per profiled step with no compute running beside it — what the step waits on "
        "(a part of comm_ms; shown beside profiled_window_ms, the step it is part of)"),
     _m("idle_ms", "ms", "more", "mean", "lower", "time per profiled step inside the busy span "
        "with nothing running (compute_ms + exposed_comm_ms + idle_ms <= profiled_window_ms)"),
+    _m("overlap_pct", "%", "key", "mean", "higher", "share of communication that ran while "
+       "compute ran", short="overlap%", weight="comm_ms"),
     _m("graph_coverage_pct", "%", "gpukey", "mean", "higher", "share of kernel time launched "
        "by CUDA-graph replay (graph% in the CLI)", short="graph%"),
     _m("kernels", "", "gpu", "max", "", "GPU kernels in the profiled steps (0 on CPU ranks)"),
@@ -154,7 +159,8 @@ _ALL = (
     _m("cpu_busy_pct", "%", "more", "mean", "", "share of the CPU span with an operator or "
        "collective running"),
     _m("annotated_steps", "", "more", "max", "", "profiled steps found as nbtools/step ranges"),
-    _m("annotated_step_ms", "ms", "more", "max", "lower", "median length of those step ranges"),
+    _m("annotated_step_ms", "ms", "more", "max", "lower", "median length of those step ranges",
+       stat="median"),
     _m("host", "", "more", "", "", "the machine the rank ran on"),
     _m("cache", "", "more", "", "", "compile-cache policy: fresh (reset per config) or continue"),
     # the machine's state over the timed steps (engine/machine.py samples, analysis/machine.py)
@@ -209,6 +215,30 @@ TRACE_CLI = ("profiled_window_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "
 lab timed their steps, so the profiled step and its parts instead of step_ms and the rest."""
 HISTORY = ("step_ms", "recompiles")
 """``lab.history.table``, beside id, status and label."""
+
+# A whole and its parts: wherever a table shows a part, the whole it fits in stands first,
+# the parts right after it (ddp-train on CPU: compute + exposed + idle read above the
+# profiled steps' median shown beside them in 17 of 20 rank rows; a median is not the
+# whole of means).
+PARTS_OF = {"profiled_window_ms": ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms",
+                                   "idle_ms")}
+
+
+def beside_whole(columns, available=None) -> list:
+    """``columns`` with each whole (PARTS_OF) put right before its parts, where the first
+    of them stood, the parts after it in the registry's order; a whole missing from
+    ``columns`` is added when ``available`` (the table's columns) has it."""
+    cols = list(columns)
+    for whole, parts in PARTS_OF.items():
+        present = [c for c in cols if c in parts]
+        if not present or (whole not in cols and whole not in (available or ())):
+            continue
+        at = min(cols.index(c) for c in present + ([whole] if whole in cols else []))
+        rest = [c for c in cols if c != whole and c not in parts]
+        head = sum(1 for c in cols[:at] if c != whole and c not in parts)
+        cols = rest[:head] + [whole] + [p for p in parts if p in present] + rest[head:]
+    return cols
+
 
 # Short headers (the CLI's) to the column they stand for.
 ABBREVIATIONS = {m.short: m.name for m in _ALL if m.short}

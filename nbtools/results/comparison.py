@@ -10,7 +10,7 @@ import pandas as pd
 
 from nbtools.analysis.flags import identify
 from nbtools.analysis.machine import HOST_BUSY
-from nbtools.analysis.metrics import COMPARED, combine
+from nbtools.analysis.metrics import COMPARED, combine, is_count
 from nbtools.analysis.step_metrics import category_ms as per_category
 from nbtools.analysis.verdict import Verdict, rounds_verdict, single_verdict, steps_verdict
 from nbtools.results.run import Run
@@ -140,8 +140,10 @@ class Comparison:
         elif wa and wb and wa != wb:
             out.append(f"A and B are different workloads ({wa} and {wb}): the ratio "
                        "compares the workloads, not a setting")
-        runs = (list(self.runs_a) + list(self.runs_b)) if self.runs_a is not None \
-            else [self.a, self.b]
+        sides = (("A", list(self.runs_a)), ("B", list(self.runs_b))) \
+            if self.runs_a is not None else (("A", [self.a]), ("B", [self.b]))
+        out += [c for side, rs in sides if (c := _nonfinite_caveat(side, rs))]
+        runs = [r for _, rs in sides for r in rs]
         for fid, words in _NOISY.items():
             n = sum(any(identify(f) == fid for f in r.flags) or (fid == "host-busy" and _busy(r))
                     for r in runs)
@@ -163,7 +165,8 @@ class Comparison:
         Two single runs: each run's number as metrics.combine makes it from the ranks.
         Under lab.ab: ``a`` and ``b`` are each side's geometric mean over the rounds the
         verdict kept (a metric with zeros or negatives: the arithmetic mean over every
-        complete round), so ``ratio`` is ``b / a`` and the verdict's ratio at once.
+        complete round), so ``ratio`` is ``b / a`` and the verdict's ratio at once; a count
+        (compiles, recompiles, graphs) is the most any of the side's runs had, whole.
 
         Returns:
             pandas.DataFrame: one row per metric (metrics.COMPARED) either run has: metric,
@@ -185,6 +188,11 @@ class Comparison:
         if self.runs_a is None:
             return _value(self.a, metric), _value(self.b, metric)
         ra, rb = self.round_values(metric)
+        if is_count(metric):
+            # a count stays whole: the most any of the side's runs had, as a run's count is
+            # its ranks' most (a mean of 0, 3, 3, 0 compiles read "1.5 compiles"; the
+            # geometric mean of 1 and 2 read "1.41")
+            return _most(ra), _most(rb)
         kept = [(x, y) for x, y in zip(ra, rb)
                 if all(np.isfinite(v) and v > 0 for v in list(x) + list(y))]
         if kept:
@@ -211,6 +219,40 @@ class Comparison:
 
     def _repr_html_(self) -> str:
         return view("comparison.html")(self)
+
+
+def _most(rounds) -> float:
+    vals = [v for x in rounds for v in x if np.isfinite(v)]
+    return float(max(vals)) if vals else np.nan
+
+
+def _nonfinite_caveat(side: str, runs: list) -> str:
+    """What a side's steps returned when it was not a number (the engines' last_value,
+    run.flags' not-finite): a verdict on times of a diverged computation says so."""
+    bad = {}
+    for run in runs:
+        for r, rep in sorted((run.ranks or {}).items(), key=lambda kv: str(kv[0])):
+            if isinstance(rep, dict) and rep.get("nonfinite"):
+                bad.setdefault(run.run_id, []).append((r, rep.get("last_value")))
+        if run.run_id not in bad and any(identify(f) == "not-finite" for f in run.flags):
+            bad[run.run_id] = []
+    if not bad:
+        return ""
+    values = {_value_word(v) for ranks in bad.values() for _, v in ranks} or {"NaN or inf"}
+    ranks = sorted({str(r) for ranks in bad.values() for r, _ in ranks}, key=str)
+    where = (f"rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)}" if ranks else "")
+    where += ("; " if where else "") + (f"{len(bad)} of {len(runs)} runs" if len(runs) > 1
+                                        else "its last measured step")
+    return (f"{side}'s step returned {' and '.join(sorted(values))} ({where}): its times are "
+            "of a computation that diverged, not a speed to compare")
+
+
+def _value_word(v) -> str:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return "NaN or inf"
+    return "NaN" if np.isnan(x) else "inf" if x > 0 else "-inf" if np.isinf(x) else "NaN or inf"
 
 
 def _busy(run: Run) -> bool:

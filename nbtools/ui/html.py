@@ -108,8 +108,8 @@ def compared_html(cmp) -> str:
         return verdict_html(cmp)
     n = f"{cmp.rounds} round" + ("s" if cmp.rounds != 1 else "")
     over = (f"a and b: each side's geometric mean over {n} of its runs' "
-            "numbers (ratio = b / a, its interval from the rounds' own B/A)"
-            if cmp.runs_a is not None else "each run's number")
+            "numbers (counts: the most any of its runs had; ratio = b / a, its interval from "
+            "the rounds' own B/A)" if cmp.runs_a is not None else "each run's number")
     return (verdict_html(cmp)
             + f"<p>{over} per metric, its ranks combined as the metric defines (hover a "
             "metric for its meaning and how); a change is coloured only when resolved (its "

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis import metrics
+from nbtools.analysis import metrics, units
 
 _STYLE = ("<style>.nbtools-tbl{border-collapse:collapse;font-size:12px;margin:4px 0}"
           ".nbtools-tbl th,.nbtools-tbl td{border:1px solid #ddd;padding:2px 6px;text-align:right;"
@@ -38,7 +38,9 @@ def columns(summary: pd.DataFrame) -> tuple[list, list]:
             if c == "rank" or not ((cpu and metrics.kind(c) in ("gpu", "gpukey"))
                                    or _says_nothing(summary, c))]
     key = [c for c in keep if metrics.kind(c) in ("key", "gpukey") or c == "rank"]
-    return key, [c for c in keep if c not in key]
+    rest = [c for c in keep if c not in key]
+    # parts of a step never stand without the whole they fit in (a table of its own each)
+    return metrics.beside_whole(key, keep), metrics.beside_whole(rest, keep)
 
 
 def _says_nothing(summary: pd.DataFrame, c: str) -> bool:
@@ -48,26 +50,24 @@ def _says_nothing(summary: pd.DataFrame, c: str) -> bool:
 
 
 def cell(col: str, value, row=None) -> str:
-    """One value as text: ints as ints, floats to 3-4 significant digits, the profiler's
-    overhead with its noise (or 'within noise')."""
+    """One value as text (analysis/units.py, the words every surface uses): counts whole,
+    other numbers to three significant figures (never e-notation), the profiler's overhead
+    with its noise (or 'within noise')."""
     if col == "profiler_overhead_pct" and row is not None:
         noise = row.get("profiler_noise_pct")
         if _nan(noise):
             return "n/a (< 3 measured steps)" if not _nan(row.get("step_ms")) else "—"
         if _nan(value):
-            return f"within noise (±{noise:.0f} %)"
-        return f"+{value:.0f} % ± {noise:.0f} %"
+            return f"within noise (±{units.fmt_number(noise, 2)} %)"
+        return f"+{units.fmt_number(value, 2)} % ± {units.fmt_number(noise, 2)} %"
     if value is None or _nan(value):
         return "—"
     if isinstance(value, bool):
         return str(value)
-    if isinstance(value, (int,)) or (isinstance(value, float) and value.is_integer()
-                                      and metrics.unit(col) in ("", "/s")):
-        return f"{int(value):,}"
-    if isinstance(value, float):
-        if abs(value) >= 1000:
-            return f"{value:,.0f}"
-        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    if isinstance(value, (int, np.integer)) or (isinstance(value, float) and metrics.is_count(col)):
+        return units.fmt_count(value)
+    if isinstance(value, (float, np.floating)):
+        return units.fmt_number(value)
     return str(value)
 
 
@@ -78,15 +78,23 @@ def _nan(v) -> bool:
         return False
 
 
-def header(col: str) -> str:
-    """A summary column's header cell: its name (with the unit where the name lacks it)
-    and what it means as the tooltip."""
+def title(col: str) -> str:
+    """A summary column's name as a table heads it: with the statistic over steps where two
+    columns of one step differ by it (step_ms is a median of the measured steps,
+    profiled_window_ms a mean of the profiled ones) and the unit where the name lacks it."""
     u = metrics.unit(col)
-    name = col
+    m = metrics.METRICS.get(col)
+    said = [m.stat] if m is not None and m.stat else []
     # the unit is already in names like step_ms; say it where it is not
     if u and not col.endswith(("_" + u, "_pct", "_mb", "_s", "_us_median")):
-        name = f"{col} ({u})"
-    return f"<th title='{html.escape(metrics.explain(col), quote=True)}'>{html.escape(name)}</th>"
+        said.append(u)
+    return f"{col} ({', '.join(said)})" if said else col
+
+
+def header(col: str) -> str:
+    """A summary column's header cell: its ``title`` and what it means as the tooltip."""
+    return (f"<th title='{html.escape(metrics.explain(col), quote=True)}'>"
+            f"{html.escape(title(col))}</th>")
 
 
 def table(summary: pd.DataFrame, cols: list) -> str:
@@ -144,12 +152,12 @@ GOOD, BAD = "#1a7f37", "#a40000"
 def _signed(col: str, metric: str, value, values=None) -> str:
     if col == "interval":
         lo, hi = (values or {}).get("low"), (values or {}).get("high")
-        return "—" if _nan(lo) or _nan(hi) else f"{lo:.2f}-{hi:.2f}×"
+        return units.fmt_range(lo, hi) + ("×" if not (_nan(lo) or _nan(hi)) else "")
     text = cell(metric, value)
     if col == "delta" and not _nan(value) and value > 0:
         return "+" + text
     if col == "ratio" and not _nan(value):
-        return f"{value:.2f}×"
+        return units.fmt_ratio(value) + "×"
     return text
 
 
@@ -168,7 +176,7 @@ def text_rows(summary: pd.DataFrame) -> list:
     if not len(summary):
         return []
     key, _ = columns(summary)
-    return [tuple(key)] + [tuple(cell(c, row.get(c), row) for c in key)
+    return [tuple(title(c) for c in key)] + [tuple(cell(c, row.get(c), row) for c in key)
                            for row in summary.to_dict("records")]
 
 
