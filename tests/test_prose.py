@@ -25,8 +25,8 @@ def _table():
 def test_policy_lines_say_not_measured_instead_of_nan():
     lines = X.policy_lines(_table(), steps=43)
     assert lines[0] == ("measured here: dynamic=static varying: 7 recompiles in 43 steps (hit the "
-                        "recompile limit), 1234 tokens/s over the epoch (-18 % vs fixed length), "
-                        "3000 once compiled (vs fixed length: not measured)")
+                        "recompile limit), 1,234 tokens/s over the epoch (-18 % vs fixed length), "
+                        "3,000 once compiled (vs fixed length: not measured)")
     assert lines[1] == ("measured here: dynamic=auto varying: not measured: the run failed (its "
                         "error is above); no recompile count or throughput")
     assert "hit the recompile limit" not in lines[2] and "+33 % vs fixed length" in lines[2]

@@ -3,10 +3,13 @@
 difference, one row per run. Pure functions of Runs."""
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 
 from nbtools.analysis.counts import collectives
+from nbtools.analysis.units import fmt_column
 from nbtools.analysis.metrics import combine
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.sweeps import table as _table
@@ -82,11 +85,6 @@ def table(runs, columns=COLUMNS, fields=("parallel", "compile", "autocast")) -> 
     return t
 
 
-# Digits per unit, as the CLI and the panel show them (a notebook table: no 69.623705)
-_DIGITS = {"ms": "{:.2f}", "s": "{:.1f}", "%": "{:.1f}", "MB": "{:,.0f}", "/s": "{:,.0f}",
-           "TFLOP/s": "{:.2f}", "": "{:.0f}"}
-
-
 def styled(t: pd.DataFrame):
     """``table(...)`` as the notebooks show a table: columns named as the CLI and the panel
     name them (units in the name), numbers rounded per unit, columns nothing was measured
@@ -100,10 +98,11 @@ def styled(t: pd.DataFrame):
     names, fmt = {}, {}
     for c in t.columns:
         if c in METRICS:
+            # digits per unit, as the CLI shows them (a notebook table: no 69.623705)
             names[c] = METRICS[c].label
-            fmt[names[c]] = _DIGITS.get(unit(c), "{:.3g}")
+            fmt[names[c]] = partial(fmt_column, unit=unit(c))
         elif c == "mfu_pct":
-            names[c], fmt["mfu%"] = "mfu%", "{:.1f}"
+            names[c], fmt["mfu%"] = "mfu%", partial(fmt_column, unit="%")
         elif c == "check_rel":
             names[c], fmt["check_rel"] = "check_rel", "{:.1e}"
     t = t.rename(columns=names)

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nbtools.analysis.units import NOT_MEASURED, fmt_bytes, missing
+from nbtools.analysis.units import NOT_MEASURED, fmt_bytes, fmt_count, fmt_number, missing
 
 
-def num(v, fmt: str = "{:.3g}", none: str = NOT_MEASURED) -> str:
-    """``fmt`` of a number, or ``none`` where it is missing ("MFU nan %" on CPU ranks)."""
-    return none if missing(v) else fmt.format(float(v))
+def num(v, fmt: str | None = None, none: str = NOT_MEASURED) -> str:
+    """A number in the words every surface uses (analysis/units.fmt_number: three
+    significant figures, never "1.75e+04"), or ``fmt`` of it; ``none`` where it is missing
+    ("MFU nan %" on CPU ranks)."""
+    if missing(v):
+        return none
+    return fmt_number(v) if fmt is None else fmt.format(float(v))
 
 
 def mb(v, none: str = "not measured on CPU") -> str:
@@ -34,7 +38,7 @@ def shown(df: pd.DataFrame, na: str = NOT_MEASURED):
 
 def _cell(v):
     if isinstance(v, float):
-        return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
+        return fmt_count(v) if v.is_integer() else fmt_number(v)
     return v
 
 
@@ -50,7 +54,7 @@ def policy_lines(t: pd.DataFrame, steps: int, base: str = "fixed length") -> lis
             continue
         limit = " (hit the recompile limit)" if not missing(r.n_limit_hit) and r.n_limit_hit \
             else ""
-        out.append(head + f"{r.recompiles:.0f} recompiles in {steps} steps{limit}, "
+        out.append(head + f"{fmt_count(r.recompiles, 'recompile')} in {steps} steps{limit}, "
                    f"{_rate(r.tokens_per_s)} tokens/s over the epoch "
                    f"({_pct(r.vs_fixed_pct, base)}), "
                    f"{_rate(r.steady_tokens_per_s)} once compiled "
@@ -59,7 +63,7 @@ def policy_lines(t: pd.DataFrame, steps: int, base: str = "fixed length") -> lis
 
 
 def _rate(v) -> str:
-    return NOT_MEASURED if missing(v) else f"{float(v):.4g}"
+    return fmt_number(v, 4)
 
 
 def _pct(v, base: str) -> str:

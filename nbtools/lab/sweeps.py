@@ -137,10 +137,17 @@ def table(runs, columns=COLUMNS, per_rank: bool = False, fields=None,
     tokens_per_s), ``n_<kind>`` (compile events of that kind, e.g. n_limit_hit) and
     ``<kind>_per_step`` (collectives, e.g. all_reduce_per_step). Missing columns are NaN.
 
+    A part of the profiled step (compute_ms, comm_ms, exposed_comm_ms, idle_ms, memcpy_ms)
+    comes with profiled_window_ms, the whole it fits in, right before it.
+
     ``combine=True`` (runs repeated with ``rounds``/``sweep(rounds=)``): one row per
-    distinct config, each column the median over its successful runs, with ``n`` (runs
+    distinct config, each column the median over its successful runs (a count: the most
+    any run had, so it stays whole), with ``n`` (runs
     combined) and ``step_ms_range_pct`` (how far its runs' step_ms lay apart)."""
     runs = [runs] if not isinstance(runs, (list, tuple)) else list(runs)
+    # a step's parts come with the window they fit in, right before them (never beside
+    # step_ms alone: a median of other steps, which the parts' means can exceed)
+    columns = metrics.beside_whole(columns, metrics.METRICS)
     if combine:
         return _combined(runs, list(columns), fields)
     fields = varying_fields(runs) if fields is None else list(fields)
@@ -198,7 +205,9 @@ def _combined(runs, columns, fields) -> pd.DataFrame:
         ok = [r for r in same if r.ok] or same
         t = table(ok, columns, fields=fields)
         row = {f: t[f].iloc[0] for f in fields}
-        row.update({c: pd.to_numeric(t[c], errors="coerce").median() for c in columns})
+        # counts stay whole: the most any run had (a median of 0 and 3 compiles read 1.5)
+        row.update({c: getattr(pd.to_numeric(t[c], errors="coerce"),
+                               "max" if metrics.is_count(c) else "median")() for c in columns})
         row["n"] = len(ok) if ok[0].ok else 0
         if "step_ms" in t:
             row["step_ms_range_pct"] = _range_pct(pd.to_numeric(t["step_ms"], errors="coerce"))

@@ -38,8 +38,12 @@ def columns(summary: pd.DataFrame) -> tuple[list, list]:
             if c == "rank" or not ((cpu and metrics.kind(c) in ("gpu", "gpukey"))
                                    or _says_nothing(summary, c))]
     key = [c for c in keep if metrics.kind(c) in ("key", "gpukey") or c == "rank"]
+    # a step's parts stand in one table with the whole they fit in, right after it (the
+    # key table showed exposed communication, the details compute and idle beside the
+    # profiled steps' median: no table let a person add them up)
+    wholes = [w for w in metrics.PARTS_OF if w in key]
+    key += [c for c in keep if c not in key and any(c in metrics.PARTS_OF[w] for w in wholes)]
     rest = [c for c in keep if c not in key]
-    # parts of a step never stand without the whole they fit in (a table of its own each)
     return metrics.beside_whole(key, keep), metrics.beside_whole(rest, keep)
 
 
