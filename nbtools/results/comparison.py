@@ -232,8 +232,9 @@ def _nonfinite_caveat(side: str, runs: list) -> str:
     bad = {}
     for run in runs:
         for r, rep in sorted((run.ranks or {}).items(), key=lambda kv: str(kv[0])):
-            if isinstance(rep, dict) and rep.get("nonfinite"):
-                bad.setdefault(run.run_id, []).append((r, rep.get("last_value")))
+            v = rep.get("last_value") if isinstance(rep, dict) else None
+            if isinstance(v, (int, float)) and not np.isfinite(v):
+                bad.setdefault(run.run_id, []).append((r, v))
         if run.run_id not in bad and any(identify(f) == "not-finite" for f in run.flags):
             bad[run.run_id] = []
     if not bad:
@@ -247,12 +248,8 @@ def _nonfinite_caveat(side: str, runs: list) -> str:
             "of a computation that diverged, not a speed to compare")
 
 
-def _value_word(v) -> str:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return "NaN or inf"
-    return "NaN" if np.isnan(x) else "inf" if x > 0 else "-inf" if np.isinf(x) else "NaN or inf"
+def _value_word(x: float) -> str:
+    return "NaN" if np.isnan(x) else "inf" if x > 0 else "-inf"
 
 
 def _busy(run: Run) -> bool:

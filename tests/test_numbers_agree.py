@@ -160,3 +160,32 @@ def test_every_table_shows_the_whole_the_parts_fit_in(lab, pair, tmp_path):
     t = X.table(a, ["step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms"],
                 per_rank=True, fields=[])
     assert check_columns(*html_tables(X.shown(t).to_html())[0], "X.table") == ranks
+
+
+# -- NaN steps reach the verdict -----------------------------------------------------
+def finite_step(ctx):
+    import torch
+    return torch.ones(4).sum()
+
+
+def nan_step(ctx):
+    import torch
+    return torch.ones(4).sum() * float("nan")
+
+
+STEPS = dict(warmup=1, steps=3, profiled=0)
+
+
+def test_a_side_whose_steps_return_nan_gets_a_verdict_that_says_so(lab):
+    cmp = lab.ab((finite_step, STEPS), (nan_step, STEPS), rounds=2)
+    assert all(r.ok for r in cmp.runs_a + cmp.runs_b)          # NaN is no failure: times exist
+    text = cmp.verdict.text
+    assert "B's step returned NaN (ranks 0, 1; 4 of 4 runs)" in text, text
+    assert "A's step returned" not in text
+    assert any(c.startswith("B's step returned NaN") for c in cmp.verdict.caveats)
+    # two single runs (lab.compare, the panel's one-round Compare): the same words
+    one = lab.compare(cmp.runs_b[0], cmp.runs_a[0])
+    assert "A's step returned NaN (ranks 0, 1; its last measured step)" in one.verdict.text
+    assert "B's step returned" not in one.verdict.text
+    # every metric's verdict carries it, so the table's rows are read with it
+    assert "A's step returned NaN" in one.verdict_on("p90_ms").text
