@@ -25,7 +25,7 @@ Real models (the ``models`` extra) and their sweeps (notebook 06)
     (each config in turn, a failed one kept), ``model_table`` (one row per run with MFU),
     ``styled``, ``collectives_per_step``.
 Recorded profiles and prose
-    ``recorded_h200`` (the shipped H200 runs), ``num``, ``mb``, ``pct_vs``, ``shown``,
+    ``recorded_h200`` (the shipped H200 runs), ``num``, ``count``, ``mb``, ``pct_vs``, ``shown``,
     ``policy_lines`` (numbers in sentences: no "nan" in a sentence or a shown cell).
 
 Importing this module does not import torch: ``TinyLM`` loads it on first use.
@@ -38,7 +38,7 @@ from nbtools.analysis.counts import (collective_events, collectives, compile_sig
 from nbtools.analysis.step_metrics import collective_skew, top_kernels
 from nbtools.claims.model_sweep import collectives_per_step, run_all, styled
 from nbtools.claims.model_sweep import table as model_table
-from nbtools.claims.prose import mb, num, pct_vs, policy_lines, shown
+from nbtools.claims.prose import count, mb, num, pct_vs, policy_lines, shown
 from nbtools.claims.recorded import recorded_h200
 from nbtools.claims.steps import (DDP_OPTIMIZER_LOG, CompileCacheStep, DDPAccumStep,
                                   DtypeProbeStep, RankDivergenceStep)
@@ -62,7 +62,7 @@ __all__ = [
     "explain", "TinyLM",
     "llama", "resnet50", "LLAMA_TINY", "LLAMA_1B", "LLAMA_TP_PLAN", "run_all", "model_table",
     "styled", "collectives_per_step",
-    "recorded_h200", "num", "mb", "pct_vs", "shown", "policy_lines",
+    "recorded_h200", "num", "count", "mb", "pct_vs", "shown", "policy_lines",
 ]
 
 

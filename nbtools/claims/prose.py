@@ -17,6 +17,12 @@ def num(v, fmt: str | None = None, none: str = NOT_MEASURED) -> str:
     return fmt_number(v) if fmt is None else fmt.format(float(v))
 
 
+def count(n, noun=None, none: str = NOT_MEASURED) -> str:
+    """A count with its noun in the right number: "1 cold start", "3 cold starts"
+    (analysis/units.fmt_count)."""
+    return fmt_count(n, noun, none)
+
+
 def mb(v, none: str = "not measured on CPU") -> str:
     """A size given in MB (the summary's ``*_mb`` columns) in the unit that fits: "36 KB",
     "1.5 GB"; ``none`` where it is missing (peak_mem_mb has no value on CPU ranks)."""
