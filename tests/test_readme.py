@@ -202,6 +202,12 @@ def test_every_nbtools_command_of_the_readme_runs_as_written(tmp_path):
         assert r.returncode == 0, f"{cmd} -> {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
         assert "Traceback" not in r.stderr, f"{cmd}\n{r.stderr[-3000:]}"
         ran.append(cmd)
+        if cmd.split()[3:4] == ["demo"]:
+            # issue 44: single runs that contradicted each other from one demo to the next,
+            # and no verdict: it ends with an A/B's, and says why one run settles nothing
+            tail = r.stdout.strip().splitlines()[-2:]
+            assert tail[0].startswith("A/B verdict (step_ms, B over A, 95 % interval"), tail
+            assert "one run cannot settle which config is faster" in tail[1], tail
         if cmd.split()[3:4] == ["view"] and cmd.split()[4:5] in ([], ["nbtools-runs"]):
             assert "no such history folder" not in r.stderr and r.stdout.strip(), cmd
     assert len(ran) >= 10, ran

@@ -8,6 +8,7 @@ import sys
 import time
 
 from nbtools import __version__
+from nbtools.analysis.units import fmt_number
 from nbtools.config.grid import grid
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.config.field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, help_text
@@ -94,6 +95,43 @@ def demo_configs(device_type: str) -> list[StepConfig]:
              StepConfig(scenario="ddp-train", compile="default"),
              StepConfig(scenario="ddp-train", compile="default", ddp_wrap="compile-outside")]
     return cfgs
+
+
+DEMO_ROUNDS = 3
+
+
+def demo_ab(lab):
+    """The demo's question asked properly: is compiling the TP inference step faster than
+    eager? One run a config (the sweep) cannot say: on 2 shared CPU cores the same config
+    read 4.48 ms in one demo and 19.8 ms in the next. So both run again in DEMO_ROUNDS
+    rounds of A B B A (lab.ab: a drift cancels within each round), unprofiled (only their
+    step times count), one line per round; returns (Comparison, seconds)."""
+    a = StepConfig(scenario="tp-mlp-infer", profiled=0)
+    b = dataclasses.replace(a, compile="default")
+    print(f"\nA/B: {a.scenario}, eager (A) against compile={b.compile} (B), unprofiled: "
+          f"{DEMO_ROUNDS} rounds of A B B A ({4 * DEMO_ROUNDS} runs)", flush=True)
+    t = time.perf_counter()
+
+    def on_run(ev):
+        if ev["phase"] == "done" and ev["index"] % 4 == 0:
+            print(f"   round {ev['round']} of {ev['rounds']} done "
+                  f"({time.perf_counter() - t:.1f} s)", flush=True)
+    cmp = lab.ab(a, b, rounds=DEMO_ROUNDS, on_run=on_run)
+    return cmp, time.perf_counter() - t
+
+
+def demo_verdict(cmp, seconds: float) -> str:
+    """The demo's last lines: the A/B's verdict, and why the single runs above settle
+    nothing (the same config's own runs in the A/B, their range)."""
+    from nbtools.analysis.units import fmt_range
+    a = [r.summary["step_ms"].max() for r in cmp.runs_a if r.ok and len(r.summary)]
+    same = (f": runs of one config differ (A's {len(a)} runs here read "
+            f"{fmt_range(min(a), max(a), fmt_number)} ms)") if a else ""
+    return (f"A/B verdict (step_ms, B over A, 95 % interval, {cmp.rounds} rounds in "
+            f"{seconds:.0f} s): {cmp.verdict.text}\n"
+            f"The sweep above ran each config once, and one run cannot settle which config "
+            f"is faster{same}. To ask with rounds: python -m nbtools run --scenario "
+            "tp-mlp-infer --compile off,default --rounds 5")
 
 
 def _run_all(lab, cfgs):
@@ -357,6 +395,7 @@ def _cmd_run(args) -> int:
         if args.cmd == "demo":
             cfgs = demo_configs(lab.device_type)
         runs = _run_all(lab, cfgs)
+        ab = demo_ab(lab) if args.cmd == "demo" else None
     print()
     if len(runs) > 1:      # one run's table was just printed under it
         print(format_table(runs))
@@ -370,7 +409,9 @@ def _cmd_run(args) -> int:
                   + Comparison.from_runs(runs).verdict.text)
     if args.html:
         from nbtools.cli.view import write_html
-        write_html(args.html, runs)
+        write_html(args.html, runs, comparisons=[ab[0]] if ab else ())
+    if ab:
+        print("\n" + demo_verdict(*ab))
     return 0 if all(r.ok for r in runs) else 1
 
 

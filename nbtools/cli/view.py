@@ -245,12 +245,13 @@ def _lost_input(flag: str) -> bool:
                                    "have no trace here", "no events to show"))
 
 
-def write_html(path, runs) -> None:
-    """Export ``runs`` to one offline HTML report at ``path`` and say where; an OSError
-    becomes a one-line error naming the path."""
+def write_html(path, runs, comparisons=()) -> None:
+    """Export ``runs`` (and ``comparisons``) to one offline HTML report at ``path`` and say
+    where; an OSError becomes a one-line error naming the path."""
     from nbtools.report.html import export_html
     try:
-        out = export_html(path, runs, notes="Written by `python -m nbtools`.")
+        out = export_html(path, runs, notes="Written by `python -m nbtools`.",
+                          comparisons=comparisons)
     except OSError as e:
         raise write_failed(path, e) from None
     say(f"report: {out}")
