@@ -38,7 +38,8 @@ def fill(folder: Path, n: int) -> None:
     have = len(History.load(folder)) if folder.is_dir() else 0
     if have >= n:
         return
-    with Lab(n=2, history=folder, echo=False, progress=False) as lab:
+    with Lab(n=2, history=folder, echo=False) as lab:
+        lab.progress = False
         cfgs = demo_configs(lab.device_type)
         for i in range(n - have):
             lab.run(cfgs[i % len(cfgs)])

@@ -106,6 +106,45 @@ def test_report_renders_offline_and_hovers(tmp_path):
             browser.close()
 
 
+def test_every_runs_timeline_of_a_packed_report_draws(tmp_path):
+    """BokehJS and the figures travel gzip-packed (report/page.py): the page unpacks them
+    and every run's timeline draws, each with its own rank lanes and boxes."""
+    from playwright.sync_api import sync_playwright
+    from browser import check_plots_drawn, open_page
+    runs = [synthetic_run(events_per_rank=300, seed=10 + k) for k in range(6)]
+    path = export_html(tmp_path / "six.html", runs)
+    assert 'type="application/gzip-base64"' in path.read_text()
+    with sync_playwright() as pw, open_page(pw, path) as (page, errors):
+        page.wait_for_function("() => window.Bokeh && Bokeh.index && [...Bokeh.index"
+                               ".all_views()].filter(v => v.frame && v.model.renderers.some("
+                               "r => r.name === 'events')).length === 6", timeout=30_000)
+        plots = check_plots_drawn(page, "packed-report", [0, 1], min_plots=6)
+        titles = {p["title"] for p in plots if p["timeline"]}
+        assert all(any(r.run_id in t for t in titles) for r in runs), titles
+        assert not errors, errors
+
+
+def test_a_browser_that_cannot_unpack_the_figures_says_so(tmp_path):
+    from playwright.sync_api import sync_playwright
+    run = synthetic_run(events_per_rank=200, seed=7)
+    path = export_html(tmp_path / "r.html", [run])
+    with sync_playwright() as pw:
+        browser = _launch(pw)
+        try:
+            page = browser.new_page()
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.add_init_script("delete window.DecompressionStream")
+            page.goto(path.as_uri(), wait_until="load")
+            note = page.locator(".nbtools-figures-note")
+            note.wait_for(state="visible", timeout=10_000)
+            assert "need a browser that unpacks gzip" in note.inner_text()
+            assert page.get_by_text(f"Run #{run.run_id}").count()     # the text is all there
+            assert not errors, errors
+        finally:
+            browser.close()
+
+
 def test_missing_chromium_fails_rather_than_skips():
     with pytest.raises(pytest.fail.Exception, match="Chromium not found"):
         _launch(None, "/nonexistent/chromium")

@@ -16,6 +16,7 @@ from nbtools.config import step_config as config
 from nbtools.cli.main import TABLE_LEGEND, build_parser, format_table, main, sweep
 from nbtools.config.field_docs import OPTIONAL
 from nbtools.cli.tutorials import copy_tutorials
+from nbtools.report.page import unpacked
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -299,7 +300,7 @@ def test_view_reads_your_own_traces_a_table_and_one_timeline(tmp_path):
     assert "all" in rows and "exposed_comm_ms (ms):" in r.stdout     # its legend (--explain)
     # who waited for whom (these traces: rank 0's host launched the all-reduces late)
     assert "straggler: rank 0 launched the all-reduces late" in r.stdout, r.stdout
-    html = (tmp_path / "t.html").read_text()
+    html = unpacked((tmp_path / "t.html").read_text())    # the figures' data as text too
     # both ranks' GPU streams drawn, the collectives' tooltips read (--html asks for them)
     assert "r0 GPU 0 stream 7" in html and "r1 GPU 1 stream 7" in html
     assert "collective: allreduce" in html
@@ -377,7 +378,7 @@ def test_view_reads_what_a_torchrun_job_with_the_profiler_wrote(tmp_path):
     assert len(files) == 2 and not any("rank" in f.name for f in files), files
     r = nbtools_cli("view", tmp_path / "traces", "--html", tmp_path / "t.html", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    html = (tmp_path / "t.html").read_text()
+    html = unpacked((tmp_path / "t.html").read_text())    # the figures' data as text too
     assert "r1 CPU thread" in html and "gloo:all_reduce" in html
     assert "<th>devices</th><td>—</td>" in html and "<th>backend</th><td>gloo</td>" in html
     head, rows = r.stdout.splitlines()[0].split(), _rows(r.stdout)

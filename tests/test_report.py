@@ -7,6 +7,7 @@ import pytest
 
 from nbtools.config.step_config import StepConfig
 from nbtools.report.html import export_html, scrub
+from nbtools.report.page import unpacked
 from test_timeline import million_run, synthetic_run
 
 NOTES = """# What autocast did
@@ -27,7 +28,9 @@ def report(tmp_path_factory):
                    "RuntimeError: engine {'key': 'a1b2c3d4-FAKE-CONNECTION-KEY-e5f6'}"}
     path = export_html(tmp_path_factory.mktemp("r") / "sub" / "findings.html",
                        (r for r in (a, b)), notes=NOTES, comparisons=[(a, b)])
-    return a, b, path, path.read_text(encoding="utf-8")
+    # the page as a reader of the file sees it: BokehJS and the figures' JSON unpacked
+    # (report/page.py), so what the figures carry is checked as well as the page's text
+    return a, b, path, unpacked(path.read_text(encoding="utf-8"))
 
 
 def test_self_contained_with_bokehjs_once(report):
@@ -36,10 +39,14 @@ def test_self_contained_with_bokehjs_once(report):
     assert not re.search(r"<link[^>]*\bhref\s*=\s*['\"]?(https?:)?//", html, re.I)
     assert not re.search(r"@import\s+url\(\s*['\"]?(https?:)?//", html, re.I)
     assert "cdn.bokeh.org" not in html
-    # BokehJS inlined exactly once for all figures (two timelines + a comparison)
+    # BokehJS inlined exactly once for all figures (two timelines + a comparison), packed
+    # with them: one blob per bundle and one document for every figure
     assert html.count("root.Bokeh = bokeh") == 1          # the tail of bokeh.min.js
     assert len(re.findall(r'"name":"Figure"', html)) >= 5
-    assert len(re.findall(r'<script type="application/json"', html)) == 1
+    assert len(re.findall(r'<script type="application/json" id="nbtools-docs"', html)) == 1
+    packed = report[2].read_text(encoding="utf-8")
+    assert "root.Bokeh" not in packed and '"name":"Figure"' not in packed
+    assert len(re.findall(r'<script type="application/gzip-base64"', packed)) >= 4
 
 
 def test_holds_every_run_and_the_sections(report):

@@ -142,21 +142,9 @@ def _as_runs(runs) -> list:
 
 def _page(title, parts, roots) -> str:
     if roots:
-        from bokeh.document import Document
-        from bokeh.embed import file_html
-        from bokeh.resources import INLINE
-        if all(r.document is None for r in roots):
-            # file_html would add the roots one by one, and each add_root walks every model
-            # already in the document: quadratic in runs (100 runs: 295 s, mostly that walk).
-            # Added under one freeze, the document is walked once.
-            doc = Document()
-            with doc.models.freeze():
-                for r in roots:
-                    doc.add_root(r)
-        # One document for every figure: BokehJS is inlined once, whatever the count.
-        return file_html(roots, resources=INLINE, title=title, template=_TEMPLATE,
-                         template_variables=dict(parts=parts, css=CSS),
-                         suppress_callback_warning=True)
+        from nbtools.report.page import bokeh_page
+        # One document for every figure, BokehJS once, both packed (report/page.py)
+        return bokeh_page(roots, title, _TEMPLATE, dict(parts=parts, css=CSS))
     body = "".join(v for _, v in parts)
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}"
             f"</title><style>{CSS}</style></head><body><main>{body}</main></body></html>")
