@@ -21,7 +21,6 @@ import re
 from bokeh.core.serialization import Buffer
 from bokeh.core.templates import FILE, MACROS, get_env
 from bokeh.document import Document
-from bokeh.embed.bundle import bundle_for_objs_and_resources
 from bokeh.embed.util import OutputDocumentFor, RenderItem
 from bokeh.resources import INLINE
 from bokeh.util.serialization import make_globally_unique_css_safe_id, make_globally_unique_id
@@ -147,10 +146,22 @@ def bokeh_page(roots, title: str, template: str, variables: dict) -> str:
         return _render(doc, roots, title, template, variables)
 
 
+def _components(models) -> list:
+    """BokehJS's bundles these models need, from the document's own registry: Bokeh's
+    bundle_for_objs_and_resources walked every root's references again for it (a fifteenth
+    of an export). TeX in a label (MathJax) is not something these figures write."""
+    from bokeh.models import Plot
+    from bokeh.models.widgets import TableWidget, Widget
+    models = list(models)
+    need = {"bokeh", "bokeh-widgets" if any(isinstance(m, Widget) for m in models) else "",
+            "bokeh-tables" if any(isinstance(m, TableWidget) for m in models) else "",
+            "bokeh-gl" if any(isinstance(m, Plot) and m.output_backend == "webgl"
+                              for m in models) else ""}
+    return [c for c in INLINE.components if c in need]
+
+
 def _render(doc, roots, title: str, template: str, variables: dict) -> str:
-    # the bundles these models need (widgets, tables, WebGL), read from the document's
-    # own model set: no walk
-    js = bundle_for_objs_and_resources([doc], INLINE).js_raw
+    js = INLINE.clone(components=_components(doc.models)).js_raw
     docid = make_globally_unique_id()
     item = RenderItem(docid, roots={r: make_globally_unique_css_safe_id() for r in roots})
     doc_bytes = document_bytes(doc, docid)
