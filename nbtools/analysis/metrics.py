@@ -108,6 +108,8 @@ _ALL = (
        "refused to capture"),
     _m("peak_mem_mb", "MB", "gpukey", "max", "lower", "peak GPU memory allocated by PyTorch on "
        "this rank", short="peak_MB"),
+    _m("device_mem_mb", "MB", "gpu", "min", "", "the device's memory (GPU ranks): what "
+       "peak_mem_mb is a share of"),
     _m("graph_pool_mb", "MB", "gpu", "max", "lower", "GPU memory held by CUDA-graph private "
        "pools at the run's end (StepConfig(memory=True))", short="pool_MB"),
     _m("rss_mb", "MB", "more", "max", "lower", "the engine process's resident memory (all of "

@@ -98,6 +98,20 @@ def _autocast(cfg: StepConfig, changed, train: bool = True) -> list:
             "    loss.backward()"]
 
 
+def _optimizer(cfg: StepConfig, changed) -> list:
+    """The optimizer lines where optimizer_impl changes them (as-built: the script's own)."""
+    tag = "   # changed" if "optimizer_impl" in changed else ""
+    if cfg.optimizer_impl in ("foreach", "fused"):
+        return [f"# your optimizer, made with {cfg.optimizer_impl}=True (Adam, AdamW, SGD, "
+                "Adagrad take it):",
+                f"opt = torch.optim.AdamW(model.parameters(), lr=lr, "
+                f"{cfg.optimizer_impl}=True)" + tag, "opt.step()"]
+    if cfg.optimizer_impl == "compiled":
+        return ["@torch.compile(fullgraph=False)   # the compiled-optimizer recipe" + tag,
+                "def opt_step():", "    opt.step()", "opt_step()   # in place of opt.step()"]
+    return []
+
+
 def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None,
                 train: bool = True) -> str:
     """The lines for ``cfg``; ``changed``: the fields an exploration changed (their lines
@@ -128,6 +142,8 @@ def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None,
                                                            "then"), "g.replay()"]
     else:
         out += _autocast(cfg, changed, train)
+    if train:
+        out += _optimizer(cfg, changed)
     if not custom and cfg.resolved_schedule == "bucketed":
         out.append("# pad each batch's sequence length up to one of a few bucket lengths"
                    + ("   # changed" if "seq_schedule" in changed else ""))

@@ -338,7 +338,9 @@ class Lab:
             b: side B, in the same forms.
             rounds: complete rounds to run, or "auto": stop when resolved (``max_rounds``).
             metric: the summary metric the verdict judges (nbtools.analysis.metrics).
-            **kw: ``timeout``, ``on_run``, ``stop``, ``max_rounds``: nbtools.lab.ab.ab.
+            **kw: ``timeout``, ``on_run``, ``stop``, ``max_rounds``, ``width``, ``equivalence``
+                (default 0.02: "no difference bigger than 2 %" when the interval lies
+                inside it): nbtools.lab.ab.ab.
 
         Returns:
             Comparison: ``.verdict`` is B over A with its 95 % interval over the rounds.
