@@ -36,6 +36,10 @@ SEQ_SCHEDULES = ("fixed", "varying", "bucketed")
 CAPTURE = ("full", "light", "off")
 SIZES = ("auto", "small", "large")
 OPTIMIZER_IMPLS = ("as-built", "foreach", "fused", "compiled")
+RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "cache")
+"""Fields that change how a run is measured, not what is built or stepped: the engines
+reuse their state across them (engine/prepare.py), and a change of only these is no
+experiment on the step."""
 
 
 # Field -> allowed strings (None: any string). Every field has exactly one of the three

@@ -3,12 +3,11 @@ only the wrappers, which nothing; the workload (a built-in scenario, a user's Wo
 custom step) made real and every toggle applied to it (apply.py)."""
 from __future__ import annotations
 
-from nbtools.config.step_config import StepConfig
+from nbtools.config.step_config import RUN_ONLY as _RUN_ONLY, StepConfig
 from nbtools.engine.state import S as _S
 
-# Fields that do not change what is built: changing only these reuses all state.
+# _RUN_ONLY: fields that do not change what is built: changing only these reuses all state.
 # (torch_trace is not one: turning it on rebuilds, so the trace holds the compiles.)
-_RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "cache")
 # Fields that change the weights, optimizer and inputs (everything else changes wrappers).
 _MODEL = ("scenario", "parallel", "size", "batch", "seq_len", "seq_schedule", "seed",
           # fully_shard is applied once per model, and per-block compile changes the blocks

@@ -364,7 +364,10 @@ class Lab:
         Example:
             >>> for s in lab.advise(run): print(s.change, s.why)
         """
-        return (run := resolve_run(self, run)).advise(self.history.compiled_by(run))
+        from nbtools.analysis.advice import advise
+        from nbtools.lab.tried import seen_for
+        run = resolve_run(self, run)
+        return advise(run, self.history.compiled_by(run), seen=seen_for(self, run))
 
     def explore(self, target, start=None, budget_s=600, rounds=5, **kw):
         """Advise ``start``'s run and try each suggestion as an A/B (``rounds`` of A B B A)
