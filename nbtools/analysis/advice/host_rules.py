@@ -26,8 +26,10 @@ _LAUNCH_LIKE = ("launch", "compiled", "forward", "autograd", "other")
 SMALL_KERNEL_US = 100.0
 """Kernels shorter than this on average are ones a launch (5-10 us of host time each) can
 keep up with only barely: launch-bound territory."""
-CAUSE_SHARE = 0.10
-"""A host cause worth its own move: at least this share of the profiled step."""
+CAUSE_SHARE = 0.05
+"""A host cause worth its own move: at least this share of the profiled step, or twice it
+of the host wait (a screen round costs four runs, so a move is tried on modest evidence
+and kept only on proof)."""
 SYNC_SHARE = 0.05
 MEMORY_SHARE = 0.40
 """A GPU rank whose peak memory is below this share of the device's has room to double
@@ -127,7 +129,7 @@ def host_fsdp(run) -> list[Suggestion]:
 
     def add(cause, rule, title, change, why, code):
         ms = d.host.get(cause, 0.0)
-        if d.share(ms) < CAUSE_SHARE:
+        if not (d.share(ms) >= CAUSE_SHARE or ms >= 2 * CAUSE_SHARE * d.waits["host"] > 0):
             return
         out.append(Suggestion(
             rule=rule, title=title, change=change,
