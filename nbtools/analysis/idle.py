@@ -26,7 +26,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis.keyed import measure_many, pair_codes
+from nbtools.analysis.keyed import pair_codes
 from nbtools.analysis.step_metrics import event_columns, launchers
 from nbtools.analysis.tables import string_codes
 
@@ -114,9 +114,11 @@ def gaps(events: pd.DataFrame, *, _c: dict | None = None,
     """Every gap in a rank's GPU work (nothing on any stream) inside a step: rank, step,
     ts_ns (where the GPU went idle), dur_ns, kind (host_wait | kernel_wait | other), by the
     kernel that ends it: its launch after the gap began is host wait. ``next`` is that
-    kernel's name; ``thread`` the CPU lane that launched it. Their sum per (rank, step) is
-    the step's idle_ms. CPU-only ranks have none."""
-    cols = ["rank", "step", "ts_ns", "dur_ns", "kind", "next", "thread"]
+    kernel's name; ``thread`` the CPU lane that launched it; for host wait, ``host`` the
+    HOST_CAUSES entry the launching thread spent most of the gap in and ``host_share`` that
+    share of the gap ('' and NaN otherwise). Their sum per (rank, step) is the step's
+    idle_ms. CPU-only ranks have none."""
+    cols = ["rank", "step", "ts_ns", "dur_ns", "kind", "next", "thread", "host", "host_share"]
     c = event_columns(events) if _c is None and len(events) else _c
     if c is None:
         return pd.DataFrame(columns=cols)
@@ -126,13 +128,23 @@ def gaps(events: pd.DataFrame, *, _c: dict | None = None,
     at, start, dur, kind, launch_row = g
     lanes = np.asarray(events["lane"].astype("category").cat.categories)
     names = events["name"].to_numpy()
+    # each host-wait gap its own group: what its launching thread was in, per cause
+    h = np.flatnonzero(kind == 0)
+    per = _host_causes(c, events, events["step"].to_numpy(np.int64), at[h], start[h], dur[h],
+                       launch_row[h])
+    host = np.full(len(at), "", object)
+    share = np.full(len(at), np.nan)
+    if len(h):
+        top = per.argmax(axis=0)
+        host[h] = np.asarray(HOST_CAUSES, object)[top]
+        share[h] = per[top, np.arange(len(h))] / np.maximum(dur[h], 1)
     return pd.DataFrame({"rank": c["rank"][at], "step": events["step"].to_numpy()[at],
                          "ts_ns": start, "dur_ns": dur,
                          "kind": np.array(["host_wait", "kernel_wait", "other"])[kind],
                          "next": names[at],
                          "thread": np.where(launch_row >= 0,
                                             lanes[c["lane_code"][np.maximum(launch_row, 0)]],
-                                            "")})
+                                            ""), "host": host, "host_share": share})
 
 
 def step_waits(events: pd.DataFrame, *, _c: dict | None = None,
@@ -155,9 +167,9 @@ def step_waits(events: pd.DataFrame, *, _c: dict | None = None,
     for k, name in enumerate(WAITS):
         out[name] = np.bincount(codes[kind == k], weights=dur[kind == k], minlength=n) / 1e6
     h = kind == 0
-    host = _host_causes(c, events, step, at[h], start[h], dur[h], launch_row[h], codes[h], n)
+    host = _host_causes(c, events, step, at[h], start[h], dur[h], launch_row[h])
     for k, name in enumerate(HOST_COLUMNS):
-        out[name] = host[k] / 1e6
+        out[name] = np.bincount(codes[h], weights=host[k], minlength=n) / 1e6
     df = pd.DataFrame(out)
     return df.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)[cols]
 
@@ -191,24 +203,25 @@ def _gaps(c: dict, step: np.ndarray, kernel_wait_us: float):
     return at, start, dur, kind, lr
 
 
-def _host_causes(c, events, step, at, start, dur, launch_row, codes, n) -> np.ndarray:
-    """ns per (HOST_CAUSES index, (rank, step) code) of the host-wait gaps: each instant of
-    a gap goes to the first cause whose ranges on the launching thread cover it, else other.
-    A gap and the host's ranges meet by (thread, step): the gap's step is its kernels', a
-    CPU range's is the host step it lies in, and a host-wait gap lies in its own step's
-    host time (its kernel was not launched yet)."""
-    out = np.zeros((len(HOST_CAUSES), n))
-    if not len(at):
-        return out
+def _host_causes(c, events, step, at, start, dur, launch_row) -> np.ndarray:
+    """ns per (HOST_CAUSES index, gap) of host-wait gaps: each instant of a gap goes to the
+    first cause whose ranges on the launching thread cover it, else other. A gap and the
+    host's ranges meet by (thread, step): the gap's step is its kernels', a CPU range's is
+    the host step it lies in, and a host-wait gap lies in its own step's host time (its
+    kernel was not launched yet). One sweep over every gap and range: the gaps of one
+    thread never overlap (they are times the rank's GPU was idle), so each instant of the
+    sweep is in at most one gap."""
+    k_all = len(HOST_CAUSES)
+    out = np.zeros((k_all, len(at)))
     # a gap whose kernel has no launch row (a foreign trace without runtime events): other
-    known = launch_row >= 0
-    out[-1] += np.bincount(codes[~known], weights=dur[~known], minlength=n)
-    at, start, dur, launch_row, codes = (x[known] for x in (at, start, dur, launch_row, codes))
-    if not len(at):
+    known = np.flatnonzero(launch_row >= 0)
+    out[-1, launch_row < 0] = dur[launch_row < 0]
+    if not len(known):
         return out
+    lr = launch_row[known]
     lanes = int(c["lane_code"].max()) + 1
     span = int(step.max()) + 2
-    gkey = (c["rank"][launch_row] * lanes + c["lane_code"][launch_row]) * span + step[at]
+    gkey = (c["rank"][lr] * lanes + c["lane_code"][lr]) * span + step[at[known]]
     uk, ginv = np.unique(gkey, return_inverse=True)
     cpu = np.flatnonzero(~c["gpu"] & (step >= 0))
     rkey = (c["rank"][cpu] * lanes + c["lane_code"][cpu]) * span + step[cpu]
@@ -216,19 +229,24 @@ def _host_causes(c, events, step, at, start, dur, launch_row, codes, n) -> np.nd
     cpu, pos = cpu[uk[pos] == rkey], pos[uk[pos] == rkey]
     cause = _row_causes(events, cpu)
     cpu, pos, cause = cpu[cause >= 0], pos[cause >= 0], cause[cause >= 0]
-    group = np.concatenate([ginv, pos])
-    s = np.concatenate([start, c["ts"][cpu]])
-    e = np.concatenate([start + dur, c["end"][cpu]])
-    label = np.concatenate([np.zeros(len(start), np.int64), cause + 1])
-    named = len(HOST_CAUSES) - 1
-    keeps = [(lambda m, k=k: (m[:, 0] > 0) & (m[:, k + 1] > 0) & ~(m[:, 1:k + 1] > 0).any(1))
-             for k in range(named)]
-    keeps.append(lambda m: (m[:, 0] > 0) & ~(m[:, 1:] > 0).any(1))
-    per = measure_many(group, s, e, label, named + 1, len(uk), keeps)
-    code_of = np.zeros(len(uk), np.int64)
-    code_of[ginv] = codes
-    for k in range(len(HOST_CAUSES)):
-        out[k] += np.bincount(code_of, weights=per[k], minlength=n)
+    ng, nr = len(known), len(cpu)
+    gs, ge = start[known], start[known] + dur[known]
+    t = np.concatenate([gs, c["ts"][cpu], ge, c["end"][cpu]]).astype(np.int64)
+    g = np.concatenate([ginv, pos, ginv, pos])
+    lab = np.concatenate([np.zeros(ng, np.int64), cause + 1, np.zeros(ng, np.int64), cause + 1])
+    d = np.concatenate([np.ones(ng + nr, np.int32), -np.ones(ng + nr, np.int32)])
+    gap_no = np.concatenate([np.arange(ng), np.full(nr + ng + nr, -1)])
+    order = np.lexsort((t, g))
+    t, g, lab, d, gap_no = t[order], g[order], lab[order], d[order], gap_no[order]
+    delta = np.zeros((len(t), k_all), np.int32)
+    delta[np.arange(len(t)), lab] = d
+    counts = np.cumsum(delta, axis=0)[:-1]
+    # the gap each sweep position is in: the last gap start seen (sorted by group first)
+    last = np.maximum.accumulate(np.where(gap_no >= 0, np.arange(len(t)), -1))[:-1]
+    hold = (g[1:] == g[:-1]) & (counts[:, 0] > 0) & (last >= 0)
+    named = counts[hold, 1:] > 0
+    which = np.where(named.any(axis=1), named.argmax(axis=1), k_all - 1)
+    np.add.at(out, (which, known[gap_no[last[hold]]]), (t[1:] - t[:-1])[hold])
     return out
 
 

@@ -69,12 +69,7 @@ def measure_ns(group, start, end, label, n_labels: int, n_groups: int, keep) -> 
     """Time per group during which ``keep(counts)`` holds, where ``counts[:, k]`` is how many
     label-k intervals cover that moment. A sweep over all starts and ends (sorted once),
     so set algebra between interval families (A minus B, A and B) stays vectorised."""
-    return measure_many(group, start, end, label, n_labels, n_groups, [keep])[0]
-
-
-def measure_many(group, start, end, label, n_labels: int, n_groups: int, keeps) -> np.ndarray:
-    """measure_ns for several predicates over one sweep: an array (len(keeps), n_groups)."""
-    out = np.zeros((len(keeps), n_groups))
+    out = np.zeros(n_groups)
     if len(start) == 0:
         return out
     t = np.concatenate([start, end]).astype(np.int64)
@@ -87,8 +82,5 @@ def measure_many(group, start, end, label, n_labels: int, n_groups: int, keeps) 
     delta[np.arange(len(t)), lab] = d
     counts = np.cumsum(delta, axis=0)    # every group's intervals close inside it
     same = g[1:] == g[:-1]
-    width = (t[1:] - t[:-1])
-    for i, keep in enumerate(keeps):
-        hold = keep(counts[:-1]) & same
-        out[i] = np.bincount(g[:-1][hold], weights=width[hold], minlength=n_groups)
-    return out
+    hold = keep(counts[:-1]) & same
+    return np.bincount(g[:-1][hold], weights=(t[1:] - t[:-1])[hold], minlength=n_groups)
