@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 import statistics
 
-COMPILE_PRIOR_S = 60.0
+COMPILE_PRIOR_S = 30.0
 """The compile of a config whose like has not compiled on this lab yet: a prior, not a
 measurement (a small model compiles in 5-30 s on 2 CPU cores; a Llama's per-block compile
-took 30-130 s on 1 x H200, docs/findings.md), replaced by what the screen measures."""
+took 30-130 s on 1 x H200, docs/findings.md), replaced by what the screen measures. Too low
+for a large model, it costs one run past the budget at most: no later run is priced with it."""
 _COMPILE_FIELDS = ("compile", "backend", "dynamic", "fullgraph", "fsdp_compile", "ddp_wrap",
                    "optimize_ddp", "optimizer_impl", "autocast", "autocast_scope",
                    "cudagraph", "batch", "seq_len")

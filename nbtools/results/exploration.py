@@ -141,8 +141,15 @@ class Exploration:
         if tried:
             return f"{NOTHING} ({tried} A/B{'s' if tried != 1 else ''}{note})"
         if screened:
-            return (f"nothing proven better: {screened} change(s) screened, none promising "
-                    f"enough or none affordable to prove{note}")
+            over = [r["change"] for r in self.rows if r.get("screen") and
+                    str(r.get("outcome", "")).startswith(OVER_BUDGET)]
+            dropped = sum(str(r.get("outcome", "")).startswith(DROPPED) for r in self.rows)
+            parts = [f"{screened} change(s) screened"]
+            if dropped:
+                parts.append(f"{dropped} clearly worse there")
+            if over:
+                parts.append(f"no budget left to prove {', '.join(over)}")
+            return f"nothing proven better: {'; '.join(parts)}{note}"
         if self.untried:
             return (f"nothing tried: the budget ({self.budget_s:.0f} s) was spent before the "
                     f"first A/B (the start run took {self.start_s:.0f} s){note}")
