@@ -152,7 +152,7 @@ class _Explorer:
             promising.sort(key=lambda c: -c.gain)
             queue = []
             for i, cand in enumerate(promising):
-                kept = self.prove(cand)
+                kept = self.prove(cand, len(promising) - i)
                 if self.ex.note:
                     return
                 if kept is not None:
@@ -268,7 +268,10 @@ class _Explorer:
         return out
 
     # -- the proof ----------------------------------------------------------------------
-    def prove(self, c: _Candidate):
+    def prove(self, c: _Candidate, waiting: int = 1):
+        """The A/B that decides ``c``; rounds="auto" gets at most its share of what is left
+        (``waiting``: the promising candidates from this one on), so one unresolvable
+        candidate does not spend the budget the others' proofs need."""
         per = self.prices.round_s(c.ka, c.kb)
         if not per:
             per, _ = self.prices.screen_s(c.ka, c.kb)
@@ -282,7 +285,8 @@ class _Explorer:
             return None
         most = self.opts["rounds"]
         if self.opts["auto"] and per > 0:
-            most = max(ab_rounds.FIRST_LOOK, min(most, int(self.left() // per)))
+            share = self.left() / max(waiting, 1)
+            most = max(ab_rounds.FIRST_LOOK, min(most, int(share // per)))
         cmp, t = self.ab(c, rounds="auto" if self.opts["auto"] else self.opts["rounds"],
                          max_rounds=most)
         c.row["seconds"] += time.perf_counter() - t
