@@ -41,6 +41,10 @@ from nbtools.results.exploration import (DROPPED, EQUIVALENT, GONE, IN_YOUR_CODE
                                          NOT_FASTER, OVER_BUDGET, SLOWER, Exploration,
                                          change_text, new_row)
 
+MIN_WARMUP = 3
+"""Warm-up steps an A/B that turns a compile on gives both sides: the first call compiles,
+the second new shape recompiles (automatic dynamic), then the steps are steady."""
+
 
 def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rounds: int = 12,
             width: Optional[float] = None, also=(), timeout=None,
@@ -219,15 +223,22 @@ class _Explorer:
         if cand == ex.best and not patch:
             return self.add(row, "already in the best config")
         wl = with_model_patch(ex.best_workload, patch) if patch else ex.best_workload
+        base = ex.best
+        if price.compiles_differently(cand, base) and cand.warmup < MIN_WARMUP:
+            # automatic dynamic shapes recompile at the second new shape: with fewer warm-up
+            # steps the compiles land in B's measured steps and the A/B times them
+            row["note"] = (f"warm-up {MIN_WARMUP} on both sides (was {cand.warmup}): the "
+                           "compiles belong before the measured steps")
+            base, cand = base.replace(warmup=MIN_WARMUP), cand.replace(warmup=MIN_WARMUP)
         try:
-            a, b = _side(ex.best_workload, ex.best), _side(wl, cand)
+            a, b = _side(ex.best_workload, base), _side(wl, cand)
             _check(self.lab, a)
             _check(self.lab, b)
         except ConfigError as e:
             return self.add(row, f"not valid: {e}")
         metric = s.metric if s is not None else "step_ms"
         row["metric"] = metric
-        return _Candidate(s, change, patch, row, a, b, price.key(ex.best_workload, ex.best),
+        return _Candidate(s, change, patch, row, a, b, price.key(ex.best_workload, base),
                           price.key(wl, cand), metric=metric,
                           extra=dict(cfg=cand, workload=wl))
 

@@ -69,7 +69,7 @@ class Prices:
         if k in self.walls:
             return 0.0, ""
         cfg, base = k[1], like[1]
-        if not _compiles_differently(cfg, base):
+        if not compiles_differently(cfg, base):
             return 0.0, ""
         measured = [s for kk, s in self.compile_s.items() if s > 0 and kk[1].compiled]
         if measured:
@@ -104,7 +104,8 @@ def _compile_s(run) -> float:
     return v if math.isfinite(v) else 0.0
 
 
-def _compiles_differently(cfg, base) -> bool:
+def compiles_differently(cfg, base) -> bool:
+    """``cfg`` compiles something ``base`` does not, or compiles it another way."""
     if not cfg.compiled and cfg.optimizer_impl != "compiled":
         return False
     return any(getattr(cfg, f) != getattr(base, f) for f in _COMPILE_FIELDS)

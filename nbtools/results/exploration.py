@@ -17,7 +17,7 @@ from nbtools.config.script_code import script_code
 from nbtools.results.views import view
 
 COLUMNS = ("change", "rule", "metric", "screen", "verdict", "ratio", "low", "high", "resolved",
-           "rounds", "runs", "seconds", "kept", "outcome")
+           "rounds", "runs", "seconds", "kept", "outcome", "note")
 KEPT = "kept"
 NOT_FASTER = "not resolved faster"
 SLOWER = "resolved worse: not kept"
@@ -35,7 +35,7 @@ def new_row(s, change: dict, patch: dict) -> dict:
     return dict(change=change_text(change) if not patch else patch_text(patch),
                 rule=s.rule if s else "also", metric=getattr(s, "metric", "step_ms"),
                 screen="", verdict="", ratio=math.nan, low=math.nan, high=math.nan,
-                resolved=False, rounds=0, runs=0, seconds=0.0, kept=False, ab=None)
+                resolved=False, rounds=0, runs=0, seconds=0.0, kept=False, ab=None, note="")
 
 
 def change_text(change: dict) -> str:
@@ -83,7 +83,8 @@ class Exploration:
         rounds, runs made (screen and proof), seconds they took, kept (bool) and outcome
         ("kept", "dropped in the screen ...", "no difference bigger than 2 % ...",
         "resolved worse ...", "not resolved faster", "not tried for lack of budget ...",
-        "failed: ...", "not valid: ...", ...)."""
+        "failed: ...", "not valid: ...", ...), and a note on how it was measured (warm-up
+        steps raised so a compile stays out of the measured steps)."""
         return pd.DataFrame([{c: r.get(c) for c in COLUMNS} for r in self.rows],
                             columns=list(COLUMNS))
 
