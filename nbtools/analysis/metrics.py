@@ -113,6 +113,8 @@ _ALL = (
        "refused to capture"),
     _m("peak_mem_mb", "MB", "gpukey", "max", "lower", "peak GPU memory allocated by PyTorch on "
        "this rank", short="peak_MB"),
+    _m("device_mem_mb", "MB", "gpu", "min", "", "the device's memory (GPU ranks): what "
+       "peak_mem_mb is a share of"),
     _m("graph_pool_mb", "MB", "gpu", "max", "lower", "GPU memory held by CUDA-graph private "
        "pools at the run's end (StepConfig(memory=True))", short="pool_MB"),
     _m("rss_mb", "MB", "more", "max", "lower", "the engine process's resident memory (all of "
@@ -141,6 +143,27 @@ _ALL = (
        "(a part of comm_ms; shown beside profiled_window_ms, the step it is part of)"),
     _m("idle_ms", "ms", "more", "mean", "lower", "time per profiled step inside the busy span "
        "with nothing running (compute_ms + exposed_comm_ms + idle_ms <= profiled_window_ms)"),
+    # why the GPU waited (analysis/idle.py: HolisticTraceAnalysis's idle time breakdown over
+    # the rank's whole GPU), and where the host was while the GPU waited for it
+    _m("host_wait_ms", "ms", "gpukey", "mean", "lower", "idle time per profiled step before a "
+       "kernel the host had not launched yet: the host is the bottleneck (a part of idle_ms; "
+       "run.why() says where the host was)", short="host_wait"),
+    _m("kernel_wait_ms", "ms", "gpu", "mean", "lower", "idle time per profiled step shorter "
+       "than 30 us between kernels already launched: the cost of starting kernels one by one "
+       "(a part of idle_ms)"),
+    _m("other_wait_ms", "ms", "gpu", "mean", "lower", "the rest of idle_ms: kernels launched "
+       "in time that still waited (another stream's event, a peer, a device-side sync)"),
+    *(_m(f"host_{c}_ms", "ms", "gpu", "mean", "lower", f"of host_wait_ms: time the launching "
+         f"thread spent in {w}") for c, w in (
+        ("sync", "host syncs (cudaStreamSynchronize, .item(), .cpu())"),
+        ("launch", "kernel launch calls (the CUDA runtime)"),
+        ("hooks", "FSDP/DDP hooks and collectives' host side"),
+        ("optimizer", "the optimizer's step and zero_grad"),
+        ("compiled", "calls into compiled graphs (guards, wrappers, cache lookups)"),
+        ("autograd", "autograd's backward outside the above"),
+        ("batch", "making the batch (a DataLoader)"),
+        ("forward", "the model's forward and loss outside the above (its Python)"),
+        ("other", "nothing the trace names (Python between ops)"))),
     _m("overlap_pct", "%", "key", "mean", "higher", "share of communication that ran while "
        "compute ran", short="overlap%", weight="comm_ms"),
     _m("graph_coverage_pct", "%", "gpukey", "mean", "higher", "share of kernel time launched "
@@ -210,7 +233,7 @@ CLI = ("step_ms", "p10_ms", "p90_ms", "items_per_s", "compile_s", "recompiles", 
        "compute_busy_pct", "overlap_pct", "graph_coverage_pct", "peak_mem_mb")
 """The CLI table (``python -m nbtools run|demo|view``)."""
 TRACE_CLI = ("profiled_window_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms",
-             "compute_busy_pct", "overlap_pct", "graph_coverage_pct")
+             "host_wait_ms", "compute_busy_pct", "overlap_pct", "graph_coverage_pct")
 """The CLI table of traces from a person's own job (``python -m nbtools view TRACES``): no
 lab timed their steps, so the profiled step and its parts instead of step_ms and the rest."""
 HISTORY = ("step_ms", "recompiles")
@@ -220,20 +243,29 @@ HISTORY = ("step_ms", "recompiles")
 # the parts right after it (ddp-train on CPU: compute + exposed + idle read above the
 # profiled steps' median shown beside them in 17 of 20 rank rows; a median is not the
 # whole of means).
+# Nested: idle_ms is a part of the window and the whole of the GPU's waits (analysis/idle.py),
+# host_wait_ms the whole of where the host was; outer wholes first.
 PARTS_OF = {"profiled_window_ms": ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms",
-                                   "idle_ms")}
+                                   "idle_ms"),
+            "idle_ms": ("host_wait_ms", "kernel_wait_ms", "other_wait_ms"),
+            "host_wait_ms": tuple(m.name for m in _ALL if m.name.startswith("host_")
+                                  and m.name.endswith("_ms") and m.name != "host_wait_ms")}
 
 
 def beside_whole(columns, available=None) -> list:
-    """``columns`` with each whole (PARTS_OF) put right before its parts, where the first
-    of them stood, the parts after it in the registry's order; a whole missing from
+    """``columns`` with each whole (PARTS_OF) right before its parts (in the registry's
+    order), where the whole stood, else where its first part stood; a whole missing from
     ``columns`` is added when ``available`` (the table's columns) has it."""
     cols = list(columns)
-    for whole, parts in PARTS_OF.items():
+    for whole, parts in reversed(PARTS_OF.items()):     # the missing wholes, inner first
         present = [c for c in cols if c in parts]
-        if not present or (whole not in cols and whole not in (available or ())):
+        if present and whole not in cols and whole in (available or ()):
+            cols.insert(min(cols.index(c) for c in present), whole)
+    for whole, parts in PARTS_OF.items():               # each whole, then its parts
+        present = [c for c in cols if c in parts]
+        if not present or whole not in cols:
             continue
-        at = min(cols.index(c) for c in present + ([whole] if whole in cols else []))
+        at = cols.index(whole)
         rest = [c for c in cols if c != whole and c not in parts]
         head = sum(1 for c in cols[:at] if c != whole and c not in parts)
         cols = rest[:head] + [whole] + [p for p in parts if p in present] + rest[head:]
