@@ -113,7 +113,7 @@ def test_every_runs_timeline_of_a_packed_report_draws(tmp_path):
     from browser import check_plots_drawn, open_page
     runs = [synthetic_run(events_per_rank=300, seed=10 + k) for k in range(6)]
     path = export_html(tmp_path / "six.html", runs)
-    assert 'type="application/gzip-base64"' in path.read_text()
+    assert 'type="application/gzip-base85"' in path.read_text()
     with sync_playwright() as pw, open_page(pw, path) as (page, errors):
         page.wait_for_function("() => window.Bokeh && Bokeh.index && [...Bokeh.index"
                                ".all_views()].filter(v => v.frame && v.model.renderers.some("

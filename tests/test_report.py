@@ -46,7 +46,7 @@ def test_self_contained_with_bokehjs_once(report):
     assert len(re.findall(r'<script type="application/json" id="nbtools-docs"', html)) == 1
     packed = report[2].read_text(encoding="utf-8")
     assert "root.Bokeh" not in packed and '"name":"Figure"' not in packed
-    assert len(re.findall(r'<script type="application/gzip-base64"', packed)) >= 4
+    assert len(re.findall(r'<script type="application/gzip-base85"', packed)) >= 4
 
 
 def test_holds_every_run_and_the_sections(report):

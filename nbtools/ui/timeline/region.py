@@ -28,14 +28,16 @@ def region_events(events: pd.DataFrame | None, t0: int) -> dict:
     duration in ms since ``t0``. Empty past MAX_REGION_EVENTS."""
     if events is None or not len(events) or len(events) > MAX_REGION_EVENTS:
         return dict(rank=np.zeros(0, np.int16), name_i=np.zeros(0, np.int32),
-                    cat_i=np.zeros(0, np.int8), start=np.zeros(0), dur=np.zeros(0))
+                    cat_i=np.zeros(0, np.int8), start=np.zeros(0), dur=np.zeros(0, np.float32))
     codes, _ = string_codes(events["name"])
     ccodes, ccats = string_codes(events["category"])
     known = np.array([CATEGORIES.index(c) if c in CATEGORIES else -1 for c in ccats] + [-1])
+    # a duration in float32 keeps 7 significant figures (a 100 ms op to 6 ns), which a start
+    # on the run's clock would not: half its bytes (0.1 MB of a 22-run report's 2.9 MB)
     return dict(rank=events["rank"].to_numpy(np.int16), name_i=codes.astype(np.int32),
                 cat_i=known[ccodes].astype(np.int8),
                 start=(events["ts_ns"].to_numpy(np.int64) - t0) / 1e6,
-                dur=events["dur_ns"].to_numpy(np.int64) / 1e6)
+                dur=(events["dur_ns"].to_numpy(np.int64) / 1e6).astype(np.float32))
 
 
 def region_table(events: pd.DataFrame, t0: int, x0: float, x1: float,
