@@ -17,6 +17,7 @@ from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.analysis import metrics
 from nbtools.analysis.counts import ItemsNotReported, collectives, tokens_per_s
+from nbtools.analysis.units import fmt_number
 
 COLUMNS = metrics.TABLE
 
@@ -100,7 +101,7 @@ def run_one(lab, what: str, checked, tag: str, timeout=None, echo: bool = True):
     if echo and getattr(lab, "progress", True) is not False:   # progress off: silent
         s = run.summary
         step = metrics.combine(s, "step_ms", run.config) if run.ok else float("nan")
-        ms = f", {step:.3g} ms/step" if step == step else ""
+        ms = f", {fmt_number(step)} ms/step" if step == step else ""
         print(f"{what}{tag}: {run.status}{ms} ({time.perf_counter() - t:.1f} s)")
     return run
 

@@ -23,6 +23,7 @@ from nbtools.ui.bokehjs import LiveBokehModel, ensure_loaded
 from nbtools.ui.display import document_bundle
 from nbtools.ui.saved_picture import PICTURE, Repicture, panel_b64png
 from nbtools.analysis.metrics import combine
+from nbtools.analysis.units import fmt_number
 from nbtools.lab.errors import RunFailed
 from nbtools.config.step_config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,
                      CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, OPTIMIZER_IMPLS, PARALLEL,
@@ -285,7 +286,7 @@ class Panel:
     # -- history, comparison, export -------------------------------------------------------
     def _refresh_history(self, select=None) -> None:
         runs = list(self.lab.history)
-        opts = [(f"{i}: {r.label}" + (f" · {combine(r.summary, 'step_ms'):.3g} ms"
+        opts = [(f"{i}: {r.label}" + (f" · {fmt_number(combine(r.summary, 'step_ms'))} ms"
                                       if "step_ms" in r.summary else ""), r.run_id)
                 for i, r in enumerate(runs)]
         ok = [r.run_id for r in runs if r.ok]
