@@ -134,9 +134,10 @@ def fmt_bytes(n, none: str = NOT_MEASURED) -> str:
 
 
 # Fixed digits per unit for columns that must line up (the CLI's tables): ms to the µs,
-# shares to a tenth, counts and rates whole.
-_COLUMN = {"ms": "{:,.3f}", "s": "{:,.2f}", "%": "{:.1f}", "MB": "{:,.0f}", "/s": "{:,.0f}",
-           "": "{:,.0f}"}
+# shares to a tenth, counts and rates whole; no thousands separators, so a script reading
+# the table takes each cell as a number.
+_COLUMN = {"ms": "{:.3f}", "s": "{:.2f}", "%": "{:.1f}", "MB": "{:.0f}", "/s": "{:.0f}",
+           "": "{:.0f}"}
 
 
 def fmt_column(v, unit: str, none: str = "-") -> str:
