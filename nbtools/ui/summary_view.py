@@ -68,8 +68,9 @@ def cell(col: str, value, row=None) -> str:
         return "—"
     if isinstance(value, bool):
         return str(value)
-    if isinstance(value, (int, np.integer)) or (isinstance(value, float) and metrics.is_count(col)):
-        return units.fmt_count(value)
+    if isinstance(value, (int, np.integer)) or (isinstance(value, float) and value.is_integer()
+                                                 and metrics.is_count(col)):
+        return units.fmt_count(value)      # a count per profiled step (syncs) may be 2.5
     if isinstance(value, (float, np.floating)):
         return units.fmt_number(value)
     return str(value)
