@@ -17,6 +17,7 @@ from nbtools.lab import arguments, reaper
 from nbtools.lab.arguments import Checked, resolve_run
 from nbtools.lab import recovery
 from nbtools.analysis import machine
+from nbtools.common.interrupts import held
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.results.history import History
 from nbtools.results.run import Run
@@ -260,6 +261,7 @@ class Lab:
             ConfigError: before dispatch, when the config cannot run on these engines.
             RunFailed: a rank raised (``.run`` holds the run, kept in history too).
             RunTimeout: a rank did not finish in time; its engine is replaced.
+            KeyboardInterrupt: Ctrl-C; it says what was kept (``.run``) and where.
 
         Example:
             >>> run = lab.run(StepConfig(scenario="tp-mlp-infer", compile="reduce-overhead"))
@@ -269,34 +271,42 @@ class Lab:
         fn, cfg = checked.fn, checked.cfg
         timeout = arguments.check_seconds("timeout", timeout, allow_none=True)
         check_usable(self)
-        recovery.before_run(self)
-        run_id = uuid.uuid4().hex[:8]
-        t0 = time.time()
-        ars: dict = {}
-        try:
-            payload = to_payload(fn) if fn is not None else None
-            # the engines trust a config checked for their device (engine.run checks any
-            # other); sent one rank at a time inside the try, so a Ctrl-C between two sends
-            # knows which ranks hold the run
-            for r, e in sorted(self.rank_to_engine.items()):
-                ars[r] = self._send(e, cfg, run_id, payload, checked.device_type)
-            reports, unfinished = gather.wait(self, ars, timeout or self.timeout, run_id)
-        except KeyboardInterrupt:
-            recovery.interrupted(self, cfg, run_id, t0, ars)
-            raise KeyboardInterrupt(f"run {run_id} interrupted (Ctrl-C); kept in lab.history "
-                                    "as 'interrupted'; the next lab.run starts clean") from None
-        run = assemble(self, cfg, run_id, t0, reports, unfinished)
-        run.flags = machine.once_per_lab(run.flags, self.said_once)
-        run.env["workload"] = getattr(fn, "name", None) or getattr(fn, "__name__", None)
-        self.history.add(run)
-        if unfinished:
+        recovery.ready(self)
+        run_id, t0, ars = uuid.uuid4().hex[:8], time.time(), {}
+        # Ctrl-C raises as usual while the ranks work; once their reports are in (or after
+        # the first Ctrl-C) it waits until the run is kept, saved and the lab marked for
+        # repair, then says what was kept (common/interrupts.py)
+        with held(f"run {run_id} is being kept and saved first", holding=False) as h:
+            try:
+                payload = to_payload(fn) if fn is not None else None
+                # the engines trust a config checked for their device (engine.run checks
+                # any other); sent one rank at a time inside the try, so a Ctrl-C between
+                # two sends knows which ranks hold the run
+                for r, e in sorted(self.rank_to_engine.items()):
+                    ars[r] = self._send(e, cfg, run_id, payload, checked.device_type)
+                reports, unfinished = gather.wait(self, ars, timeout or self.timeout, run_id)
+                h.hold()
+            except KeyboardInterrupt:
+                h.hold()
+                h.run = recovery.interrupted(self, cfg, run_id, t0, ars, h)
+                e = KeyboardInterrupt(recovery.interrupted_text(self, h.run))
+                e.run = h.run
+                raise e from None
             self._replace |= set(unfinished)
+            self._pg_broken |= bool(unfinished) or any(
+                rep.get("status") != "ok" for rep in reports.values())
+            run = h.run = assemble(self, cfg, run_id, t0, reports, unfinished)
+            run.flags = machine.once_per_lab(run.flags, self.said_once)
+            run.env["workload"] = getattr(fn, "name", None) or getattr(fn, "__name__", None)
+            self._pg_broken |= not run.ok
+            self.history.add(run)
+            h.message = recovery.kept_text(self, run)
+        if unfinished:
             raise RunTimeout(f"run {run_id}: rank(s) {sorted(unfinished)} did not finish within "
                              f"{timeout or self.timeout:.0f} s (stuck in a collective?). "
                              + first_error(run) + "Their engines are replaced before the "
                              "next run; the history is kept.", run)
         if not run.ok:
-            self._pg_broken = True
             raise RunFailed(f"run {run_id} failed: " + first_error(run), run)
         return run
 

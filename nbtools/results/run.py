@@ -12,6 +12,7 @@ from typing import Optional
 import pandas as pd
 
 from nbtools.analysis import tables
+from nbtools.common.atomic import atomic_folder
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.results import odd_values, torch_trace
 from nbtools.results.views import view
@@ -154,28 +155,28 @@ class Run:
 
     # -- persistence ---------------------------------------------------------------------
     def save(self, folder) -> Path:
-        """Write the tables (Parquet) and run.json into ``folder``; run.json goes last, so
-        its presence means the run is complete. Returns the folder."""
+        """Write the tables (Parquet) and run.json into ``folder``, whole or not at all: into
+        a hidden folder beside it, renamed to ``folder`` at the end (common.atomic), so a
+        full disk or a Ctrl-C part-way leaves no half-saved run. ``folder`` may be new,
+        empty or a run saved before; a folder holding other files is refused
+        (FileExistsError). An OSError is a WriteFailed naming ``folder``. Returns it."""
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in ("steps", "events", "compile_events", "summary"):
-            df = getattr(self, name)
-            df.to_parquet(folder / f"{name}.parquet", index=False)
-        if len(self.reports):
-            _parquet_safe(self.reports).to_parquet(folder / "reports.parquet", index=False)
-        for name in ("memory", "event_details"):
-            if len(getattr(self, name)):
-                getattr(self, name).to_parquet(folder / f"{name}.parquet", index=False)
         meta = dict(config=self.config.to_dict() if self.config else None, env=self.env,
                     status=self.status, errors={str(k): v for k, v in self.errors.items()},
                     flags=list(self.flags), ranks={str(k): v for k, v in self.ranks.items()},
                     run_id=self.run_id, started=self.started, source=self.source)
-        torch_trace.save(self, folder)       # before run.json: it may add a flag
-        meta["flags"] = list(self.flags)
+        with atomic_folder(folder, replaceable=lambda f: (f / "run.json").is_file()) as tmp:
+            for name in ("steps", "events", "compile_events", "summary"):
+                getattr(self, name).to_parquet(tmp / f"{name}.parquet", index=False)
+            if len(self.reports):
+                _parquet_safe(self.reports).to_parquet(tmp / "reports.parquet", index=False)
+            for name in ("memory", "event_details"):
+                if len(getattr(self, name)):
+                    getattr(self, name).to_parquet(tmp / f"{name}.parquet", index=False)
+            torch_trace.save(self, tmp)          # before run.json: it may add a flag
+            meta["flags"] = list(self.flags)
+            (tmp / "run.json").write_text(strict_json(meta))
         self.folder = folder
-        tmp = folder / "run.json.tmp"
-        tmp.write_text(strict_json(meta))
-        tmp.replace(folder / "run.json")     # run.json last: its presence means complete
         return folder
 
     @classmethod

@@ -264,7 +264,7 @@ class Panel:
         try:
             self.lab.restart()
         except Exception as e:  # noqa: BLE001
-            self._set_error(f"restart failed: {type(e).__name__}: {e}")
+            self._set_error(f"restart failed: {type(e).__name__}: {html.escape(str(e))}")
             return
         self.restart_button.layout.display = "none"
         self._set_error("")

@@ -8,6 +8,8 @@ made-up place on the axis. A field the recorder left empty says why ("first comp
 this frame", "not recorded"), never a blank."""
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pandas as pd
 from bokeh.models import (ColumnDataSource, CustomJSTickFormatter, Div, FixedTicker, HoverTool,
@@ -96,7 +98,8 @@ def strip_data(run, ranks: list) -> tuple[dict, dict, dict, str, dict]:
         counts = lost.groupby(["rank", "kind"], observed=True).size()
         html = ("<span style='font-size:11px;color:#555'>Recorded without a time (counted at the "
                 "run's end, so not drawn on the axis): " + "; ".join(
-                    f"rank {r}: {n} {k}" for (r, k), n in counts.items()) + "</span>")
+                    f"rank {r}: {n} {html.escape(str(k))}" for (r, k), n in counts.items())
+                + "</span>")
     return steps, spans, marks, html, dict(real=real, axis=axis, cuts=cuts(real, axis))
 
 

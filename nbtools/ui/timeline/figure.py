@@ -10,6 +10,8 @@ included) is computed in ``data``; search, region table, names and flows are in
 """
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pandas as pd
 from bokeh.events import RangesUpdate
@@ -51,7 +53,8 @@ def notice(run) -> str:
     nothing = not (len(run.events) or len(run.steps) or len(run.compile_events))
     style = "<span style='font-size:12px;color:#a50f15'>"
     if not run.ok:
-        why = first_error(run).strip().rstrip(".") or "no rank said why"
+        # the error is the run's text (a step may raise anything): shown, never run
+        why = html.escape(first_error(run).strip().rstrip(".")) or "no rank said why"
         return (f"{style}Run failed ({why}): " + ("nothing was recorded to draw."
                 if nothing else "below is what the ranks recorded before it stopped.")
                 + "</span>")
