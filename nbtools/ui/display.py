@@ -92,5 +92,7 @@ class Figure:
         why = output_refusal(path, "force=True", force=force)
         if why:
             raise FileExistsError(why)
-        page = file_html(self.layout, resources=INLINE, title="torch-nbtools")
+        # a static page by design: the live figure's Python callbacks are left behind
+        page = file_html(self.layout, resources=INLINE, title="torch-nbtools",
+                         suppress_callback_warning=True)
         return str(write_file(path, mark_html(page, "Figure.save")))
