@@ -125,8 +125,9 @@ def output_refusal(path, knob: str = "force=True", inputs=(), force: bool = Fals
         except OSError:
             same = False
         if same:
+            what = "the notebook" if p.suffix == ".ipynb" else "it"
             return (f"{path}: is one of the files being read ({Path(f).name}); writing there "
-                    "would replace it. Give another file name")
+                    f"would replace {what}. Give another file name")
     if p.is_dir():
         return f"{path}: is a folder; give a file name"
     if not p.parent.is_dir():
