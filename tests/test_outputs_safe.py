@@ -123,11 +123,15 @@ def test_a_run_is_never_saved_over_a_folder_of_other_files(tmp_path, run):
     d = tmp_path / "mine"
     d.mkdir()
     (d / "notes.txt").write_text("keep")
-    with pytest.raises(FileExistsError, match="holds files nbtools did not write"):
+    with pytest.raises(FileExistsError, match="mine: holds other files"):
         run.save(d)
     assert os.listdir(d) == ["notes.txt"]
     first = run.save(tmp_path / "saved")
     assert run.save(first) == first and (first / "run.json").is_file()   # its own: replaced
+    other = load_traces(TRACE)                                            # another run
+    with pytest.raises(FileExistsError, match="saved: holds other files .another run"):
+        other.save(first)
+    assert History.load(tmp_path)[0].run_id == run.run_id
 
 
 # -- a full disk: the old file whole, one line naming it ------------------------------------

@@ -93,15 +93,16 @@ def write_file(path, data, encoding: str = "utf-8", errors: str = "strict",
 
 
 @contextmanager
-def atomic_folder(folder, replaceable=lambda folder: False):
+def atomic_folder(folder, replaceable=lambda folder: False,
+                  foreign: str = "holds files nbtools did not write there"):
     """A temporary folder beside ``folder``, renamed to ``folder`` when the block ends: a
     reader sees the whole folder or none (a run saved into a history). An existing
     ``folder`` is replaced only when it is empty or ``replaceable(folder)`` says it is one
-    of ours (FileExistsError otherwise, before the block runs); the swap renames the old one
-    aside first, so at every moment one whole copy is on disk. An OSError is a WriteFailed
-    naming ``folder``; on any error the temporary folder is removed."""
+    of ours (else FileExistsError saying it is ``foreign``, before the block runs); the
+    swap renames the old one aside first, so at every moment one whole copy is on disk. An
+    OSError is a WriteFailed naming ``folder``; on any error the temporary folder goes."""
     folder = Path(folder).expanduser()
-    _refuse_foreign(folder, replaceable)
+    _refuse_foreign(folder, replaceable, foreign)
     existed = folder.exists()
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +115,7 @@ def atomic_folder(folder, replaceable=lambda folder: False):
         for p in tmp.rglob("*"):
             if p.is_file() and not p.is_symlink():
                 _sync(p)
-        _refuse_foreign(folder, replaceable)     # made meanwhile by someone else
+        _refuse_foreign(folder, replaceable, foreign)     # made meanwhile by someone else
         if not folder.exists():
             os.rename(tmp, folder)
         elif not any(folder.iterdir()):
@@ -134,14 +135,13 @@ def atomic_folder(folder, replaceable=lambda folder: False):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _refuse_foreign(folder: Path, replaceable) -> None:
+def _refuse_foreign(folder: Path, replaceable, foreign: str) -> None:
     if not folder.exists():
         return
     if not folder.is_dir():
         raise FileExistsError(f"{folder}: is a file; give a new or empty folder")
     if any(folder.iterdir()) and not replaceable(folder):
-        raise FileExistsError(f"{folder}: holds files nbtools did not write there; give a "
-                              "new or empty folder")
+        raise FileExistsError(f"{folder}: {foreign}; give a new or empty folder")
 
 
 def _sync(path: Path) -> None:

@@ -158,14 +158,16 @@ class Run:
         """Write the tables (Parquet) and run.json into ``folder``, whole or not at all: into
         a hidden folder beside it, renamed to ``folder`` at the end (common.atomic), so a
         full disk or a Ctrl-C part-way leaves no half-saved run. ``folder`` may be new,
-        empty or a run saved before; a folder holding other files is refused
-        (FileExistsError). An OSError is a WriteFailed naming ``folder``. Returns it."""
+        empty or this run saved before; a folder holding anything else (another run, your
+        files) is refused (FileExistsError). An OSError is a WriteFailed naming
+        ``folder``. Returns it."""
         folder = Path(folder)
         meta = dict(config=self.config.to_dict() if self.config else None, env=self.env,
                     status=self.status, errors={str(k): v for k, v in self.errors.items()},
                     flags=list(self.flags), ranks={str(k): v for k, v in self.ranks.items()},
                     run_id=self.run_id, started=self.started, source=self.source)
-        with atomic_folder(folder, replaceable=lambda f: (f / "run.json").is_file()) as tmp:
+        with atomic_folder(folder, replaceable=self._saved_in,
+                           foreign="holds other files (another run, or not a run)") as tmp:
             for name in ("steps", "events", "compile_events", "summary"):
                 getattr(self, name).to_parquet(tmp / f"{name}.parquet", index=False)
             if len(self.reports):
@@ -178,6 +180,13 @@ class Run:
             (tmp / "run.json").write_text(strict_json(meta))
         self.folder = folder
         return folder
+
+    def _saved_in(self, folder: Path) -> bool:
+        """``folder`` holds this run, saved before (so saving it again replaces it)."""
+        try:
+            return _read_meta(folder / "run.json").get("run_id") == self.run_id
+        except RunDamaged:
+            return False
 
     @classmethod
     def load(cls, folder) -> "Run":
