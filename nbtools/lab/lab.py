@@ -273,9 +273,8 @@ class Lab:
         check_usable(self)
         recovery.ready(self)
         run_id, t0, ars = uuid.uuid4().hex[:8], time.time(), {}
-        # Ctrl-C raises as usual while the ranks work; once their reports are in (or after
-        # the first Ctrl-C) it waits until the run is kept, saved and the lab marked for
-        # repair, then says what was kept (common/interrupts.py)
+        # Ctrl-C raises while the ranks work; once their reports are in (or after the first
+        # Ctrl-C) it waits until the run is kept and saved (common/interrupts.py)
         with held(f"run {run_id} is being kept and saved first", holding=False) as h:
             try:
                 payload = to_payload(fn) if fn is not None else None
@@ -288,13 +287,10 @@ class Lab:
                 h.hold()
             except KeyboardInterrupt:
                 h.hold()
-                h.run = recovery.interrupted(self, cfg, run_id, t0, ars, h)
-                e = KeyboardInterrupt(recovery.interrupted_text(self, h.run))
-                e.run = h.run
-                raise e from None
+                raise recovery.interrupted(self, cfg, run_id, t0, ars, h) from None
             self._replace |= set(unfinished)
-            self._pg_broken |= bool(unfinished) or any(
-                rep.get("status") != "ok" for rep in reports.values())
+            self._pg_broken |= bool(unfinished) or any(r.get("status") != "ok"
+                                                       for r in reports.values())
             run = h.run = assemble(self, cfg, run_id, t0, reports, unfinished)
             run.flags = machine.once_per_lab(run.flags, self.said_once)
             run.env["workload"] = getattr(fn, "name", None) or getattr(fn, "__name__", None)

@@ -167,7 +167,8 @@ def interrupted(lab, cfg, run_id: str, t0: float, ars: dict, h=None):
     Lab.run holds further Ctrl-Cs while this runs (``h``, common.interrupts.Held): a second
     one stops the wait for the engines (those still busy are replaced), so the run is kept
     and the lab repaired whatever the person presses. A run every rank finished before the
-    Ctrl-C took effect is kept as it ended (``ok``). Returns the Run kept."""
+    Ctrl-C took effect is kept as it ended (``ok``). Returns the KeyboardInterrupt for
+    lab.run to raise: it says what was kept and where, the Run on it as ``.run``."""
     lab._pg_broken = True      # first: the next run re-forms the group unless all is well
     unsent = sorted(set(lab.rank_to_engine) - set(ars))
     pending = [r for r, ar in ars.items() if not ar.ready()]
@@ -202,7 +203,9 @@ def interrupted(lab, cfg, run_id: str, t0: float, ars: dict, h=None):
     if not finished:
         run.status = "interrupted"
     lab.history.add(run)
-    return run
+    e = KeyboardInterrupt(interrupted_text(lab, run))
+    e.run = run
+    return e
 
 
 def interrupted_text(lab, run) -> str:
