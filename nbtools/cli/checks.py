@@ -44,6 +44,22 @@ def need_folder(path, what: str, must_exist: bool) -> None:
         raise UserError(f"{path}: is {why}, not a {what}")
 
 
+def need_notebook(path):
+    """The notebook, read and checked before a kernel starts; one line on what is wrong."""
+    from pathlib import Path
+    from nbtools.common.outputs import not_a_file
+    from nbtools.report.notebook import NotebookUnreadable, read_notebook
+    why = not_a_file(Path(path))
+    if why == "no such file":
+        raise UserError(f"{path}: no such notebook")
+    if why:
+        raise UserError(f"{path}: is {why}, not a notebook (.ipynb)")
+    try:
+        return read_notebook(path)
+    except NotebookUnreadable as e:
+        raise UserError(str(e)) from None
+
+
 def need_outputs(outputs, inputs=(), force: bool = False) -> None:
     """Each (flag, path) of ``outputs`` may be written, before any work: never over one of
     ``inputs`` (the traces or notebook being read) or over another output; never over a file

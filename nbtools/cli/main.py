@@ -12,8 +12,8 @@ from nbtools.config.grid import grid
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.config.field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, help_text
 
-from nbtools.cli.checks import (UserError, lab_places, need_folder, need_outputs, need_space,
-                                one_line, one_line_warnings, say)
+from nbtools.cli.checks import (UserError, lab_places, need_folder, need_notebook, need_outputs,
+                                need_space, one_line, one_line_warnings, say)
 from nbtools.cli.table import TABLE_LEGEND, format_table  # noqa: F401  (tests and benchmarks read them here)
 
 _FIELDS = {f.name: f for f in dataclasses.fields(StepConfig)}
@@ -281,7 +281,7 @@ def _dispatch(args) -> int:
         from nbtools.common.extras import require
         require("nbclient", "nbconvert", "nbformat", why="`nbtools export`")
         from nbtools.report.notebook import NotebookStopped, export_notebook
-        nb = _check_notebook(args.notebook)
+        nb = need_notebook(args.notebook)
         from pathlib import Path
         html_out = args.output or Path(args.notebook).with_suffix(".html")
         need_outputs([("--output", html_out), ("--save-ipynb", args.save_ipynb)],
@@ -313,22 +313,6 @@ def _user_errors() -> tuple:
     from nbtools.common.extras import MissingExtra
     return (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
             PermissionError, FileExistsError, MissingExtra)
-
-
-def _check_notebook(path):
-    """The notebook, read and checked before a kernel starts; one line on what is wrong."""
-    from pathlib import Path
-    from nbtools.common.outputs import not_a_file
-    from nbtools.report.notebook import NotebookUnreadable, read_notebook
-    why = not_a_file(Path(path))
-    if why == "no such file":
-        raise UserError(f"{path}: no such notebook")
-    if why:
-        raise UserError(f"{path}: is {why}, not a notebook (.ipynb)")
-    try:
-        return read_notebook(path)
-    except NotebookUnreadable as e:
-        raise UserError(str(e)) from None
 
 
 def _parse_params(items) -> dict:

@@ -1,10 +1,10 @@
 """The ranks' reports of one run -> a Run: their tables joined, the summary and its flags,
-and the root cause of a failure named first."""
+and the root cause of a failure named first; ``keep``: that Run in the lab's history."""
 from __future__ import annotations
 
 import pandas as pd
 
-from nbtools.analysis import summary as summ
+from nbtools.analysis import machine, summary as summ
 from nbtools.analysis import tables
 from nbtools.analysis.compile_counts import divergence
 from nbtools.common.text import valid_texts
@@ -14,6 +14,21 @@ from nbtools.results.torch_trace import missing_logs_flags
 
 _PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Connection reset",
                "process group is broken", "NCCL communicator was aborted")
+
+
+def keep(lab, fn, cfg, run_id, t0, reports, unfinished) -> Run:
+    """A finished run as lab.run keeps it (Ctrl-C is held around this, so all or none of it
+    happens): the lab marked for what the next run repairs first (ranks that did not finish
+    or failed), the Run assembled, its once-per-lab flags, its workload's name, added to the
+    history and saved."""
+    lab._replace |= set(unfinished)
+    lab._pg_broken |= bool(unfinished) or any(r.get("status") != "ok" for r in reports.values())
+    run = assemble(lab, cfg, run_id, t0, reports, unfinished)
+    run.flags = machine.once_per_lab(run.flags, lab.said_once)
+    run.env["workload"] = getattr(fn, "name", None) or getattr(fn, "__name__", None)
+    lab._pg_broken |= not run.ok
+    lab.history.add(run)
+    return run
 
 
 def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:

@@ -136,7 +136,7 @@ def read_notebook(path):
         raise NotebookUnreadable(f"{name}: not a valid notebook (no 'nbformat' field saying "
                                  "its format version)")
     if not isinstance(major, int) or isinstance(major, bool) or major not in (3, 4):
-        raise NotebookUnreadable(f"{name}: not a valid notebook: nbformat {short(major)} is "
+        raise NotebookUnreadable(f"{name}: not a valid notebook: nbformat {_short(major)} is "
                                  "not a format this nbtools reads (4, Jupyter's current, or "
                                  "3); open and save it in JupyterLab, or fix that field")
     try:
@@ -164,7 +164,7 @@ def _too_deep(doc) -> str:
     return ""
 
 
-def short(v) -> str:
+def _short(v) -> str:
     s = repr(v)
     return s if len(s) <= 30 else s[:27] + "..."
 
