@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 
 from nbtools import export_html, load_traces
-from nbtools.cli.main import main
 from nbtools.common.atomic import PARTIAL_SUFFIX, TMP_SUFFIX, WriteFailed
 from nbtools.results.history import History
 from nbtools.trace.export import write_kineto
+
+from test_bad_input_views import cli, one_line  # noqa: E402  (tests/ is on sys.path)
 
 H200 = Path(__file__).resolve().parents[1] / "nbtools" / "data" / "h200"
 TRACE = H200 / "tp_off_rank0.json.gz"
@@ -34,18 +35,6 @@ TRACE = H200 / "tp_off_rank0.json.gz"
 @pytest.fixture(scope="module")
 def run():
     return load_traces(TRACE)
-
-
-def cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 # -- never over a file nbtools did not write -------------------------------------------------
