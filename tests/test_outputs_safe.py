@@ -9,7 +9,7 @@ to_perfetto replaced any other .json; a full disk cut an earlier good report to 
 raised an OSError naming no file."""
 from __future__ import annotations
 
-import gzip
+import contextlib
 import json
 import os
 import shutil
@@ -125,14 +125,14 @@ def test_a_run_is_never_saved_over_a_folder_of_other_files(tmp_path, run):
 
 # -- a full disk: the old file whole, one line naming it ------------------------------------
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A tmpfs of 4 MB mounted for the test; skipped only where mounting is impossible
-    (not root, or a container without CAP_SYS_ADMIN), with the reason."""
-    where = tmp_path / "disk"
+@contextlib.contextmanager
+def mounted(where: Path, size: str):
+    """A tmpfs of ``size`` mounted at ``where`` for the block; the test is skipped only
+    where mounting is impossible (not root, or a container without CAP_SYS_ADMIN), with
+    mount's own words."""
     where.mkdir()
     name = f"nbtools-test-{uuid.uuid4().hex[:8]}"
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", name, str(where)],
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", name, str(where)],
                        capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here ({r.stderr.strip() or r.returncode}): "
@@ -141,6 +141,13 @@ def small_disk(tmp_path):
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MB disk of the test's own."""
+    with mounted(tmp_path / "disk", "4m") as where:
+        yield where
 
 
 def fill(disk: Path, leave: int = 0) -> None:
@@ -300,3 +307,40 @@ def test_every_path_the_cli_prints_has_its_escapes_neutralised(tmp_path, capsys)
         assert "\x1b" not in out + err and "\r" not in out + err and "\x07" not in out + err
     assert [rc for rc, _, _ in outs] == [0, 0, 0, 2, 2]
     assert "r?[2J?]0;owned??.html" in outs[0][1] and "nb?[2J?]0;owned??.html" in outs[2][1]
+
+
+FILL_AT_SAVE = textwrap.dedent("""
+    import os, sys
+    from nbtools.cli.main import main
+    disk = sys.argv[1]
+    def hook(event, args):       # the disk fills up as the run's save starts
+        if event == "os.mkdir" and str(args[0]).endswith(".nbtools-partial") \\
+                and not os.path.exists(os.path.join(disk, "filler")):
+            st = os.statvfs(disk)
+            with open(os.path.join(disk, "filler"), "wb") as fh:
+                try:
+                    fh.write(b"\\0" * (st.f_bavail * st.f_frsize))
+                except OSError:
+                    pass
+    sys.addaudithook(hook)
+    sys.exit(main(sys.argv[2:]))
+""")
+
+
+@pytest.mark.slow
+def test_run_whose_disk_fills_during_the_save_says_it_in_one_line(tmp_path):
+    """A lab run on 2 CPU ranks whose history disk (a 24 MB tmpfs) fills as the save
+    starts: the table is printed, the warning is one line naming the folder and why, no
+    half-saved run is left, and the exit status says a run was not saved."""
+    with mounted(tmp_path / "disk", "24m") as where:
+        r = subprocess.run([sys.executable, "-c", FILL_AT_SAVE, str(where), "run", "--steps",
+                            "1", "--warmup", "0", "--profiled", "0", "--quiet", "--history",
+                            str(where / "runs")], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 1, r.stderr
+        assert "Traceback" not in r.stderr and "step_ms" in r.stdout
+        said = [ln for ln in r.stderr.splitlines() if "could not be saved" in ln]
+        assert len(said) == 2, r.stderr
+        assert said[0].startswith("warning: run ") and f"{where / 'runs'}" in said[0] and \
+            "No space left on device" in said[0] and "kept in memory" in said[0]
+        assert said[1].startswith("nbtools run: run(s) ") and "see the warning above" in said[1]
+        assert [n for n in os.listdir(where / "runs") if not n.startswith(".numbers")] == []
