@@ -23,7 +23,7 @@ class Held:
     KeyboardInterrupt says (the block sets it to what it kept); ``run`` rides along on it."""
 
     def __init__(self, holding: bool, note: str):
-        self.count, self.holding, self.note = 0, holding, note
+        self.count, self.holding, self.note, self.noted = 0, holding, note, False
         self.message, self.run = "", None
 
     def hold(self) -> None:
@@ -42,11 +42,13 @@ def held(note: str = "", holding: bool = True):
     until ``Held.hold()``; the first one raised also starts holding, so the code that
     handles it cannot be cut by the next. When the block ends without an exception and a
     Ctrl-C came, KeyboardInterrupt(message) is raised (a surrounding ``held`` block counts
-    it instead, and a process that ignored SIGINT keeps ignoring it)."""
+    it instead)."""
     h = Held(holding, note)
     old = signal.getsignal(signal.SIGINT) if threading.current_thread() is \
         threading.main_thread() else None
-    if old is None:       # not the main thread, or a handler set from C we could not restore
+    if old is None or old == signal.SIG_IGN:
+        # not the main thread, a handler set from C we could not restore, or a process that
+        # ignores Ctrl-C (started in the background): nothing to hold
         yield h
         return
 
@@ -58,10 +60,11 @@ def held(note: str = "", holding: bool = True):
         if h.count >= GIVE_UP:
             raise KeyboardInterrupt(f"Ctrl-C {h.count} times: {h.note or 'the work'} was "
                                     "abandoned part-way")
-        if h.count == 1 and h.note:
+        if h.note and not h.noted:
+            h.noted = True
             # os.write, not print: a handler may run while the stream's own lock is held
-            os.write(2, f"Ctrl-C: {h.note}; then it stops (Ctrl-C {GIVE_UP - 1} more times to "
-                        "abandon it)\n".encode(errors="replace"))
+            os.write(2, f"Ctrl-C: {h.note}; then it stops (Ctrl-C {GIVE_UP - h.count} more "
+                        "time(s) to abandon it)\n".encode(errors="replace"))
 
     signal.signal(signal.SIGINT, on_sigint)
     try:

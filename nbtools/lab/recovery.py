@@ -170,6 +170,14 @@ def interrupted(lab, cfg, run_id: str, t0: float, ars: dict, h=None):
     Ctrl-C took effect is kept as it ended (``ok``). Returns the KeyboardInterrupt for
     lab.run to raise: it says what was kept and where, the Run on it as ``.run``."""
     lab._pg_broken = True      # first: the next run re-forms the group unless all is well
+    try:
+        return _interrupted(lab, cfg, run_id, t0, ars, h)
+    except KeyboardInterrupt:  # a third Ctrl-C abandoned it: every rank is swapped next time
+        lab._replace |= set(lab.rank_to_engine)
+        raise
+
+
+def _interrupted(lab, cfg, run_id: str, t0: float, ars: dict, h):
     unsent = sorted(set(lab.rank_to_engine) - set(ars))
     pending = [r for r, ar in ars.items() if not ar.ready()]
     _signal(lab, pending, signal.SIGINT)
