@@ -44,6 +44,7 @@ class Diagnosis:
 
     @property
     def idle_share(self) -> float:
+        """The GPU's idle time as a share of the profiled step (NaN: no step)."""
         return self.idle_ms / self.window_ms if self.window_ms > 0 else math.nan
 
     def share(self, ms: float) -> float:
@@ -52,6 +53,7 @@ class Diagnosis:
 
     @property
     def host_share(self) -> float:
+        """Host wait as a share of the profiled step."""
         return self.share(self.waits.get("host", 0.0))
 
     @property
