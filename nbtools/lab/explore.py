@@ -222,7 +222,7 @@ class _Explorer(Runs):
         if cand == ex.best and not patch:
             return self.add(row, "already in the best config")
         wl = with_model_patch(ex.best_workload, patch) if patch else ex.best_workload
-        base = ex.best
+        base, kept_as = ex.best, cand
         if price.compiles_differently(cand, base) and cand.warmup < MIN_WARMUP:
             # automatic dynamic shapes recompile at the second new shape: with fewer warm-up
             # steps the compiles land in B's measured steps and the A/B times them
@@ -239,7 +239,7 @@ class _Explorer(Runs):
         row["metric"] = metric
         return _Candidate(s, change, patch, row, a, b, price.key(ex.best_workload, base),
                           price.key(wl, cand), metric=metric,
-                          extra=dict(cfg=cand, workload=wl))
+                          extra=dict(cfg=kept_as, workload=wl))
 
     # -- the screen ---------------------------------------------------------------------
     def screen_all(self, queue) -> list:

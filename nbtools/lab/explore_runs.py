@@ -60,6 +60,8 @@ class Runs:
         return cmp, t
 
     def events(self, c, ends, what, screen):
+        """lab.ab's on_run: each run's wall seconds into the prices, a failed B run ends
+        the A/B, the event on to the caller's on_run and the live line."""
         began: dict = {}
         k = len(self.ex.comparisons) + 1
 
@@ -92,6 +94,7 @@ class Ends:
         self.x, self.c, self.failed, self.runs, self.budget = x, c, None, 0, False
 
     def is_set(self) -> bool:
+        """True once the A/B should end before its next run (lab.ab asks before each)."""
         if self.failed is not None or (self.x.stop is not None and self.x.stop.is_set()):
             return True
         if self.x.prices.longest_run(self.c.ka, self.c.kb) > self.x.left():
@@ -150,4 +153,5 @@ def first_error(run) -> str:
 
 
 def one_line(e) -> str:
+    """An exception's first line, for a table cell."""
     return (str(e).strip().splitlines() or [""])[0][:200]
