@@ -111,6 +111,7 @@ def test_what_a_device_does_not_report_is_named_and_left_out():
         time.sleep(0.2)
         meta, wire = s.finish()
     assert "gpu_power_w" in s.names and "sm_clock_mhz" in s.names
+    assert "gpu_power_w" not in meta["missing"]       # nvmlDeviceGetPowerUsage gave it
     for gone in ("gpu_util_pct", "pcie_tx_mbps", "sm_active_pct"):
         assert gone not in s.names and gone in meta["missing"], gone
     assert meta["missing"]["gpu_util_pct"] == "Not Supported"

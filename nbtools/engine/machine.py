@@ -23,61 +23,66 @@ HOST_WINDOW_S = 0.25     # the host's CPU % over at least this long (25 ticks a 
 
 
 def procs_running() -> float:
-    """Runnable tasks on the host now (/proc/stat), NaN where there is no /proc."""
-    return HostReader.proc_stat()[1]
+    """Runnable tasks on the host now (/proc/loadavg), NaN where there is no /proc."""
+    r = HostReader()
+    try:
+        return r.running()
+    finally:
+        r.close()
 
 
 class HostReader:
     """The rank process's CPU % (CPU time of all its threads per wall time, from
     ``time.process_time``: nanoseconds, not /proc's 10 ms ticks) and resident memory, the
-    host's busy cores % and runnable tasks per core, since the previous read."""
+    host's busy cores % and runnable tasks per core. A read is two ``pread`` calls on
+    /proc files held open (statm, loadavg; /proc/stat only every ``HOST_WINDOW_S``), a
+    few tens of µs; where there is no /proc, psutil gives the memory and the host
+    signals are left out (NaN)."""
 
     names = ("cpu_pct", "rss_mb", "host_cpu_pct", "host_load")
 
     def __init__(self):
         self.cores = os.cpu_count() or 1
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-        self._statm = os.path.exists("/proc/self/statm")
+        self._fd = {k: _open(f"/proc/{k}") for k in ("self/statm", "loadavg", "stat")}
         self._proc = None
-        if not self._statm:
+        if self._fd["self/statm"] is None:
             try:
                 import psutil
                 self._proc = psutil.Process()
             except Exception:   # noqa: BLE001 - no memory signal, the rest still reads
                 pass
         self._cpu, self._wall = time.process_time(), time.monotonic()
-        self._host = (*self.proc_stat()[0], self._wall)
+        self._host = (*self._busy(), self._wall)
 
-    @staticmethod
-    def proc_stat() -> tuple:
-        """((busy, total) jiffies of all cores, runnable tasks) from /proc/stat; NaNs
-        where there is none."""
-        cpu, running = (NAN, NAN), NAN
+    def _text(self, key: str) -> str:
+        fd = self._fd[key]
+        return os.pread(fd, 4096, 0).decode("ascii", "replace") if fd is not None else ""
+
+    def _busy(self) -> tuple:
+        """(busy, total) jiffies of all cores from /proc/stat's first line."""
         try:
-            with open("/proc/stat") as f:
-                for line in f:
-                    if line.startswith("cpu "):
-                        v = [float(x) for x in line.split()[1:]]
-                        idle = v[3] + (v[4] if len(v) > 4 else 0.0)     # idle + iowait
-                        total = sum(v[:8])                                # guests are in user
-                        cpu = (total - idle, total)
-                    elif line.startswith("procs_running"):
-                        running = float(line.split()[1])
-                        break
+            v = [float(x) for x in self._text("stat").split("\n", 1)[0].split()[1:]]
+            idle = v[3] + (v[4] if len(v) > 4 else 0.0)      # idle + iowait
+            total = sum(v[:8])                                # guests are counted in user
+            return total - idle, total
         except (OSError, ValueError, IndexError):
-            pass
-        return cpu, running
+            return NAN, NAN
+
+    def running(self) -> float:
+        """Runnable tasks on the host now (/proc/loadavg's fourth field, the kernel's
+        nr_running, as /proc/stat's procs_running), NaN where there is none."""
+        try:
+            return float(self._text("loadavg").split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return NAN
 
     def _rss_mb(self) -> float:
-        if self._statm:
-            try:
-                with open("/proc/self/statm") as f:
-                    return int(f.read().split()[1]) * self._page / 2**20
-            except (OSError, ValueError, IndexError):
-                return NAN
         try:
+            if self._fd["self/statm"] is not None:
+                return int(self._text("self/statm").split()[1]) * self._page / 2**20
             return self._proc.memory_info().rss / 2**20
-        except Exception:   # noqa: BLE001
+        except Exception:   # noqa: BLE001 - a memory read that fails is a gap
             return NAN
 
     def read(self) -> list:
@@ -85,13 +90,28 @@ class HostReader:
         cpu, wall = time.process_time(), time.monotonic()
         pct = 100.0 * (cpu - self._cpu) / (wall - self._wall) if wall > self._wall else NAN
         self._cpu, self._wall = cpu, wall
-        (busy, total), running = self.proc_stat()
-        b0, t0, w0 = self._host
         host = NAN    # /proc/stat counts 10 ms ticks: read over 0.25 s or more, else none
-        if wall - w0 >= HOST_WINDOW_S and total > t0:
-            host = 100.0 * (busy - b0) / (total - t0)
-            self._host = (busy, total, wall)
-        return [pct, self._rss_mb(), host, running / self.cores]
+        b0, t0, w0 = self._host
+        if wall - w0 >= HOST_WINDOW_S:
+            busy, total = self._busy()
+            if total > t0:
+                host = 100.0 * (busy - b0) / (total - t0)
+                self._host = (busy, total, wall)
+        return [pct, self._rss_mb(), host, self.running() / self.cores]
+
+    def close(self) -> None:
+        """Close the /proc files."""
+        for fd in self._fd.values():
+            if fd is not None:
+                os.close(fd)
+        self._fd = dict.fromkeys(self._fd)
+
+
+def _open(path: str):
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
 
 
 class _Nvml:
@@ -285,9 +305,10 @@ class GpuReader:
             f = _Fields(g, self.missing)
             if f.names:
                 sources.append((tuple(f.names), f.read))
-        except nv.NVMLError as e:
-            for n in ("pcie_tx_mbps", "pcie_rx_mbps", "nvlink_tx_mbps", "nvlink_rx_mbps"):
-                self.missing[n] = str(e)
+        except (nv.NVMLError, AttributeError) as e:   # AttributeError: an older pynvml
+            for n in ("gpu_power_w", "pcie_tx_mbps", "pcie_rx_mbps", "nvlink_tx_mbps",
+                      "nvlink_rx_mbps"):
+                self.missing[n] = str(e) or type(e).__name__
         if not any("gpu_power_w" in names for names, _ in sources):
             sources.append((("gpu_power_w",), lambda: [nv.nvmlDeviceGetPowerUsage(h) / 1e3]))
         self.gpm = None
@@ -307,6 +328,8 @@ class GpuReader:
                 continue
             self.sources.append((names, fn))
         self.names = tuple(n for names, _ in self.sources for n in names)
+        for n in self.names:          # power from nvmlDeviceGetPowerUsage where no field gave it
+            self.missing.pop(n, None)
 
     def read(self) -> list:
         """One float per name of ``names``, read now."""

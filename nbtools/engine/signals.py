@@ -84,6 +84,8 @@ class Sampler:
         self._thread = None
         self.procs = []
         self.decimated = 0
+        self.cpu_s = float("nan")
+        self._t0 = time.monotonic()
 
     def start(self) -> "Sampler":
         """A first sample now, then one every ``interval`` in a daemon thread."""
@@ -99,6 +101,7 @@ class Sampler:
             # interval later, never a burst of catching up
             t_next = max(t_next + self.interval, time.monotonic() + self.interval / 2)
             if self._stop.wait(max(0.0, t_next - time.monotonic())):
+                self.cpu_s = time.thread_time()      # this thread's own CPU: what it cost
                 return
             self._sample()
             if self.publish and time.monotonic() - t_pub >= PUBLISH_S:
@@ -174,6 +177,7 @@ class Sampler:
         signal, analysis/samples.py's from_wire)."""
         global _current
         self.stop()
+        self.host.close()
         if _current is self:
             _current = None
         import numpy as np
@@ -182,6 +186,8 @@ class Sampler:
                             for n, b in zip(self.names, self.values)})
         m = dict(cores=self.host.cores, pid=_pid(), interval_s=self.interval,
                  samples=len(self.ts), decimated=self.decimated,
+                 # the sampling thread's CPU seconds over the seconds it ran
+                 sampler_cpu_s=self.cpu_s, sampler_s=time.monotonic() - self._t0,
                  nvml=machine.nvml_error() if self.device_type == "cuda" else "")
         if self.gpu is not None:
             g = self.gpu.g
@@ -196,3 +202,28 @@ class Sampler:
 def _pid() -> int:
     import os
     return os.getpid()
+
+
+def sample_cost(device_type: str, n: int = 400) -> dict:
+    """What one sample and one live message cost the sampling thread on this engine (the
+    median call: a busy host's preemptions are not the cost), and that as a share of one
+    core at the sampler's rate (benchmarks/signals_cost.py, benchmarks/gpu/signals.py).
+    A run's own figure is its machine report's ``sampler_cpu_s`` over ``sampler_s``."""
+    import statistics
+
+    def median_s(fn, k):
+        out = []
+        for _ in range(k):
+            t = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t)
+        return statistics.median(out)
+    s = Sampler(device_type, publish=False)
+    try:
+        per, pub = median_s(s._sample, n), median_s(s.recent, 40)
+    finally:
+        s.host.close()
+    hz = 1 / s.interval
+    return dict(us_per_sample=per * 1e6, hz=hz, us_per_message=pub * 1e6,
+                core_pct=100 * (per * hz + pub / PUBLISH_S), signals=len(s.names))
+
