@@ -20,7 +20,7 @@ from bokeh.transform import linear_cmap
 from nbtools.analysis import samples as S
 from nbtools.ui.timeline.compile_strip import PHASE_COLOUR, untimed
 
-MAX_POINTS = 2000      # per row: past it, each bin keeps its lowest and its highest sample
+MAX_POINTS = 1000      # bins per row: past it, each keeps its lowest and highest sample
 FIELDS = ("left", "right", "bottom", "top", "band", "value", "row", "sig", "text")
 BAND_FIELDS = ("left", "right", "bottom", "top", "color")
 ROW_PX = 22
@@ -108,13 +108,15 @@ def signals_data(run, ranks: list, t0: int, only=None) -> tuple[dict, dict, dict
             gap = np.median(np.diff(ts)) if len(ts) > 1 else 50_000_000
             end = np.r_[ts[1:], ts[-1] + gap]
             base = row + 0.4
-            parts.append(dict(left=(ts - t0) / 1e6, right=(end - t0) / 1e6,
-                              bottom=np.full(len(ts), base),
-                              top=base - 0.8 * np.clip(np.nan_to_num(shown) / scale, 0, 1),
-                              band=np.full(len(ts), row - 0.5), value=v,
-                              row=np.full(len(ts), row, np.int32),
-                              sig=np.full(len(ts), order.get(name, len(order)), np.int32),
-                              text=text))
+            # float32 and int16 columns: an exported page carries half the bytes of float64
+            f32 = (lambda x: np.asarray(x, np.float32))
+            parts.append(dict(left=f32((ts - t0) / 1e6), right=f32((end - t0) / 1e6),
+                              bottom=f32(np.full(len(ts), base)),
+                              top=f32(base - 0.8 * np.clip(np.nan_to_num(shown) / scale, 0, 1)),
+                              band=f32(np.full(len(ts), row - 0.5)), value=f32(v),
+                              row=np.full(len(ts), row, np.int16),
+                              sig=np.full(len(ts), order.get(name, len(order)), np.int16),
+                              text=text.astype(np.int16)))
             labels[row] = f"r{r} {label}" + (f" ({tag})" if tag else "")
             row += 1
         _bands(bands, run, r, first - 0.5, row - 0.5, t0)
