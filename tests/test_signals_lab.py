@@ -97,6 +97,40 @@ def test_the_live_samples_reach_the_client_while_the_run_runs(lab):
     assert live_signals.viewer(lab) is None
 
 
+def stall_step(ctx):
+    """An all-reduce a step; at measured step 5 rank 0 sleeps 6 s first, so rank 1 waits in
+    the collective: the run stalls, as one stuck in a collective does."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+    if ctx.rank == 0 and ctx.step == ctx.cfg.warmup + 5:
+        time.sleep(6)
+    x = torch.ones(4)
+    dist.all_reduce(x, group=ctx.group)
+    return x.sum()
+
+
+def test_a_stalled_run_shows_in_the_strip_before_it_ends(lab):
+    from nbtools.widgets.panel_signals import render
+    texts = []
+
+    def view(live):
+        texts.append((live.finished, render(live)))
+    live_signals.watch(lab, view)
+    try:
+        run = lab.run(stall_step, StepConfig(scenario="custom", warmup=1, steps=10,
+                                             profiled=0, capture="off"))
+    finally:
+        live_signals.watch(lab, None)
+    assert run.ok, run.errors
+    during = [t for done, t in texts if not done]
+    # both ranks sit idle (one asleep, one waiting for it) while the run goes on
+    marked = [t for t in during if t.count("idle for ") == 2]
+    assert marked, during[-1]
+    assert "idle for" not in texts[-1][1] and "run done" in texts[-1][1]
+
+
 def test_sampling_off_leaves_no_samples_and_no_columns(lab):
     from nbtools.engine import quiet
     engines = lab.client[list(lab.rank_to_engine.values())]
