@@ -108,6 +108,8 @@ _ALL = (
        "refused to capture"),
     _m("peak_mem_mb", "MB", "gpukey", "max", "lower", "peak GPU memory allocated by PyTorch on "
        "this rank", short="peak_MB"),
+    _m("device_mem_mb", "MB", "gpu", "min", "", "the device's memory (GPU ranks): what "
+       "peak_mem_mb is a share of"),
     _m("graph_pool_mb", "MB", "gpu", "max", "lower", "GPU memory held by CUDA-graph private "
        "pools at the run's end (StepConfig(memory=True))", short="pool_MB"),
     _m("rss_mb", "MB", "more", "max", "lower", "the engine process's resident memory (all of "
@@ -138,6 +140,26 @@ _ALL = (
        "(a part of comm_ms; shown beside profiled_window_ms, the step it is part of)"),
     _m("idle_ms", "ms", "more", "mean", "lower", "time per profiled step inside the busy span "
        "with nothing running (compute_ms + exposed_comm_ms + idle_ms <= profiled_window_ms)"),
+    # why the GPU waited (analysis/idle.py: HolisticTraceAnalysis's idle time breakdown over
+    # the rank's whole GPU), and where the host was while the GPU waited for it
+    _m("host_wait_ms", "ms", "gpu", "mean", "lower", "idle time per profiled step before a "
+       "kernel the host had not launched yet: the host is the bottleneck (a part of idle_ms)"),
+    _m("kernel_wait_ms", "ms", "gpu", "mean", "lower", "idle time per profiled step shorter "
+       "than 30 us between kernels already launched: the cost of starting kernels one by one "
+       "(a part of idle_ms)"),
+    _m("other_wait_ms", "ms", "gpu", "mean", "lower", "the rest of idle_ms: kernels launched "
+       "in time that still waited (another stream's event, a peer, a device-side sync)"),
+    *(_m(f"host_{c}_ms", "ms", "gpu", "mean", "lower", f"of host_wait_ms: time the launching "
+         f"thread spent in {w}") for c, w in (
+        ("sync", "host syncs (cudaStreamSynchronize, .item(), .cpu())"),
+        ("launch", "kernel launch calls (the CUDA runtime)"),
+        ("hooks", "FSDP/DDP hooks and collectives' host side"),
+        ("optimizer", "the optimizer's step and zero_grad"),
+        ("compiled", "calls into compiled graphs (guards, wrappers, cache lookups)"),
+        ("autograd", "autograd's backward outside the above"),
+        ("batch", "making the batch (a DataLoader)"),
+        ("forward", "the model's forward and loss outside the above (its Python)"),
+        ("other", "nothing the trace names (Python between ops)"))),
     _m("graph_coverage_pct", "%", "gpukey", "mean", "higher", "share of kernel time launched "
        "by CUDA-graph replay (graph% in the CLI)", short="graph%"),
     _m("kernels", "", "gpu", "max", "", "GPU kernels in the profiled steps (0 on CPU ranks)"),

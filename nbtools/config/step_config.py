@@ -35,6 +35,11 @@ FSDP_COMPILE = ("per-block", "whole")
 SEQ_SCHEDULES = ("fixed", "varying", "bucketed")
 CAPTURE = ("full", "light", "off")
 SIZES = ("auto", "small", "large")
+OPTIMIZER_IMPLS = ("as-built", "foreach", "fused", "compiled")
+RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "cache")
+"""Fields that change how a run is measured, not what is built or stepped: the engines
+reuse their state across them (engine/prepare.py), and a change of only these is no
+experiment on the step."""
 
 
 # Field -> allowed strings (None: any string). Every field has exactly one of the three
@@ -43,7 +48,8 @@ FIELD_CHOICES = {"scenario": None, "compile": COMPILE_MODES, "backend": BACKENDS
             "autocast": AUTOCAST, "autocast_scope": AUTOCAST_SCOPES, "cudagraph": CUDAGRAPH,
             "parallel": PARALLEL, "cache": CACHE_POLICIES, "ddp_wrap": DDP_WRAP,
             "optimize_ddp": OPTIMIZE_DDP, "fsdp_compile": FSDP_COMPILE,
-            "seq_schedule": SEQ_SCHEDULES, "size": SIZES, "capture": CAPTURE}
+            "seq_schedule": SEQ_SCHEDULES, "size": SIZES, "capture": CAPTURE,
+            "optimizer_impl": OPTIMIZER_IMPLS}
 _BOOLS = ("fullgraph", "reshard_after_forward", "check", "torch_trace", "memory", "stack")
 # Bounds: generous for any real job, finite so a typo (an extra 000, a seed from the wrong
 # variable) is caught here and not as an overflow or an hour-long run on the engines.
@@ -115,6 +121,12 @@ class StepConfig:
     fsdp_compile: str = "per-block"
     """For FSDP2 with compile on: per-block compiles each block, then fully_shard per block
     (torchtitan's order); whole shards first, then compiles the whole model in one call."""
+
+    optimizer_impl: str = "as-built"
+    """How a training step's optimizer runs: as-built (as the Workload's or the scenario's
+    optimizer was made), foreach or fused (the same optimizer remade with foreach=True /
+    fused=True: fewer, larger kernels per step), or compiled (its step under torch.compile,
+    PyTorch's "compiled optimizer" recipe). Training steps only."""
 
     batch: Optional[int] = None
     """Batch size; None takes the scenario's default for the device."""

@@ -161,7 +161,7 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
         rss_mb=_rss_mb(), items_per_step=sum(items["real"]) / max(1, len(items["real"])),
         step_items=items, flops_per_step=wl.flops_per_step,
         shapes=wl.shapes(0), unused=list(cfg.unused_on(dev.type)),
-        env=_env(), host=socket.gethostname(), reports=list(_S.reports),
+        env=_env(), host=socket.gethostname(), reports=list(_S.reports), train=bool(wl.train),
         preload=dict(waited_s=preload_wait_s, imported=preload.take_new()))
     _S.run_count += 1
     return result
@@ -210,6 +210,7 @@ def _env() -> dict:
                device=str(_S.device), world_size=_S.world)
     if _S.device.type == "cuda":
         env.update(cuda=torch.version.cuda, gpu=torch.cuda.get_device_name(0),
+                   gpu_mem_mb=torch.cuda.get_device_properties(0).total_memory / 2**20,
                    nccl=".".join(map(str, torch.cuda.nccl.version())))
     else:
         env.update(cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads())

@@ -338,7 +338,9 @@ class Lab:
             b: side B, in the same forms.
             rounds: complete rounds to run, or "auto": stop when resolved (``max_rounds``).
             metric: the summary metric the verdict judges (nbtools.analysis.metrics).
-            **kw: ``timeout``, ``on_run``, ``stop``, ``max_rounds``: nbtools.lab.ab.ab.
+            **kw: ``timeout``, ``on_run``, ``stop``, ``max_rounds``, ``width``, ``equivalence``
+                (default 0.02: "no difference bigger than 2 %" when the interval lies
+                inside it): nbtools.lab.ab.ab.
 
         Returns:
             Comparison: ``.verdict`` is B over A with its 95 % interval over the rounds.
@@ -362,7 +364,10 @@ class Lab:
         Example:
             >>> for s in lab.advise(run): print(s.change, s.why)
         """
-        return (run := resolve_run(self, run)).advise(self.history.compiled_by(run))
+        from nbtools.analysis.advice import advise
+        from nbtools.lab.tried import seen_for
+        run = resolve_run(self, run)
+        return advise(run, self.history.compiled_by(run), seen=seen_for(self, run))
 
     def explore(self, target, start=None, budget_s=600, rounds=5, **kw):
         """Advise ``start``'s run and try each suggestion as an A/B (``rounds`` of A B B A)

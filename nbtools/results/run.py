@@ -122,6 +122,16 @@ class Run:
             return built_by if built_by and built_by != self.run_id else None
         return None
 
+    def why(self):
+        """Why each rank's step takes its time, before anything is proposed: how much of the
+        profiled step the GPU waited and why (host wait, kernel wait, other: as
+        HolisticTraceAnalysis splits it), where the host was while the GPU waited for it
+        (the optimizer, FSDP/DDP hooks, autograd, the forward's Python, the batch, syncs,
+        launches), the kernels' size and how much the profiler stretched the step. One
+        Diagnosis per rank (nbtools.analysis.advice.diagnosis); prints as sentences."""
+        from nbtools.analysis.advice.diagnosis import Why, diagnose
+        return Why(diagnose(self))
+
     def advise(self, compiled_by: Optional["Run"] = None):
         """What this run's tables say to try, best first (nbtools.analysis.advice): each a
         Suggestion with change (StepConfig fields, {} when the fix is in your code),

@@ -25,7 +25,7 @@ from nbtools.ui.saved_picture import PICTURE, Repicture, panel_b64png
 from nbtools.analysis.metrics import combine
 from nbtools.lab.errors import RunFailed
 from nbtools.config.step_config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,
-                     CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, PARALLEL,
+                     CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, OPTIMIZER_IMPLS, PARALLEL,
                      SEQ_SCHEDULES, SIZES, ConfigError, StepConfig)
 from nbtools.ui.html import describe_error, flags_html, summary_html
 from nbtools.config.scenarios import SCENARIOS
@@ -45,12 +45,12 @@ CHOICES = {
     "cudagraph": CUDAGRAPH, "parallel": (DEFAULT,) + PARALLEL, "cache": CACHE_POLICIES,
     "ddp_wrap": DDP_WRAP, "optimize_ddp": OPTIMIZE_DDP, "fsdp_compile": FSDP_COMPILE,
     "seq_schedule": (DEFAULT,) + SEQ_SCHEDULES,
-    "capture": CAPTURE, "size": SIZES,
+    "capture": CAPTURE, "size": SIZES, "optimizer_impl": OPTIMIZER_IMPLS,
 }
 # Every StepConfig field has a control (tests check this), grouped as a user thinks of them.
 GROUPS = (
-    ("workload", ("scenario", "parallel", "reshard_after_forward", "batch", "seq_len",
-                  "seq_schedule", "size", "seed")),
+    ("workload", ("scenario", "parallel", "reshard_after_forward", "optimizer_impl", "batch",
+                  "seq_len", "seq_schedule", "size", "seed")),
     ("compile", ("compile", "backend", "fullgraph", "dynamic", "cache", "ddp_wrap",
                  "optimize_ddp", "fsdp_compile")),
     ("precision & graphs", ("autocast", "autocast_scope", "cudagraph")),
