@@ -58,29 +58,28 @@ def library(dev: Device) -> SimpleNamespace:
     def init(flags):
         return OK
 
+    def scalar(get, need=None, counted=None):
+        """A C function whose last argument is a pointer to one number it fills in."""
+        def fn(*args):
+            if need is not None and not has(need):
+                return NOT_SUPPORTED
+            rc = count(counted) if counted else OK
+            _out(args[-1]).value = int(get())
+            return rc
+        return fn
+
+    max_clock = scalar(lambda: dev.max_sm)
+    clock = scalar(lambda: dev.now(dev.clock), counted="clock")
+    enforced_limit = scalar(lambda: dev.limit_mw)
+    power_usage = scalar(lambda: dev.power_mw, need="power")
+    index = scalar(lambda: dev.index)
+    temperature = scalar(lambda: dev.temp)
+    reasons = scalar(lambda: dev.now(dev.reasons), need="reasons")
+
     def handle_by_index(index, device):
         return OK
 
     def handle_by_uuid(uuid, device):
-        return OK
-
-    def max_clock(h, kind, out):
-        _out(out).value = dev.max_sm
-        return OK
-
-    def clock(h, kind, out):
-        rc = count("clock")
-        _out(out).value = int(dev.now(dev.clock))
-        return rc
-
-    def enforced_limit(h, out):
-        _out(out).value = dev.limit_mw
-        return OK
-
-    def power_usage(h, out):
-        if not has("power"):
-            return NOT_SUPPORTED
-        _out(out).value = dev.power_mw
         return OK
 
     def memory(h, out):
@@ -89,25 +88,11 @@ def library(dev: Device) -> SimpleNamespace:
         m.free = dev.mem[0] - dev.mem[1]
         return OK
 
-    def index(h, out):
-        _out(out).value = dev.index
-        return OK
-
     def utilization(h, out):
         if not has("util"):
             return NOT_SUPPORTED
         u = _out(out)
         u.gpu, u.memory = dev.util
-        return OK
-
-    def temperature(h, sensor, out):
-        _out(out).value = dev.temp
-        return OK
-
-    def reasons(h, out):
-        if not has("reasons"):
-            return NOT_SUPPORTED
-        _out(out).value = int(dev.now(dev.reasons))
         return OK
 
     def nvlink_state(h, link, out):

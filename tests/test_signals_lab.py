@@ -73,6 +73,18 @@ def test_foreign_traces_have_an_empty_samples_table():
     assert not Timeline(run).signals.figure.visible
 
 
+def _watched(lab, view, step, steps: int):
+    """A run of ``step`` with ``view`` watching its live signals; it must succeed."""
+    live_signals.watch(lab, view)
+    try:
+        run = lab.run(step, StepConfig(scenario="custom", warmup=1, steps=steps, profiled=0,
+                                       capture="off"))
+    finally:
+        live_signals.watch(lab, None)
+    assert run.ok, run.errors
+    return run
+
+
 def test_the_live_samples_reach_the_client_while_the_run_runs(lab):
     seen = []
 
@@ -80,13 +92,7 @@ def test_the_live_samples_reach_the_client_while_the_run_runs(lab):
         seen.append((time.monotonic(), live.finished,
                      {r: (live.ts[r][-1] if live.ts[r] else 0) for r in live.ranks},
                      {r: live.latest(r).get("cpu_pct") for r in live.ranks}))
-    live_signals.watch(lab, view)
-    try:
-        run = lab.run(spin_step, StepConfig(scenario="custom", warmup=1, steps=200,
-                                            profiled=0, capture="off"))
-    finally:
-        live_signals.watch(lab, None)
-    assert run.ok, run.errors
+    _watched(lab, view, spin_step, 200)
     running = [s for s in seen if not s[1]]
     assert seen[-1][1] and running
     # the newest sample moved on during the run, on both ranks, more than once
@@ -117,13 +123,7 @@ def test_a_stalled_run_shows_in_the_strip_before_it_ends(lab):
 
     def view(live):
         texts.append((live.finished, render(live)))
-    live_signals.watch(lab, view)
-    try:
-        run = lab.run(stall_step, StepConfig(scenario="custom", warmup=1, steps=10,
-                                             profiled=0, capture="off"))
-    finally:
-        live_signals.watch(lab, None)
-    assert run.ok, run.errors
+    _watched(lab, view, stall_step, 10)
     during = [t for done, t in texts if not done]
     # both ranks sit idle (one asleep, one waiting for it) while the run goes on
     marked = [t for t in during if t.count("idle for ") == 2]
