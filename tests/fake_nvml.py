@@ -96,7 +96,7 @@ def library(dev: Device) -> SimpleNamespace:
         return OK
 
     def nvlink_state(h, link, out):
-        if not has("nvlink"):
+        if not (has("nvlink") or has("nvlink_count")):
             return NOT_SUPPORTED
         if link >= dev.links:
             return nv.NVML_ERROR_INVALID_ARGUMENT
@@ -114,12 +114,15 @@ def library(dev: Device) -> SimpleNamespace:
                   nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: has("fields_pcie"),
                   nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: has("fields_pcie"),
                   nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: has("nvlink"),
-                  nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: has("nvlink")}.get(fid, False)
+                  nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: has("nvlink"),
+                  nv.NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES: has("nvlink_count"),
+                  nv.NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES: has("nvlink_count")}.get(fid, False)
             f.nvmlReturn = OK if ok else NOT_SUPPORTED
             if fid == nv.NVML_FI_DEV_POWER_INSTANT:
                 f.valueType, f.value.uiVal = nv.NVML_VALUE_TYPE_UNSIGNED_INT, dev.power_mw
-            else:   # counters growing at 1 GB/s (PCIe, bytes) and 2 GiB/s (NVLink, KiB)
-                per_us = 1000.0 if fid in (197, 198) else 2.0
+            else:   # counters: 1 GB/s of PCIe (bytes), 2 GiB/s per NVLink (KiB), 3 GB/s of
+                # all NVLinks (bytes)
+                per_us = {197: 1000.0, 198: 1000.0, 202: 3000.0, 204: 3000.0}.get(fid, 2.0)
                 f.valueType = nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
                 f.value.ullVal = int(t_us * per_us) & (2**62 - 1)
         return OK

@@ -120,6 +120,17 @@ def test_what_a_device_does_not_report_is_named_and_left_out():
     assert "nvlink_tx_mbps" not in meta["missing"] or meta["missing"]["nvlink_tx_mbps"]
 
 
+def test_nvlink_from_the_devices_byte_counters_where_links_give_none():
+    dev = fake_nvml.Device(supported={"util", "reasons", "power", "nvlink_count"})
+    with fake_nvml.installed(dev):
+        s = signals.Sampler("cuda", publish=False).start()
+        time.sleep(0.2)
+        meta, wire = s.finish()
+    assert {"nvlink_tx_mbps", "nvlink_rx_mbps"} <= set(s.names)
+    assert np.nanmedian(wire["values"]["nvlink_tx_mbps"]) == pytest.approx(3000, rel=0.01)
+    assert "nvlink_tx_mbps" not in meta["missing"] and "pcie_tx_mbps" in meta["missing"]
+
+
 def test_a_read_that_fails_mid_run_is_a_gap_not_a_failed_run():
     dev = fake_nvml.Device()
     with fake_nvml.installed(dev):

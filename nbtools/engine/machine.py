@@ -192,19 +192,30 @@ class _Fields:
     def __init__(self, g: _Nvml, missing: dict):
         nv, h = g.nv, g.handle
         self.nv, self.h = nv, h
-        want = [("gpu_power_w", getattr(nv, "NVML_FI_DEV_POWER_INSTANT", 186), 0, 1e-3),
-                ("pcie_tx_mbps", getattr(nv, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", 197), 0, 1.0),
-                ("pcie_rx_mbps", getattr(nv, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198), 0, 1.0)]
-        for link in _active_links(nv, h):   # KiB counters, one per link
-            want += [("nvlink_tx_mbps", nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link, 1024.0),
-                     ("nvlink_rx_mbps", nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link, 1024.0)]
-        got = nv.nvmlDeviceGetFieldValues(h, [(fid, scope) for _, fid, scope, _ in want])
-        self.want, why = [], {}
+        # (signal, field, scope, unit to bytes or W, one link's or the device's)
+        want = [("gpu_power_w", getattr(nv, "NVML_FI_DEV_POWER_INSTANT", 186), 0, 1e-3, ""),
+                ("pcie_tx_mbps", getattr(nv, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", 197), 0, 1.0, ""),
+                ("pcie_rx_mbps", getattr(nv, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198), 0, 1.0, "")]
+        links = _active_links(nv, h)
+        for link in links:                  # data KiB counters, one per active link
+            want += [("nvlink_tx_mbps", nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link, 1024.0,
+                      "link"),
+                     ("nvlink_rx_mbps", nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link, 1024.0,
+                      "link")]
+        if links:                           # newer drivers: byte counters of all links
+            want += [(n, getattr(nv, f, fid), 0, 1.0, "all") for n, f, fid in (
+                ("nvlink_tx_mbps", "NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES", 202),
+                ("nvlink_rx_mbps", "NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES", 204))]
+        got = nv.nvmlDeviceGetFieldValues(h, [(w[1], w[2]) for w in want])
+        ok, why = [], {}
         for w, f in zip(want, got):
             if int(f.nvmlReturn) == nv.NVML_SUCCESS:
-                self.want.append(w)
+                ok.append(w)
             else:
                 why.setdefault(w[0], str(nv.NVMLError(int(f.nvmlReturn))))
+        # one source per NVLink direction: the per-link counters where they answered
+        per_link = {w[0] for w in ok if w[4] == "link"}
+        self.want = [w for w in ok if not (w[4] == "all" and w[0] in per_link)]
         self.names = list(dict.fromkeys(w[0] for w in self.want))
         for name, reason in why.items():
             if name not in self.names:
@@ -212,9 +223,9 @@ class _Fields:
         self._prev = {}
 
     def read(self) -> list:
-        got = self.nv.nvmlDeviceGetFieldValues(self.h, [(fid, s) for _, fid, s, _ in self.want])
+        got = self.nv.nvmlDeviceGetFieldValues(self.h, [(w[1], w[2]) for w in self.want])
         out = {n: NAN for n in self.names}
-        for (name, fid, scope, unit), f in zip(self.want, got):
+        for (name, fid, scope, unit, _), f in zip(self.want, got):
             if int(f.nvmlReturn) != self.nv.NVML_SUCCESS:
                 continue
             v, t_us = _value(f), int(f.timestamp)
@@ -235,8 +246,10 @@ def _active_links(nv, h) -> list:
         try:
             if nv.nvmlDeviceGetNvLinkState(h, link):
                 links.append(link)
-        except nv.NVMLError:
-            break    # no NVLink (NotSupported) or past the device's last link
+        except nv.NVMLError as e:
+            if isinstance(e, nv.NVMLError_NotSupported) and not links and link == 0:
+                break    # no NVLink on this device
+            continue     # an unused link, or past the device's last one
     return links
 
 
