@@ -142,8 +142,9 @@ _ALL = (
        "with nothing running (compute_ms + exposed_comm_ms + idle_ms <= profiled_window_ms)"),
     # why the GPU waited (analysis/idle.py: HolisticTraceAnalysis's idle time breakdown over
     # the rank's whole GPU), and where the host was while the GPU waited for it
-    _m("host_wait_ms", "ms", "gpu", "mean", "lower", "idle time per profiled step before a "
-       "kernel the host had not launched yet: the host is the bottleneck (a part of idle_ms)"),
+    _m("host_wait_ms", "ms", "gpukey", "mean", "lower", "idle time per profiled step before a "
+       "kernel the host had not launched yet: the host is the bottleneck (a part of idle_ms; "
+       "run.why() says where the host was)", short="host_wait"),
     _m("kernel_wait_ms", "ms", "gpu", "mean", "lower", "idle time per profiled step shorter "
        "than 30 us between kernels already launched: the cost of starting kernels one by one "
        "(a part of idle_ms)"),
@@ -247,7 +248,7 @@ CLI = ("step_ms", "p10_ms", "p90_ms", "items_per_s", "compile_s", "recompiles", 
        "compute_busy_pct", "overlap_pct", "graph_coverage_pct", "peak_mem_mb")
 """The CLI table (``python -m nbtools run|demo|view``)."""
 TRACE_CLI = ("profiled_window_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms",
-             "compute_busy_pct", "overlap_pct", "graph_coverage_pct")
+             "host_wait_ms", "compute_busy_pct", "overlap_pct", "graph_coverage_pct")
 """The CLI table of traces from a person's own job (``python -m nbtools view TRACES``): no
 lab timed their steps, so the profiled step and its parts instead of step_ms and the rest."""
 HISTORY = ("step_ms", "recompiles")

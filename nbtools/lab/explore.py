@@ -41,6 +41,10 @@ from nbtools.results.exploration import (DROPPED, EQUIVALENT, GONE, IN_YOUR_CODE
                                          NOT_FASTER, OVER_BUDGET, SLOWER, Exploration,
                                          change_text, new_row)
 
+MIN_WARMUP = 3
+"""Warm-up steps an A/B that turns a compile on gives both sides: the first call compiles,
+the second new shape recompiles (automatic dynamic), then the steps are steady."""
+
 
 def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rounds: int = 12,
             width: Optional[float] = None, also=(), timeout=None,
@@ -152,7 +156,7 @@ class _Explorer:
             promising.sort(key=lambda c: -c.gain)
             queue = []
             for i, cand in enumerate(promising):
-                kept = self.prove(cand)
+                kept = self.prove(cand, len(promising) - i)
                 if self.ex.note:
                     return
                 if kept is not None:
@@ -219,15 +223,22 @@ class _Explorer:
         if cand == ex.best and not patch:
             return self.add(row, "already in the best config")
         wl = with_model_patch(ex.best_workload, patch) if patch else ex.best_workload
+        base = ex.best
+        if price.compiles_differently(cand, base) and cand.warmup < MIN_WARMUP:
+            # automatic dynamic shapes recompile at the second new shape: with fewer warm-up
+            # steps the compiles land in B's measured steps and the A/B times them
+            row["note"] = (f"warm-up {MIN_WARMUP} on both sides (was {cand.warmup}): the "
+                           "compiles belong before the measured steps")
+            base, cand = base.replace(warmup=MIN_WARMUP), cand.replace(warmup=MIN_WARMUP)
         try:
-            a, b = _side(ex.best_workload, ex.best), _side(wl, cand)
+            a, b = _side(ex.best_workload, base), _side(wl, cand)
             _check(self.lab, a)
             _check(self.lab, b)
         except ConfigError as e:
             return self.add(row, f"not valid: {e}")
         metric = s.metric if s is not None else "step_ms"
         row["metric"] = metric
-        return _Candidate(s, change, patch, row, a, b, price.key(ex.best_workload, ex.best),
+        return _Candidate(s, change, patch, row, a, b, price.key(ex.best_workload, base),
                           price.key(wl, cand), metric=metric,
                           extra=dict(cfg=cand, workload=wl))
 
@@ -268,7 +279,10 @@ class _Explorer:
         return out
 
     # -- the proof ----------------------------------------------------------------------
-    def prove(self, c: _Candidate):
+    def prove(self, c: _Candidate, waiting: int = 1):
+        """The A/B that decides ``c``; rounds="auto" gets at most its share of what is left
+        (``waiting``: the promising candidates from this one on), so one unresolvable
+        candidate does not spend the budget the others' proofs need."""
         per = self.prices.round_s(c.ka, c.kb)
         if not per:
             per, _ = self.prices.screen_s(c.ka, c.kb)
@@ -282,7 +296,8 @@ class _Explorer:
             return None
         most = self.opts["rounds"]
         if self.opts["auto"] and per > 0:
-            most = max(ab_rounds.FIRST_LOOK, min(most, int(self.left() // per)))
+            share = self.left() / max(waiting, 1)
+            most = max(ab_rounds.FIRST_LOOK, min(most, int(share // per)))
         cmp, t = self.ab(c, rounds="auto" if self.opts["auto"] else self.opts["rounds"],
                          max_rounds=most)
         c.row["seconds"] += time.perf_counter() - t

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 import statistics
 
-COMPILE_PRIOR_S = 60.0
+COMPILE_PRIOR_S = 30.0
 """The compile of a config whose like has not compiled on this lab yet: a prior, not a
 measurement (a small model compiles in 5-30 s on 2 CPU cores; a Llama's per-block compile
-took 30-130 s on 1 x H200, docs/findings.md), replaced by what the screen measures."""
+took 30-130 s on 1 x H200, docs/findings.md), replaced by what the screen measures. Too low
+for a large model, it costs one run past the budget at most: no later run is priced with it."""
 _COMPILE_FIELDS = ("compile", "backend", "dynamic", "fullgraph", "fsdp_compile", "ddp_wrap",
                    "optimize_ddp", "optimizer_impl", "autocast", "autocast_scope",
                    "cudagraph", "batch", "seq_len")
@@ -68,7 +69,7 @@ class Prices:
         if k in self.walls:
             return 0.0, ""
         cfg, base = k[1], like[1]
-        if not _compiles_differently(cfg, base):
+        if not compiles_differently(cfg, base):
             return 0.0, ""
         measured = [s for kk, s in self.compile_s.items() if s > 0 and kk[1].compiled]
         if measured:
@@ -103,7 +104,8 @@ def _compile_s(run) -> float:
     return v if math.isfinite(v) else 0.0
 
 
-def _compiles_differently(cfg, base) -> bool:
+def compiles_differently(cfg, base) -> bool:
+    """``cfg`` compiles something ``base`` does not, or compiles it another way."""
     if not cfg.compiled and cfg.optimizer_impl != "compiled":
         return False
     return any(getattr(cfg, f) != getattr(base, f) for f in _COMPILE_FIELDS)

@@ -17,7 +17,7 @@ from nbtools.config.script_code import script_code
 from nbtools.results.views import view
 
 COLUMNS = ("change", "rule", "metric", "screen", "verdict", "ratio", "low", "high", "resolved",
-           "rounds", "runs", "seconds", "kept", "outcome")
+           "rounds", "runs", "seconds", "kept", "outcome", "note")
 KEPT = "kept"
 NOT_FASTER = "not resolved faster"
 SLOWER = "resolved worse: not kept"
@@ -35,7 +35,7 @@ def new_row(s, change: dict, patch: dict) -> dict:
     return dict(change=change_text(change) if not patch else patch_text(patch),
                 rule=s.rule if s else "also", metric=getattr(s, "metric", "step_ms"),
                 screen="", verdict="", ratio=math.nan, low=math.nan, high=math.nan,
-                resolved=False, rounds=0, runs=0, seconds=0.0, kept=False, ab=None)
+                resolved=False, rounds=0, runs=0, seconds=0.0, kept=False, ab=None, note="")
 
 
 def change_text(change: dict) -> str:
@@ -83,7 +83,8 @@ class Exploration:
         rounds, runs made (screen and proof), seconds they took, kept (bool) and outcome
         ("kept", "dropped in the screen ...", "no difference bigger than 2 % ...",
         "resolved worse ...", "not resolved faster", "not tried for lack of budget ...",
-        "failed: ...", "not valid: ...", ...)."""
+        "failed: ...", "not valid: ...", ...), and a note on how it was measured (warm-up
+        steps raised so a compile stays out of the measured steps)."""
         return pd.DataFrame([{c: r.get(c) for c in COLUMNS} for r in self.rows],
                             columns=list(COLUMNS))
 
@@ -141,8 +142,15 @@ class Exploration:
         if tried:
             return f"{NOTHING} ({tried} A/B{'s' if tried != 1 else ''}{note})"
         if screened:
-            return (f"nothing proven better: {screened} change(s) screened, none promising "
-                    f"enough or none affordable to prove{note}")
+            over = [r["change"] for r in self.rows if r.get("screen") and
+                    str(r.get("outcome", "")).startswith(OVER_BUDGET)]
+            dropped = sum(str(r.get("outcome", "")).startswith(DROPPED) for r in self.rows)
+            parts = [f"{screened} change(s) screened"]
+            if dropped:
+                parts.append(f"{dropped} clearly worse there")
+            if over:
+                parts.append(f"no budget left to prove {', '.join(over)}")
+            return f"nothing proven better: {'; '.join(parts)}{note}"
         if self.untried:
             return (f"nothing tried: the budget ({self.budget_s:.0f} s) was spent before the "
                     f"first A/B (the start run took {self.start_s:.0f} s){note}")

@@ -25,8 +25,9 @@ step the profiler stretched (it costs per op, so a host-bound step most)."""
 class Diagnosis:
     """One rank's profiled step: what it was bound by and the numbers that say so. ``bound``
     is host (the GPU waited for launches), kernel (back-to-back launch gaps), other (kernels
-    launched in time that still waited), gpu (busy: the kernels themselves), cpu (a CPU rank:
-    no GPU to wait) or unknown (no timeline)."""
+    launched in time that still waited), comm (communication no compute hides: collectives
+    waiting for their peers count as busy GPU time), gpu (busy computing: the kernels
+    themselves), cpu (a CPU rank: no GPU to wait) or unknown (no timeline)."""
     rank: int
     bound: str
     window_ms: float = math.nan
@@ -39,6 +40,7 @@ class Diagnosis:
     step_ms: float = math.nan                       # the unprofiled median
     profiled_ms: float = math.nan                   # the profiled median
     device: str = ""
+    exposed_ms: float = math.nan                    # communication no compute hid
 
     @property
     def idle_share(self) -> float:
@@ -82,6 +84,10 @@ class Diagnosis:
         if top and self.bound == "host":
             parts.append("while it waited the host was in " + ", ".join(
                 f"{CAUSE_WORDS[c]} {ms:.3g} ms ({_pct(self.share(ms))})" for c, ms in top))
+        if self.bound == "comm":
+            parts.append(f"exposed communication {self.exposed_ms:.3g} ms "
+                         f"({_pct(self.share(self.exposed_ms))}): collective kernels that "
+                         "wait for their peers, which count as busy")
         if self.kernels == self.kernels and self.kernels > 0:
             parts.append(f"{self.kernels:.0f} kernels a step, {self.kernel_us:.3g} us each "
                          f"on average" + (f", {self.graph_pct:.0f} % from CUDA graphs"
@@ -91,6 +97,8 @@ class Diagnosis:
                    "kernel": "bound by launch gaps between kernels launched in time",
                    "other": "waiting on something other than the host (syncs, peers, "
                             "other streams)",
+                   "comm": "bound by communication no compute hides (often waiting for "
+                           "a slower peer: see the straggler line)",
                    "gpu": "GPU-bound (busy: the kernels themselves take the time)"}[self.bound]
         s += f". {verdict[0].upper() + verdict[1:]}."
         if self.stretch_pct == self.stretch_pct and self.stretch_pct >= STRETCH_PCT:
@@ -129,10 +137,13 @@ def diagnose(run) -> list:
         per_step = kernels / prof if kernels == kernels else math.nan
         mean_us = 1e3 * compute / per_step if per_step and per_step > 0 else math.nan
         bound = "gpu"
+        exposed = g("exposed_comm_ms")
         if idle == idle and idle / window >= BOUND_SHARE:
             bound = max(waits, key=waits.get)
+        elif exposed == exposed and exposed / window >= BOUND_SHARE:
+            bound = "comm"
         out.append(Diagnosis(bound=bound, idle_ms=idle, waits=waits, host=host,
-                             kernels=per_step, kernel_us=mean_us,
+                             kernels=per_step, kernel_us=mean_us, exposed_ms=exposed,
                              graph_pct=g("graph_coverage_pct"), **common))
     return out
 
