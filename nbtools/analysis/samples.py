@@ -214,11 +214,3 @@ def scale_of(signal: str, values: np.ndarray, machine: dict | None) -> float:
         if np.isfinite(lim) and lim > 0:
             return max(lim, top)
     return max(top, 1.0)
-
-
-def latest(samples: pd.DataFrame) -> pd.DataFrame:
-    """Per rank and signal, the last value sampled (rank, signal, ts_ns, value)."""
-    if samples is None or not len(samples):
-        return pd.DataFrame(columns=["rank", "signal", "ts_ns", "value"])
-    s = samples.sort_values("ts_ns", kind="stable")
-    return s.groupby(["rank", "signal"], observed=True, as_index=False).last()

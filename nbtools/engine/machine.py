@@ -256,7 +256,8 @@ def _active_links(nv, h) -> list:
 class _Gpm:
     """SM activity, tensor-core activity and DRAM bandwidth between two GPM samples
     (Hopper and newer), taken every ``every``-th read: a GPM sample reads the GPU's
-    performance counters, so at a tenth of a second rather than at every read."""
+    performance counters, so at a tenth of a second rather than at every read. Its two
+    samples live as long as the engine's reader (one per engine)."""
 
     names = ("sm_active_pct", "tensor_active_pct", "dram_bw_pct")
 
@@ -287,13 +288,6 @@ class _Gpm:
         self.a, self.b = self.b, self.a
         return [float(mg.metrics[i].value) if int(mg.metrics[i].nvmlReturn) == nv.NVML_SUCCESS
                 else NAN for i in range(len(self.ids))]
-
-    def close(self) -> None:
-        for s in (self.a, self.b):
-            try:
-                self.nv.nvmlGpmSampleFree(s)
-            except Exception:   # noqa: BLE001 - freeing at the end of a run: never fail it
-                pass
 
 
 class GpuReader:
@@ -354,8 +348,3 @@ class GpuReader:
                 out += [NAN] * len(names)
                 self.errors[names[0]] = self.errors.get(names[0], 0) + 1
         return out
-
-    def close(self) -> None:
-        """Free the GPM samples (the reader is not used after)."""
-        if self.gpm is not None:
-            self.gpm.close()

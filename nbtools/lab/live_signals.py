@@ -60,7 +60,6 @@ class LiveSignals:
         self.arrived: dict = {r: None for r in self.ranks}      # time.monotonic() here
         self.sent: dict = {r: 0 for r in self.ranks}
         self.finished = False
-        self.t0 = time.monotonic()
 
     def update(self, messages: dict, now: Optional[float] = None) -> bool:
         """Take the ranks' newest messages (``read``); True when any point was added."""

@@ -79,12 +79,10 @@ def signals_data(run, ranks: list, t0: int, only=None) -> tuple[dict, dict, dict
     if smp is None or not len(smp):
         return out, bands, {}, []
     order = {s.name: i for i, s in enumerate(S.SIGNALS)}
-    present = smp.groupby(["rank", "signal"], observed=True).size()
+    rows = signal_rows(smp)
     labels, parts, texts, row = {}, [], {}, 0
     for r in ranks:
-        names = sorted((str(sg) for (rk, sg), n in present.items() if rk == r and n),
-                       key=lambda n: order.get(n, len(order)))
-        names = [n for n in names if only is None or n in only]
+        names = [n for rk, n in rows if rk == r and (only is None or n in only)]
         if not names:
             continue
         first, m = row, _machine(run, r)
@@ -202,7 +200,8 @@ class SignalsLane:
 
 
 def signal_rows(samples: pd.DataFrame) -> list:
-    """The (rank, signal) rows a run's lanes draw, in order (tests and docs read it)."""
+    """The (rank, signal) pairs a run's samples hold, by rank, then in SIGNALS' order: the
+    rows its lanes draw."""
     if samples is None or not len(samples):
         return []
     order = {s.name: i for i, s in enumerate(S.SIGNALS)}
