@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nbtools.analysis import machine, summary as summ
+from nbtools.analysis import machine
+from nbtools.analysis import samples as signal_samples
+from nbtools.analysis import summary as summ
 from nbtools.analysis import tables
 from nbtools.analysis.compile_counts import divergence
 from nbtools.common.text import valid_texts
@@ -37,7 +39,7 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
     # what the ranks send is the user's text too (ctx.report values, notes, errors): a lone
     # surrogate in it made the reports table, and then the save, fail, losing the run
     # (the tables' names are made valid where they are built, and are large: not walked)
-    reports = {r: {k: v if k in ("events", "steps", "compile") else valid_texts(v)
+    reports = {r: {k: v if k in ("events", "steps", "compile", "signals") else valid_texts(v)
                    for k, v in rep.items()} for r, rep in reports.items()}
     ok = {r: rep for r, rep in reports.items() if rep.get("status") == "ok"}
     steps = tables.concat([tables.from_wire(tables.STEP_COLUMNS, rep["steps"])
@@ -71,6 +73,8 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
                                 if rep.get("torch_trace")})
     mem = [pd.DataFrame(rep["memory"]) for rep in ok.values() if rep.get("memory") is not None]
     run.memory = pd.concat(mem, ignore_index=True) if mem else pd.DataFrame()
+    # every rank's signals, a failed rank's too: what its machine did until it stopped
+    run.samples = signal_samples.table(reports)
     run.event_details = tables.concat([tables.from_wire(DETAIL_COLUMNS, rep["event_details"])
                                        for rep in ok.values() if rep.get("event_details")],
                                       DETAIL_COLUMNS)

@@ -11,6 +11,7 @@ from typing import Optional
 
 import pandas as pd
 
+from nbtools.analysis import samples as signal_samples
 from nbtools.analysis import tables
 from nbtools.common.atomic import atomic_folder
 from nbtools.config.step_config import ConfigError, StepConfig
@@ -43,6 +44,11 @@ class Run:
     """One row per rank: step_ms (median, p10, p90), compute_busy, exposed_comm, recompiles, ..."""
     memory: pd.DataFrame = field(default_factory=pd.DataFrame)
     """StepConfig(memory=True): rank, ts_ns, allocated, reserved, graph_pool (bytes)."""
+    samples: pd.DataFrame = field(default_factory=signal_samples.empty, repr=False)
+    """The machine's signals through the run: rank, ts_ns (the events' clock), signal, value
+    (analysis/samples.py SIGNALS: GPU utilisation, SM clock, power, ... on GPUs; the
+    process's CPU and memory and the host's load everywhere). Empty for traces of another
+    job and for runs with sampling off."""
     event_details: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     """rank, ts_ns, name, detail: input shapes, bytes, process group of profiled events."""
     reports: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -182,7 +188,7 @@ class Run:
                 getattr(self, name).to_parquet(tmp / f"{name}.parquet", index=False)
             if len(self.reports):
                 _parquet_safe(self.reports).to_parquet(tmp / "reports.parquet", index=False)
-            for name in ("memory", "event_details"):
+            for name in ("memory", "event_details", "samples"):
                 if len(getattr(self, name)):
                     getattr(self, name).to_parquet(tmp / f"{name}.parquet", index=False)
             torch_trace.save(self, tmp)          # before run.json: it may add a flag
@@ -224,6 +230,12 @@ class Run:
             frames[name], problem = _read_table(folder / f"{name}.parquet", None, required=False)
             if problem:
                 flags.append(f"damaged: {problem}")
+        frames["samples"], problem = _read_table(folder / "samples.parquet",
+                                                 signal_samples.SAMPLE_COLUMNS, required=False)
+        if problem:
+            flags.append(f"damaged: {problem}")
+        elif not len(frames["samples"]):   # saved before samples.parquet: run.json kept a few
+            frames["samples"] = signal_samples.from_machine_reports(_dict(meta, "ranks"))
         status = str(meta.get("status", "ok"))
         # values no run writes: replaced, each said in a flag (results/odd_values.py)
         frames["summary"] = odd_values.check_summary(frames["summary"], status == "ok", flags)
