@@ -134,7 +134,7 @@ def host_fsdp(run) -> list[Suggestion]:
         out.append(Suggestion(
             rule=rule, title=title, change=change,
             evidence=(f"{head}; of it {CAUSE_WORDS[cause]} {ms:.3g} ms "
-                      f"({_pct(d.share(ms))} of the step)" + _stretch(d)),
+                      f"({_pct(d.share(ms))} of the step)" + _stretch(d) + d.signals_text()),
             why=why, code=code, cost=ab_cost(""), about=f"host:{cause}",
             score=min(1.0, d.share(ms)), ranks=_ranks(ds)))
 
