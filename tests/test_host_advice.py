@@ -162,3 +162,23 @@ def test_cpu_reduce_overhead_gets_no_cuda_graph_fix_for_graphs_cpus_do_not_have(
     run.env = {"device": "cuda:0"}
     assert "cudagraph-skip" in [s.rule for s in advise(run)]
 
+
+
+def test_the_machines_signals_back_a_host_bound_reading_without_the_profiler():
+    """issue 45.4: NVML's utilisation low while the rank's process keeps a core busy, over
+    the unprofiled measured steps: said beside the profiled diagnosis, and read alone when
+    no step was profiled."""
+    row = dict(gpu_row(), gpu_util_pct=18.0, cpu_pct=99.0)
+    d = diagnose(run_of(FSDP, [row]))[0]
+    assert d.host_bound_by_signals
+    assert "the GPU was busy 18 % of the measured steps (NVML)" in d.text
+    assert "the host is the bottleneck there too" in d.text
+    s = {x.rule: x for x in advise(run_of(FSDP, [row]))}["host-per-block-calls"]
+    assert "the host is the bottleneck there too" in s.evidence
+    busy = dict(gpu_row(idle=20.0, host=15.0, kernel=3.0, other=2.0), gpu_util_pct=97.0,
+                cpu_pct=40.0)
+    d = diagnose(run_of(FSDP, [busy]))[0]
+    assert not d.host_bound_by_signals and "bottleneck there too" not in d.text
+    unprofiled = dict(rank=0, device="gpu", step_ms=92.0, gpu_util_pct=18.0, cpu_pct=99.0)
+    d = diagnose(run_of(FSDP, [unprofiled]))[0]
+    assert d.bound == "unknown" and "the host is the bottleneck there too" in d.text

@@ -205,6 +205,27 @@ _ALL = (
     _m("gpu_other_procs", "", "gpu", "max", "lower", "processes on this rank's GPU besides "
        "its engine (NVML, before and after the timed steps)"),
     _m("gpu_index", "", "gpu", "", "", "the GPU's index as NVML and nvidia-smi number it"),
+    # the signals sampled through the run (run.samples), read over the measured steps
+    _m("gpu_util_pct", "%", "gpu", "mean", "", "GPU busy over the measured steps: mean of "
+       "NVML's utilisation samples (share of each sample period in which a kernel ran; the "
+       "period is 1/6 to 1 s, so steps shorter than that read with their neighbours)"),
+    _m("sm_active_pct", "%", "gpu", "mean", "", "share of the SMs busy over the measured steps "
+       "(NVML GPM, Hopper and newer): low with gpu_util_pct high means kernels too small "
+       "to fill the GPU"),
+    _m("cpu_pct", "%", "more", "mean", "", "CPU of the rank's process over the measured "
+       "steps (all its threads; 100 = one core busy): about 100 with the GPU idle means "
+       "the step waits on its Python thread (host-bound)"),
+    _m("host_cpu_pct", "%", "more", "max", "lower", "share of all the host's cores busy over "
+       "the measured steps (/proc/stat, every process counted); the run's is the busiest "
+       "host's"),
+    _m("throttle_seen", "", "gpu", "", "", "throttling reasons NVML reported while the "
+       "measured steps ran (power cap, thermal or hardware slowdown, power brake)"),
+    _m("throttle_steps", "", "gpu", "", "", "the measured steps during which NVML reported a "
+       "throttling reason"),
+    _m("sm_clock_drop_pct", "%", "gpu", "max", "lower", "how far the SM clock fell within "
+       "the measured steps, below the highest it read in them"),
+    _m("clock_drop_steps", "", "gpu", "", "", "the measured steps that ran on a clock 5 % or "
+       "more below the highest of the measured steps"),
     # table()'s token columns (analysis/counts.py tokens_per_s; per rank, then combined here)
     _m("tokens_per_s", "/s", "more", "rate", "higher", "real (unpadded) tokens per second: "
        "summed tokens over summed measured step time, recompiles inside the steps included",

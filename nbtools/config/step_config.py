@@ -323,7 +323,7 @@ class StepConfig:
             >>> StepConfig().replace(compile="default", dynamic="mark").label()
             'tp-mlp-infer compile=default dynamic=mark'
         """
-        return dataclasses.replace(self, **_refuse_unknown("StepConfig.replace", changes))
+        return dataclasses.replace(self, **refuse_unknown("StepConfig.replace", changes))
 
     def diff(self, other: "StepConfig") -> dict:
         """{field: (self value, other value)} for fields that differ."""
@@ -341,7 +341,7 @@ class StepConfig:
         if not isinstance(d, Mapping):
             raise ConfigError(f"StepConfig.from_dict expects a dict of field -> value (what "
                               f"to_dict() gives), got a {type(d).__name__}: {show_value(d)}")
-        return cls(**_refuse_unknown("StepConfig.from_dict", d))
+        return cls(**refuse_unknown("StepConfig.from_dict", d))
 
     def label(self) -> str:
         """Short human label: only what differs from the defaults."""
@@ -354,7 +354,7 @@ class StepConfig:
 _FIELDS = tuple(f.name for f in dataclasses.fields(StepConfig))
 
 
-def _refuse_unknown(where: str, changes: Mapping) -> dict:
+def refuse_unknown(where: str, changes: Mapping) -> dict:
     """ConfigError for names that are not fields (a typo would otherwise be a TypeError
     from the generated __init__, naming no fix)."""
     bad = [k for k in changes if not isinstance(k, str) or k not in _FIELDS]
@@ -371,7 +371,7 @@ def _refuse_unknown(where: str, changes: Mapping) -> dict:
 def _checked_init(init):
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        init(self, *args, **_refuse_unknown("StepConfig", kwargs))
+        init(self, *args, **refuse_unknown("StepConfig", kwargs))
     return __init__
 
 

@@ -22,24 +22,23 @@ Every run stays in the history; a failing change is recorded and skipped; Ctrl-C
 ``stop`` returns what finished."""
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from nbtools.analysis import metrics
 from nbtools.analysis.advice import valid_change
 from nbtools.analysis.verdict import EQUIVALENCE
 from nbtools.config.step_config import ConfigError, StepConfig
-from nbtools.config.workload import Workload, patch_text, with_model_patch
+from nbtools.config.workload import Workload, with_model_patch
 from nbtools.lab import ab as ab_rounds
 from nbtools.lab import price, tried
 from nbtools.lab.explore_args import check_also, check_budget, target_and_start
+from nbtools.lab.explore_runs import Runs, clearly_worse, first_error, gain, screen_text
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.live_line import LiveLine
 from nbtools.results.exploration import (DROPPED, EQUIVALENT, GONE, IN_YOUR_CODE, KEPT,
                                          NOT_FASTER, OVER_BUDGET, SLOWER, Exploration,
-                                         change_text, new_row)
+                                         new_row)
 
 MIN_WARMUP = 3
 """Warm-up steps an A/B that turns a compile on gives both sides: the first call compiles,
@@ -110,7 +109,7 @@ class _Candidate:
     extra: dict = field(default_factory=dict)
 
 
-class _Explorer:
+class _Explorer(Runs):
     def __init__(self, lab, ex, rounds, opts, width, on_step, on_run, stop, screen, line):
         self.lab, self.ex, self.rounds, self.opts = lab, ex, rounds, opts
         self.width, self.on_step, self.on_run, self.stop = width, on_step, on_run, stop
@@ -141,7 +140,7 @@ class _Explorer:
         if not first.ok:
             from nbtools.lab.errors import RunFailed
             raise RunFailed(f"explore: the start config failed, nothing to advise: "
-                            f"{_first_error(first)}", first)
+                            f"{first_error(first)}", first)
         ex.start_run = first
         return first
 
@@ -223,7 +222,7 @@ class _Explorer:
         if cand == ex.best and not patch:
             return self.add(row, "already in the best config")
         wl = with_model_patch(ex.best_workload, patch) if patch else ex.best_workload
-        base = ex.best
+        base, kept_as = ex.best, cand
         if price.compiles_differently(cand, base) and cand.warmup < MIN_WARMUP:
             # automatic dynamic shapes recompile at the second new shape: with fewer warm-up
             # steps the compiles land in B's measured steps and the A/B times them
@@ -240,7 +239,7 @@ class _Explorer:
         row["metric"] = metric
         return _Candidate(s, change, patch, row, a, b, price.key(ex.best_workload, base),
                           price.key(wl, cand), metric=metric,
-                          extra=dict(cfg=cand, workload=wl))
+                          extra=dict(cfg=kept_as, workload=wl))
 
     # -- the screen ---------------------------------------------------------------------
     def screen_all(self, queue) -> list:
@@ -265,12 +264,12 @@ class _Explorer:
                 continue
             c.row["runs"] += len(cmp.runs_a or []) + len(cmp.runs_b or [])
             v = cmp.verdict
-            c.row["screen"] = _screen_text(cmp, c.metric)
+            c.row["screen"] = screen_text(cmp, c.metric)
             if not v.rounds:
-                self.add(c.row, f"failed in the screen: {_first_error(_failed(cmp))}")
+                self.add(c.row, f"failed in the screen: {first_error(_failed(cmp))}")
                 continue
-            c.gain = _gain(v.ratio, c.metric)
-            if _clearly_worse(cmp, c.metric, self.ex.equivalence):
+            c.gain = gain(v.ratio, c.metric)
+            if clearly_worse(cmp, c.metric, self.ex.equivalence):
                 tried.remember(self.lab, self.ex.best_workload, self.ex.best, c.s or c.change,
                                f"its screen round read {c.row['screen']}")
                 self.add(c.row, f"{DROPPED}: {c.row['screen']}")
@@ -310,7 +309,7 @@ class _Explorer:
                      high=v.high, resolved=v.resolved, rounds=v.rounds)
         failed = [r for r in list(cmp.runs_b or []) + list(cmp.runs_a or []) if not r.ok]
         if failed and not v.rounds:
-            return self.add(c.row, f"failed: {_first_error(failed[0])}")
+            return self.add(c.row, f"failed: {first_error(failed[0])}")
         if v.good:
             ex.best, ex.best_workload = c.extra["cfg"], c.extra["workload"]
             ex.kept = ex.kept + [dict(c.change) if c.change else
@@ -335,74 +334,6 @@ class _Explorer:
         if self.line:
             self.line.said(f"explore: {c.row['change']}: {v.text} -> {c.row['outcome']}")
 
-    # -- running an A/B -----------------------------------------------------------------
-    def ab(self, c: _Candidate, rounds, screen: bool = False, max_rounds=None):
-        """lab.ab of c's sides (unprofiled for a screen), each run's wall recorded for the
-        prices, a run that would end past the budget not started; (Comparison or None
-        when it failed to start, the time it began)."""
-        a, b = c.a, c.b
-        if screen:
-            a, b = _unprofiled(a), _unprofiled(b)
-        self.budget_hit = False
-        ends = _Ends(self, c)
-        what = change_text(c.change) if c.change else patch_text(c.patch)
-        events = self.events(c, ends, what, screen)
-        t = time.perf_counter()
-        try:
-            cmp = ab_rounds.ab(self.lab, a, b, rounds=rounds, metric=c.metric,
-                               timeout=self.opts["timeout"], on_run=events, stop=ends,
-                               max_rounds=max_rounds or self.opts["rounds"], width=self.width,
-                               equivalence=None if screen else self.opts["equivalence"])
-        except KeyboardInterrupt:
-            self.ex.note = f"interrupted (Ctrl-C) during the A/B of {what}"
-            raise
-        except Exception as e:  # noqa: BLE001 - a change that fails is recorded and skipped
-            c.row["runs"] += ends.runs
-            if self.stop is not None and self.stop.is_set() and ends.failed is None:
-                self.add(c.row, f"stopped: not kept ({ends.runs} run(s))")
-                self.ex.note = f"stopped during the A/B of {c.row['change']}"
-            else:
-                self.add(c.row, f"failed: {type(e).__name__}: {_line(e)}")
-            return None, t
-        if ends.failed is not None:
-            c.row["runs"] += ends.runs
-            self.add(c.row, f"failed: {_first_error(ends.failed)}")
-            return None, t
-        self.budget_hit = ends.budget
-        if cmp.note.startswith("interrupted") or (cmp.note.startswith("stopped")
-                                                   and not ends.budget):
-            how = cmp.note.split(" after")[0]
-            c.row["runs"] += ends.runs
-            self.add(c.row, f"{how}: not kept ({cmp.verdict.rounds} round(s))")
-            self.ex.note = f"{how} during the {'screen' if screen else 'A/B'} of " \
-                           f"{c.row['change']}"
-            return None, t
-        return cmp, t
-
-    def events(self, c, ends, what, screen):
-        began: dict = {}
-        k = len(self.ex.comparisons) + 1
-
-        def event(ev):
-            if ev["phase"] == "start":
-                began[ev["index"]] = time.perf_counter()
-            else:
-                ends.runs += 1
-                if ev["index"] in began:
-                    self.prices.record(c.ka if ev["side"] == "A" else c.kb,
-                                       time.perf_counter() - began.pop(ev["index"]), ev["run"])
-                if ev["side"] == "B" and not ev["run"].ok and ends.failed is None:
-                    ends.failed = ev["run"]
-            if self.on_run is not None:
-                self.on_run(dict(ev, change=dict(c.change) or {"model": patch_text(c.patch)},
-                                 screen=screen))
-            if self.line and ev["phase"] == "start":
-                self.line.say(f"explore {'screen' if screen else f'A/B {k}'}: {what} · round "
-                              f"{ev['round']} of {ev['rounds']} · {ev['side']} (run "
-                              f"{ev['index']} of {ev['of']}) · {self.left():.0f} s of the "
-                              "budget left")
-        return event
-
     def stopped(self) -> bool:
         if self.stop is not None and self.stop.is_set():
             self.ex.note = f"stopped after {self.ex.ab_count} A/B(s)"
@@ -417,67 +348,8 @@ class _Explorer:
         return None
 
 
-class _Ends:
-    """lab.ab's ``stop``: the caller's stop, the first failed run of B (its other runs would
-    fail too, or compare a broken config), or a next run that would end past the budget."""
-
-    def __init__(self, x: _Explorer, c: _Candidate):
-        self.x, self.c, self.failed, self.runs, self.budget = x, c, None, 0, False
-
-    def is_set(self) -> bool:
-        if self.failed is not None or (self.x.stop is not None and self.x.stop.is_set()):
-            return True
-        if self.x.prices.longest_run(self.c.ka, self.c.kb) > self.x.left():
-            self.budget = True
-            return True
-        return False
-
-
-def _screen_text(cmp, metric: str) -> str:
-    """What one screen round read: B/A and each side's two runs."""
-    va, vb = cmp.round_values(metric)
-    unit = metrics.unit(metric)
-    nums = lambda xs: ", ".join(f"{x:.3g}" for x in xs)  # noqa: E731
-    v = cmp.verdict
-    ratio = f"B/A {v.ratio:.2f}" if v.ratio == v.ratio else "no ratio"
-    if not va:
-        return ratio
-    return f"{ratio} in one round ({metric}: A {nums(va[0])} {unit}; B {nums(vb[0])} {unit})"
-
-
-def _gain(ratio: float, metric: str) -> float:
-    """B over A as how many times better B is (>1: better)."""
-    if not (ratio == ratio and ratio > 0):
-        return 0.0
-    return 1 / ratio if metrics.better(metric) != "higher" else ratio
-
-
-def _clearly_worse(cmp, metric: str, bound) -> bool:
-    """Both B runs worse than both A runs, by more than twice the round's own spread (the
-    larger of the two sides' run-to-run difference) and more than the equivalence bound."""
-    va, vb = cmp.round_values(metric)
-    if not va or not vb or not all(x == x and x > 0 for x in va[0] + vb[0]):
-        return False
-    lower = metrics.better(metric) != "higher"
-    a, b = va[0], vb[0]
-    apart = min(b) > max(a) if lower else max(b) < min(a)
-    spread = max(math.log(max(a) / min(a)), math.log(max(b) / min(b)))
-    gap = abs(math.log(_geo(b) / _geo(a)))
-    return apart and gap > max(2 * spread, math.log1p(bound or 0.02))
-
-
-def _geo(xs) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
 def _pct(b) -> str:
     return f"{100 * b:.3g} %" if b == b else "?"
-
-
-def _unprofiled(side):
-    if isinstance(side, tuple):
-        return side[0], side[1].replace(profiled=0)
-    return side.replace(profiled=0)
 
 
 def _check(lab, side):
@@ -496,15 +368,6 @@ def _side(fn, cfg: StepConfig):
 def _failed(cmp):
     runs = list(cmp.runs_b or []) + list(cmp.runs_a or [])
     return next((r for r in runs if not r.ok), cmp.b)
-
-
-def _first_error(run) -> str:
-    msg = next((m for m in (run.errors or {}).values() if m), run.status)
-    return (msg.strip().splitlines() or [run.status])[-1][:200]
-
-
-def _line(e) -> str:
-    return (str(e).strip().splitlines() or [""])[0][:200]
 
 
 class _Null:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from nbtools.config.step_config import ConfigError, StepConfig
+from nbtools.config.step_config import ConfigError, StepConfig, refuse_unknown
 from nbtools.config.workload import Workload
 
 
@@ -36,6 +36,7 @@ def target_and_start(target, start) -> tuple:
 
 
 def check_budget(budget_s) -> float:
+    """The budget in wall seconds (None: no limit, inf), or ConfigError naming it."""
     if budget_s is None:
         return math.inf
     if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or \
@@ -60,6 +61,5 @@ def check_also(also) -> list:
         if not isinstance(c, dict) or not c:
             raise ConfigError(f"also={also!r}: give a list of StepConfig field changes, e.g. "
                               "also=[{'compile': 'default'}]")
-        from nbtools.config.step_config import _refuse_unknown
-        out.append(_refuse_unknown("lab.explore(also=...)", c))
+        out.append(refuse_unknown("lab.explore(also=...)", c))
     return out

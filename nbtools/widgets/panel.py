@@ -36,6 +36,7 @@ from nbtools.widgets import panel_checks
 from nbtools.widgets.panel_advice import Advisor
 from nbtools.widgets.panel_compare import Comparer
 from nbtools.widgets.panel_parts import Ticker, button, control, html_widget
+from nbtools.widgets.panel_signals import SignalStrip
 from nbtools.widgets.panel_checks import (DEFAULT, NONE_AS, NUMBER_OR_DEFAULT,  # noqa: F401
                                           config_from_values, values_from_config)
 
@@ -110,6 +111,8 @@ class Panel:
                                   icon="play")
         self.auto = W.Checkbox(value=False, description="auto re-run on change", indent=False)
         self.status = html_widget("ready", "nbtools-status")
+        self.signals = SignalStrip()      # each rank's machine signals while a run runs
+        self.signals.watch(lab)
         self.error = html_widget("", "nbtools-error")
         self.restart_button = button("Restart engines", self.restart, button_style="warning",
                                       layout=W.Layout(display="none"))
@@ -159,7 +162,7 @@ class Panel:
         log_box.selected_index = None
         self.widget = _PanelBox([
             W.HBox(groups, layout=W.Layout(flex_flow="row wrap")),
-            W.HBox([self.run_button, self.auto, self.status]),
+            W.HBox([self.run_button, self.auto, self.status]), self.signals.widget,
             W.HBox([self.error, self.restart_button]), self.flags, self.summary,
             self.timeline_view, log_box,
             W.HTML("<b>history</b>"), W.HBox([self.history_list, self.load_button]),
@@ -265,7 +268,7 @@ class Panel:
         try:
             self.lab.restart()
         except Exception as e:  # noqa: BLE001
-            self._set_error(f"restart failed: {type(e).__name__}: {e}")
+            self._set_error(f"restart failed: {type(e).__name__}: {html.escape(str(e))}")
             return
         self.restart_button.layout.display = "none"
         self._set_error("")

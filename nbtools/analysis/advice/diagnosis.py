@@ -41,9 +41,12 @@ class Diagnosis:
     profiled_ms: float = math.nan                   # the profiled median
     device: str = ""
     exposed_ms: float = math.nan                    # communication no compute hid
+    gpu_util_pct: float = math.nan                  # NVML GPU busy over the measured steps
+    cpu_pct: float = math.nan                       # the rank process's CPU (100: one core)
 
     @property
     def idle_share(self) -> float:
+        """The GPU's idle time as a share of the profiled step (NaN: no step)."""
         return self.idle_ms / self.window_ms if self.window_ms > 0 else math.nan
 
     def share(self, ms: float) -> float:
@@ -52,6 +55,7 @@ class Diagnosis:
 
     @property
     def host_share(self) -> float:
+        """Host wait as a share of the profiled step."""
         return self.share(self.waits.get("host", 0.0))
 
     @property
@@ -70,7 +74,8 @@ class Diagnosis:
         """The diagnosis in a sentence or two, with its numbers."""
         if self.bound == "unknown":
             return (f"rank {self.rank}: no profiled steps to read (profiled=0 or "
-                    "capture off): run with profiled >= 1 to see why the step takes its time")
+                    "capture off): run with profiled >= 1 to see why the step takes its time"
+                    + self.signals_text())
         if self.bound == "cpu":
             return (f"rank {self.rank} ran on the CPU: its step is operator time on the "
                     f"cores ({self.window_ms:.3g} ms profiled step); no GPU to wait for")
@@ -101,11 +106,32 @@ class Diagnosis:
                            "a slower peer: see the straggler line)",
                    "gpu": "GPU-bound (busy: the kernels themselves take the time)"}[self.bound]
         s += f". {verdict[0].upper() + verdict[1:]}."
+        s += self.signals_text()
         if self.stretch_pct == self.stretch_pct and self.stretch_pct >= STRETCH_PCT:
             s += (f" The profiler stretched this step by {self.stretch_pct:.0f} % "
                   f"({self.profiled_ms:.3g} ms profiled against {self.step_ms:.3g} ms "
                   "unprofiled): it costs per op, so the host's share above is overstated.")
         return s
+
+
+    def signals_text(self) -> str:
+        """What the machine's own signals say over the unprofiled measured steps: the GPU
+        seldom busy while the rank's process keeps a core busy is a host-bound step without
+        the profiler's stretch (issue 45: NVML utilisation sampled through the run)."""
+        if not (self.gpu_util_pct == self.gpu_util_pct and self.cpu_pct == self.cpu_pct):
+            return ""
+        s = (f" Unprofiled, the GPU was busy {self.gpu_util_pct:.0f} % of the measured steps "
+             f"(NVML) and the rank's process used {self.cpu_pct:.0f} % of a core")
+        if self.host_bound_by_signals:
+            return s + ": the host is the bottleneck there too."
+        return s + "."
+
+    @property
+    def host_bound_by_signals(self) -> bool:
+        """The machine's signals alone read host-bound: the GPU busy under half the time
+        while the rank's process keeps most of a core busy."""
+        return (self.gpu_util_pct == self.gpu_util_pct and self.gpu_util_pct < 50
+                and self.cpu_pct == self.cpu_pct and self.cpu_pct >= 80)
 
 
 def diagnose(run) -> list:
@@ -119,7 +145,8 @@ def diagnose(run) -> list:
         device = str(r.get("device", "") or "")
         window = g("profiled_window_ms")
         common = dict(rank=int(r["rank"]), window_ms=window, step_ms=g("step_ms"),
-                      profiled_ms=g("profiled_step_ms"), device=device)
+                      profiled_ms=g("profiled_step_ms"), device=device,
+                      gpu_util_pct=g("gpu_util_pct"), cpu_pct=g("cpu_pct"))
         if not window > 0:
             out.append(Diagnosis(bound="unknown", **common))
             continue

@@ -134,7 +134,7 @@ def host_fsdp(run) -> list[Suggestion]:
         out.append(Suggestion(
             rule=rule, title=title, change=change,
             evidence=(f"{head}; of it {CAUSE_WORDS[cause]} {ms:.3g} ms "
-                      f"({_pct(d.share(ms))} of the step)" + _stretch(d)),
+                      f"({_pct(d.share(ms))} of the step)" + _stretch(d) + d.signals_text()),
             why=why, code=code, cost=ab_cost(""), about=f"host:{cause}",
             score=min(1.0, d.share(ms)), ranks=_ranks(ds)))
 
@@ -244,6 +244,8 @@ def eager_start(run) -> list[Suggestion]:
     cfg = run.config
     if cfg is None or cfg.compile != "off" or cfg.cudagraph != "off" or not len(run.summary):
         return []
+    if any(isinstance(m, dict) and m.get("own_step") for m in run.ranks.values()):
+        return []     # a step function of your own compiles what it passes to ctx.compile
     ops = _ops_per_step(run)
     ds = diagnose(run)
     d = worst(ds)

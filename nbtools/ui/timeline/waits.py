@@ -16,6 +16,9 @@ KINDS = {"host_wait": ("host wait", "#8c564b"), "kernel_wait": ("kernel wait", "
          "other": ("other", "#9e9e9e")}
 FIELDS = ("left", "right", "y", "colour", "kind", "ms", "next", "host", "rank")
 MAX_NAME = 80
+MAX_GAPS = 3000
+"""Per rank, the longest gaps drawn (the shortest are under a pixel at any zoom that shows
+the rest; a million-event run has hundreds of thousands): the row's label says so."""
 
 
 def waits_data(events, ranks: list, t0: int) -> tuple[dict, dict]:
@@ -26,6 +29,10 @@ def waits_data(events, ranks: list, t0: int) -> tuple[dict, dict]:
         return out, {}
     rows = {r: i for i, r in enumerate(sorted(set(g["rank"].tolist()) & set(ranks)))}
     g = g[g["rank"].isin(list(rows))]
+    totals = g.groupby(["rank", "kind"])["dur_ns"].sum() / 1e6
+    counts = g.groupby("rank").size()
+    g = g.sort_values("dur_ns", ascending=False, kind="stable").groupby(
+        "rank", sort=False).head(MAX_GAPS).sort_index()
     kind = g["kind"].to_numpy(object)
     host = np.where(kind == "host_wait", [
         f"{CAUSE_WORDS.get(h, h)} ({100 * s:.0f} % of the gap)" if h else ""
@@ -38,12 +45,13 @@ def waits_data(events, ranks: list, t0: int) -> tuple[dict, dict]:
                ms=np.array([f"{d / 1e6:.3g} ms" for d in g["dur_ns"].tolist()], object),
                next=np.array([_short(str(n)) for n in g["next"].tolist()], object),
                host=host, rank=g["rank"].to_numpy())
-    totals = g.groupby(["rank", "kind"])["dur_ns"].sum() / 1e6
     labels = {}
     for r, i in rows.items():
         t = totals.get(r, {})
         labels[i] = (f"r{r} GPU waits: host {t.get('host_wait', 0):.3g} ms, kernel "
-                     f"{t.get('kernel_wait', 0):.3g}, other {t.get('other', 0):.3g}")
+                     f"{t.get('kernel_wait', 0):.3g}, other {t.get('other', 0):.3g}"
+                     + (f" (the longest {MAX_GAPS:,} of {int(counts[r]):,} gaps drawn)"
+                        if counts[r] > MAX_GAPS else ""))
     return out, labels
 
 
