@@ -34,7 +34,7 @@ def bundled(n: int) -> list:
 def fill(folder: Path, n: int) -> None:
     """The demo's configs, in turn, on a 2-rank CPU lab until ``folder`` holds ``n`` runs."""
     from nbtools import History, Lab
-    from nbtools.cli.main import demo_configs
+    from nbtools.cli.demo import demo_configs
     have = len(History.load(folder)) if folder.is_dir() else 0
     if have >= n:
         return
