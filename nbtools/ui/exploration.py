@@ -60,7 +60,8 @@ def exploration_html(ex) -> str:
     note = f"<p><i>{e(ex.note)}</i></p>" if ex.note else ""
     return (f"<div class='nbtools-exploration'><p><b>explore</b> from <code>"
             f"{e(ex.start.label())}</code>: <span style='color:{colour}'>"
-            f"{e(summary_line(ex))}</span></p>{note}{steps_html(ex)}"
+            f"{e(summary_line(ex))}</span></p>{note}"
+            f"<p class='nbtools-explore-budget'>{e(ex.budget_text)}</p>{steps_html(ex)}"
             f"<p>the winner as code for your script:</p><pre>{e(ex.code())}</pre></div>")
 
 
@@ -76,19 +77,26 @@ def ratio_words(row: dict) -> str:
 
 
 def steps_html(ex) -> str:
-    """The exploration's steps as an HTML table: change, rule, B / A with its interval,
-    verdict and outcome per A/B."""
-    head = "".join(f"<th>{h}</th>" for h in ("#", "change", "rule", "B / A (95 %)",
-                                               "verdict", "outcome"))
+    """The exploration's steps as an HTML table: change, rule, what its screen round read,
+    B / A with its interval, the verdict, the runs and seconds it cost, and the outcome (with
+    how it was measured, where the lab changed that)."""
+    e = html.escape
+    head = "".join(f"<th>{h}</th>" for h in ("#", "change", "rule", "screen", "B / A (95 %)",
+                                               "verdict", "cost", "outcome"))
     body = []
     for i, r in enumerate(ex.rows):
         num = ratio_words(r)
         colour = COLOURS[_kind(r["outcome"])]
-        body.append(f"<tr><td>{i + 1}</td><td><code>{html.escape(r['change'])}</code></td>"
-                    f"<td>{html.escape(str(r.get('rule') or ''))}</td><td>{num}</td>"
-                    f"<td>{html.escape(r.get('verdict') or '')}</td>"
-                    f"<td style='color:{colour}'>{html.escape(r['outcome'])}</td></tr>")
+        runs, secs = int(r.get("runs") or 0), float(r.get("seconds") or 0.0)
+        cost = f"{runs} runs, {secs:.0f} s" if runs else ""
+        note = f"<br><i>{e(r['note'])}</i>" if r.get("note") else ""
+        metric = r.get("metric") or "step_ms"
+        what = "" if metric == "step_ms" else f"<br><i>judged on {e(metric)}</i>"
+        body.append(f"<tr><td>{i + 1}</td><td><code>{e(r['change'])}</code>{what}</td>"
+                    f"<td>{e(str(r.get('rule') or ''))}</td>"
+                    f"<td>{e(r.get('screen') or '')}</td><td>{num}</td>"
+                    f"<td>{e(r.get('verdict') or '')}</td><td>{cost}</td>"
+                    f"<td style='color:{colour}'>{e(r['outcome'])}{note}</td></tr>")
     if not body:
-        body = ["<tr><td colspan='6'><i>nothing to try: the start run's advice changes no "
-                "field</i></td></tr>"]
+        body = [f"<tr><td colspan='8'><i>{e(ex.verdict.text)}</i></td></tr>"]
     return f"<table class='tbl nbtools-steps'><tr>{head}</tr>{''.join(body)}</table>"

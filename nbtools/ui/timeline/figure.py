@@ -133,8 +133,7 @@ class Timeline:
         self.compile_source, self.span_source = self.strip.mark_source, self.strip.span_source
         self.memory = MemoryLane(self._size, backend, self.figure.x_range)
         self.waits = WaitsLane(self._size, backend, self.figure.x_range)
-        # the machine's signals through the run, under the streams on the same x range
-        self.signals = SignalsLane(self._size, backend, self.figure.x_range)
+        self.signals = SignalsLane(self._size, backend, self.figure.x_range)   # same x range
         self.swap_on(self.figure, self.memory.figure, self.waits.figure, self.signals.figure)
         self.summary = SummaryStrip(self._size, backend)
         self.summary_source, self.summary_figure = self.summary.source, self.summary.figure
