@@ -225,7 +225,9 @@ class Panel:
             self._set_error(f"<b>ConfigError</b>: {html.escape(str(e))}")
             return None
         self._busy, self.run_button.disabled = True, True
-        self.log.clear_output()
+        # the engine output of this run alone; set, not Output.clear_output(): outside a
+        # kernel (a script clicking Run) IPython's clear_output writes "\x1b[2K\r" to stdout
+        self.log.outputs = ()
         run, err, said = None, None, None
         try:
             with Ticker(self.status, RUNNING) as tick, self.log:
