@@ -13,6 +13,7 @@ from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.config.field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, help_text
 
 from nbtools.cli.checks import UserError, need_folder, need_outputs, need_writable_parent, one_line
+from nbtools.cli.checks import need_device, need_rounds
 from nbtools.cli.table import TABLE_LEGEND, format_table  # noqa: F401  (tests and benchmarks read them here)
 
 _FIELDS = {f.name: f for f in dataclasses.fields(StepConfig)}
@@ -341,13 +342,12 @@ def _cmd_run(args) -> int:
     if args.cmd == "run":
         values = {k: getattr(args, k) for k in _FIELDS if getattr(args, k) is not None}
         cfgs = sweep(values)                       # validate everything before starting engines
-        if args.repeats < 1:
-            print(f"--repeats {args.repeats}: give a whole number >= 1", file=sys.stderr)
-            return 2
+        need_rounds(args.repeats)
         # each round forward then back (A B B A): a linear drift lands on every config alike
         if args.repeats > 1:
             cfgs = [c for _ in range(args.repeats) for c in round_order(cfgs)]
         check_extras(cfgs)
+        need_device(cfgs, args.engines, args.n)   # the ranks' device, where known before the lab
     t = time.perf_counter()
     with Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,
              echo=not args.quiet, compile_cache=args.compile_cache,
