@@ -60,23 +60,44 @@ def exploration_html(ex) -> str:
             f"<p>the winner as code for your script:</p><pre>{e(ex.code())}</pre></div>")
 
 
-def steps_html(ex) -> str:
-    """The exploration's steps as an HTML table: change, rule, B / A with its interval,
-    verdict and outcome per A/B."""
-    head = "".join(f"<th>{h}</th>" for h in ("#", "change", "rule", "B / A (95 %)",
-                                               "verdict", "outcome"))
-    body = []
+HEADS = ("#", "change", "rule", "B / A (95 %)", "verdict", "outcome")
+
+
+def step_cells(ex) -> list:
+    """One tuple of cell texts per A/B (HEADS' columns): what the table shows, in HTML or in
+    a picture."""
+    out = []
     for i, r in enumerate(ex.rows):
         ratio = finite(r.get("ratio"))
         lo, hi = finite(r.get("low")), finite(r.get("high"))
         num = "" if ratio is None else f"{ratio:.3f}" + (
             f" ({lo:.3f}-{hi:.3f})" if lo is not None and hi is not None else "")
-        colour = COLOURS[_kind(r["outcome"])]
-        body.append(f"<tr><td>{i + 1}</td><td><code>{html.escape(r['change'])}</code></td>"
-                    f"<td>{html.escape(str(r.get('rule') or ''))}</td><td>{num}</td>"
-                    f"<td>{html.escape(r.get('verdict') or '')}</td>"
-                    f"<td style='color:{colour}'>{html.escape(r['outcome'])}</td></tr>")
+        out.append((str(i + 1), r["change"], str(r.get("rule") or ""), num,
+                    r.get("verdict") or "", r["outcome"]))
+    return out
+
+
+def steps_html(ex) -> str:
+    """The exploration's steps as an HTML table: change, rule, B / A with its interval,
+    verdict and outcome per A/B."""
+    e = html.escape
+    head = "".join(f"<th>{h}</th>" for h in HEADS)
+    body = [f"<tr><td>{n}</td><td><code>{e(change)}</code></td><td>{e(rule)}</td>"
+            f"<td>{num}</td><td>{e(verdict)}</td>"
+            f"<td style='color:{COLOURS[_kind(outcome)]}'>{e(outcome)}</td></tr>"
+            for n, change, rule, num, verdict, outcome in step_cells(ex)]
     if not body:
         body = ["<tr><td colspan='6'><i>nothing to try: the start run's advice changes no "
                 "field</i></td></tr>"]
     return f"<table class='tbl nbtools-steps'><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def exploration_lines(ex) -> list:
+    """The exploration as a static picture says it (ui/picture.py): where it started, its
+    verdict, the steps table (a tuple per row), the winner's code."""
+    rows = step_cells(ex)
+    return ([f"explore from {ex.start.label()}: {summary_line(ex)}"]
+            + ([f"note: {ex.note}"] if ex.note else [])
+            + ([HEADS] + rows if rows else ["nothing to try: the start run's advice changes "
+                                            "no field"])
+            + ["the winner as code for your script:"] + ex.code().splitlines())
