@@ -135,6 +135,7 @@ def test_progress_warnings_and_closed_lab_in_a_kernel(tmp_path):
 
 def test_bars_follow_each_rank_and_leave_one_line(capsys):
     """The widgets room's bars (what lab.run shows in a live kernel), driven directly."""
+    import ipywidgets as W
     from nbtools.lab.progress_view import Tracker
     from nbtools.results.views import view
     t = Tracker([0, 1], now=0.0)
@@ -146,5 +147,10 @@ def test_bars_follow_each_rank_and_leave_one_line(capsys):
     assert bars.bars[0].value == 125 and bars.bars[1].value == 200
     assert "warm-up/compile step 2/4" in bars.labels[0].value
     assert "warm-up/compile · 5 s" in bars.head.value
+    parts = [bars.head, *bars.bars.values(), *bars.labels.values(), *bars.widget.children]
+    parts += [getattr(w, k) for w in list(parts) for k in ("layout", "style")
+              if isinstance(getattr(w, k, None), W.Widget)]
     bars.close("run abcd1234: done in 6.0 s")
     assert bars.widget.comm is None      # closed: nothing left to draw in the saved notebook
+    # nor a bar, label, layout or style left open for the next tab to restore
+    assert [type(w).__name__ for w in parts if w.comm is not None] == []

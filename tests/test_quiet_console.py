@@ -79,15 +79,17 @@ def on_screen(raw: bytes) -> list[str]:
     return lines
 
 
+# the lab is left open, as a script may: its end is the lab's end ("Stopping cluster <...>"
+# on stderr was ipyparallel's exit hook stopping it a second time)
 QUIET = """
     from nbtools import Lab, StepConfig
-    with Lab(echo=False, history=None) as lab:
-        a = StepConfig(scenario="ddp-train", warmup=1, steps=2, profiled=1)
-        cmp = lab.ab(a, a.replace(batch=16), rounds=3)
-        print("runs", len(cmp.runs_a) + len(cmp.runs_b))
-        p = lab.panel(a).panel
-        p.run_button.click()
-        print("panel", p.status.value.startswith("run #"), p.error.value == "")
+    lab = Lab(echo=False, history=None)
+    a = StepConfig(scenario="ddp-train", warmup=1, steps=2, profiled=1)
+    cmp = lab.ab(a, a.replace(batch=16), rounds=3)
+    print("runs", len(cmp.runs_a) + len(cmp.runs_b))
+    p = lab.panel(a).panel
+    p.run_button.click()
+    print("panel", p.status.value.startswith("run #"), p.error.value == "")
 """
 
 

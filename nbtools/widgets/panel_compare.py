@@ -37,7 +37,6 @@ class Comparer(Stoppable):
         self._stop = threading.Event()
         self.result = None         # the last Comparison made (None after a failed one)
         self.shown = None          # (Comparison, its figure's layout) on screen, or None
-        self._retired: list = []   # views taken off the page, closed at the next change
 
     # -- the button and the Python call ------------------------------------------------
     def compare(self, wait: bool = True):
@@ -168,16 +167,14 @@ class Comparer(Stoppable):
         return [(comparison_lines(cmp), layout)]
 
     def show_view(self, view) -> None:
-        """Put ``view`` (None: nothing) where the comparison's timelines go. The view it
-        replaces is closed at the next replacement, not now: as the page takes it down,
-        BokehJS sends it a burst of document changes, and a comm already closed here
-        answers each with "No such comm" on the kernel's stderr (the Log Console)."""
+        """Put ``view`` (None: nothing) where the comparison's timelines go, and close the
+        view it replaces (what the page still sends it lands quietly: LiveBokehModel.close;
+        the page sends nothing from a view it took off: ui/labextension)."""
         p = self.panel
         old, p.compare_view = p.compare_box.children, view
         p.compare_box.children = (view,) if view is not None else ()
-        for w in self._retired:
+        for w in old:
             w.close()
-        self._retired = list(old)
 
     def _set_busy(self, busy: bool) -> None:
         p = self.panel
