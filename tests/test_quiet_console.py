@@ -189,3 +189,26 @@ def test_a_runs_progress_is_rewritten_in_place_then_wiped():
 
 def test_redirected_progress_writes_nothing():
     assert _drive_view(stream_is_terminal=False) == b"after\n|"
+
+
+class _FakeLab:
+    """What LiveLine reads of a lab: its progress setting and whether it echoes."""
+
+    def __init__(self, echo: bool):
+        self.progress, self.echo = True, echo
+
+
+def test_explores_line_is_silent_for_a_quiet_lab_and_in_a_log(capsys):
+    """lab.explore's line (lab/live_line.py): nothing at all from Lab(echo=False); with
+    stderr not a terminal, the finished steps on stdout and no progress."""
+    from nbtools.lab.live_line import LiveLine
+    for echo, out in ((False, ""), (True, "explore 1: compile=default: B is faster\n")):
+        lab = _FakeLab(echo)
+        with LiveLine(lab) as line:
+            assert callable(lab.progress)        # the runs' own progress feeds the line
+            line.say("explore A/B 1: compile=default · round 1 of 3")
+            lab.progress("run abcd1234: measured · 1 s")
+            line.said("explore 1: compile=default: B is faster")
+        assert lab.progress is True
+        got = capsys.readouterr()
+        assert (got.out, got.err) == (out, ""), (echo, got)
