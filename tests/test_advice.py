@@ -80,12 +80,13 @@ def blocks(read):
 
 def test_module_int_guard_and_limit_from_real_per_block_compiles(rec):
     advice = advise(recorded_run(rec, blocks(read=True), CUSTOM))
-    assert [s.rule for s in advice] == ["module-int-guard", "recompile-limit"]
+    # the recompile limit was hit by the recompiles this fix removes: one suggestion, not
+    # the cause and its symptom side by side (issue 43.6)
+    assert [s.rule for s in advice] == ["module-int-guard"]
     s = advice[0]
     assert s.change == {} and s.rank == 1 and "self.layer_idx" in s.evidence
     assert "seen: 0, 1, 2, 3, 4, 5, 6, 7" in s.evidence and "recompile limit" in s.evidence
-    assert s.score > advice[1].score        # the cause ranks above the limit it hit
-    assert "recompile_limit = 64" in advice[1].code
+    assert s.score >= 0.5                   # the limit's weight goes with it
 
 
 def test_a_saved_run_gives_the_same_advice_after_loading(rec, tmp_path):
@@ -205,10 +206,11 @@ def test_eager_tp_at_batch_1_on_h200_is_launch_bound(tmp_path):
     assert len(got) == 1, advise(run)
     s, r0 = got[0], run.summary.set_index("rank").loc[0]
     assert s.change == {"compile": "reduce-overhead"}
-    idle = f"the GPU idle {r0['idle_ms']:.2f} ms of a {r0['profiled_window_ms']:.2f} ms"
-    assert idle in s.evidence
+    idle = f"the GPU idled {r0['idle_ms']:.3g} ms of a {r0['profiled_window_ms']:.3g} ms"
+    assert idle in s.evidence and "host wait" in s.evidence
+    assert "kernel launch calls" in s.evidence        # where the host was, in words
     assert s.ranks == (0,)        # rank 1 waits in its collectives instead (exposed comm)
-    assert s.score == pytest.approx(r0["idle_ms"] / r0["profiled_window_ms"])
+    assert s.score == pytest.approx(r0["host_wait_ms"] / r0["profiled_window_ms"])
 
 
 def test_the_same_step_replayed_from_cuda_graphs_is_not(tmp_path):
@@ -270,7 +272,8 @@ def hf_llama_forward(use_cache):
 
 def test_hf_llama_per_layer_compile_with_use_cache_says_use_cache_false(rec):
     advice = advise(recorded_run(rec, hf_llama_forward(True), CUSTOM))
-    assert [s.rule for s in advice][:2] == ["module-int-guard", "recompile-limit"], advice
+    assert [s.rule for s in advice][:1] == ["module-int-guard"], advice
+    assert "recompile-limit" not in [s.rule for s in advice]      # folded into it
     s = advice[0]
     assert "use_cache = False" in s.code and "layer_idx" in s.evidence
     assert "seen: 0, 1, 2, 3, 4, 5, 6, 7" in s.evidence and "recompile limit" in s.evidence

@@ -1,8 +1,9 @@
 """lab.explore on a real 2-rank gloo lab: a planted slow config whose advice really makes a
-difference (recompiles per length -> dynamic) is kept, a slower change is refused, a change
-whose runs fail is recorded and skipped; a tiny budget stops before any A/B; stop and
-Ctrl-C (KeyboardInterrupt in the loop) return what finished; code() is Python naming the
-kept change. Few steps and 2 rounds: the suite stays fast."""
+difference (recompiles per length -> dynamic) is screened and kept, a slower change is
+refused (dropped in its screen or resolved worse), a change whose runs fail is recorded and
+skipped; a tiny budget stops before any A/B and says what it left untried; stop and Ctrl-C
+(KeyboardInterrupt in the loop) return what finished; code() is Python naming the kept
+change. Few steps and 2-3 rounds: the suite stays fast."""
 from __future__ import annotations
 
 import threading
@@ -22,17 +23,20 @@ LAB = "shared"     # the worker's lab (tests/conftest.py): history counted from 
 def test_keeps_the_faster_change_refuses_a_slower_one_and_skips_a_failing_one(lab, capsys):
     n0 = len(lab.history)
     ex = lab.explore(WORKLOAD, SLOW, rounds=3,     # t at 2 df: 2 rounds need t(1) = 12.7
-                     also=[{"dynamic": "static"}, {"autocast": "bf16"}])
+                     also=[{"backend": "aot_eager"}, {"autocast": "bf16"}])
     print(ex.steps.to_string())
     assert isinstance(ex, Exploration) and ex.start == SLOW
     rows = {r["change"]: r for r in ex.rows}
     kept = rows["dynamic='dynamic'"]
     assert kept["rule"] == "recompile-shapes" and kept["kept"] and kept["outcome"] == "kept"
     assert kept["resolved"] and kept["ratio"] < 1 and kept["high"] < 1
+    assert kept["screen"].startswith("B/A ") and kept["runs"] >= 4 + 12   # screen + proof
     assert ex.best == SLOW.replace(dynamic="dynamic") and ex.kept == [{"dynamic": "dynamic"}]
-    # back to static from the new best: the start again, slower, not kept
-    slower = rows["dynamic='static'"]
-    assert not slower["kept"] and slower["outcome"] == "not resolved faster"
+    # aot_eager recompiles every length too, through AOTAutograd: slower, not kept
+    slower = rows["backend='aot_eager'"]
+    assert not slower["kept"] and slower["screen"]
+    assert slower["outcome"].startswith(("dropped in the screen", "resolved worse",
+                                         "not resolved faster")), slower["outcome"]
     failed = rows["autocast='bf16'"]
     assert failed["outcome"].startswith("failed: ") and "float32 only" in failed["outcome"]
     assert not failed["kept"] and 1 <= failed["runs"] < 8     # skipped at its first failure
@@ -44,7 +48,7 @@ def test_keeps_the_faster_change_refuses_a_slower_one_and_skips_a_failing_one(la
     compile(code, "explore-code", "exec")
     assert "dynamic=True" in code and "torch.compile(model" in code and "# changed" in code
     out = capsys.readouterr().out
-    assert "explore 1: dynamic='dynamic'" in out and "-> kept" in out   # a line per A/B
+    assert "explore: dynamic='dynamic'" in out and "-> kept" in out   # a line per A/B
     html = ex._repr_html_()
     assert "dynamic=&#x27;dynamic&#x27;" in html and "float32 only" in html
     fig = ex.plot().layout
@@ -53,10 +57,14 @@ def test_keeps_the_faster_change_refuses_a_slower_one_and_skips_a_failing_one(la
 
 def test_a_tiny_budget_stops_before_any_ab_and_says_over_budget(lab, capsys):
     ex = lab.explore(WORKLOAD, SLOW, budget_s=0.5, rounds=2)
-    assert ex.rows and all(r["outcome"].startswith("over budget") for r in ex.rows
-                           if r["change"] != "(in your code)")
+    assert ex.rows and all(r["outcome"].startswith("not tried for lack of budget")
+                           for r in ex.rows if r["change"] != "(in your code)")
     assert ex.comparisons == [] and ex.best == SLOW and not ex.kept
-    assert ex.verdict.text.startswith("nothing tried was resolved faster (0 A/Bs")
+    assert sum(r["runs"] for r in ex.rows) == 0           # nothing ran after the start
+    # "nothing tried was resolved faster" would say an A/B was tried: none was
+    assert ex.verdict.text.startswith("nothing tried: the budget (0 s) was spent before the "
+                                      "first A/B (the start run took ")
+    assert "dynamic='dynamic'" in ex.budget_text and "left untried" in ex.budget_text
     assert not ex.verdict.resolved
     code = ex.code()
     compile(code, "explore-code", "exec")
@@ -87,9 +95,17 @@ def test_stop_and_ctrl_c_return_what_finished_and_on_step_prints_nothing(lab, ca
 def test_bad_arguments_are_refused_before_any_run(lab):
     from nbtools import ConfigError
     n = len(lab.history)
-    for kw in (dict(budget_s=0), dict(rounds=0), dict(also=["dynamic"]), dict(start=42)):
-        with pytest.raises(ConfigError):
+    bad = (dict(budget_s=0), dict(rounds=0), dict(also=["dynamic"]), dict(start=42),
+           dict(also=5), dict(also=[{"colour": 1}]), dict(start={"scenario": "ddp-train"}),
+           dict(rounds="auto", max_rounds=1), dict(max_rounds=0), dict(width=-1),
+           dict(timeout=-5), dict(on_run=5), dict(stop="yes"), dict(on_step=3),
+           dict(equivalence=2), dict(screen="yes"), dict(rounds="many"))
+    for kw in bad:
+        with pytest.raises(ConfigError) as e:
             lab.explore(WORKLOAD, **kw)
+        name = next(iter(kw))
+        assert f"{name}=" in str(e.value) or "start" in str(e.value) or "colour" in \
+            str(e.value), (kw, str(e.value))
     with pytest.raises(ConfigError, match="it is the start"):
         lab.explore(StepConfig(scenario="tp-mlp-infer"), start=StepConfig(scenario="ddp-train"))
     with pytest.raises(ConfigError, match="give a Workload"):

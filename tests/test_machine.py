@@ -1,4 +1,4 @@
-"""The machine's state is part of the run (engine/machine.py samples it, analysis/machine.py
+"""The machine's state is part of the run (engine/signals.py samples it, analysis/machine.py
 makes columns and flags), and what else the engine does beside the timed steps is
 switchable (engine/quiet.py)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from nbtools.analysis import flags as F
 from nbtools.analysis import machine as M
-from nbtools.engine import machine, quiet
+from nbtools.engine import machine, quiet, signals
 
 MS = 1_000_000
 
@@ -24,11 +24,11 @@ def _steps(rank, first=0, n=10, dur_ms=100):
 def _report(sm, reasons, procs=((11, 500.0),), pid=11, gpu=0, running=None):
     n = len(sm)
     return {"machine": dict(cores=16, pid=pid, gpu_index=gpu, sm_max_mhz=1980.0,
-                            power_limit_w=700.0, gpu_procs=[list(p) for p in procs],
-                            samples=dict(ts_ns=[i * 100 * MS + 50 * MS for i in range(n)],
-                                         procs_running=running or [4.0] * n, sm_mhz=sm,
-                                         temp_c=[60.0] * n, power_w=[650.0] * n,
-                                         reasons=reasons))}
+                            power_limit_w=700.0, gpu_procs=[list(p) for p in procs]),
+            "signals": dict(ts_ns=[i * 100 * MS + 50 * MS for i in range(n)],
+                            values=dict(host_load=[x / 16 for x in running or [4.0] * n],
+                                        sm_clock_mhz=sm, gpu_temp_c=[60.0] * n,
+                                        gpu_power_w=[650.0] * n, throttle=reasons))}
 
 
 def test_a_throttled_rank_and_a_shared_gpu_are_named():
@@ -52,7 +52,7 @@ def test_a_throttled_rank_and_a_shared_gpu_are_named():
 def test_a_clock_low_outside_the_timed_steps_and_a_quiet_host_say_nothing():
     # the low sample lands after the last step ended: an idle GPU clocks down
     rep = _report([1980.0] * 10 + [345.0], [0] * 10 + [0x1])
-    rep["machine"]["samples"]["ts_ns"][-1] = 5_000 * MS
+    rep["signals"]["ts_ns"][-1] = 5_000 * MS
     cols = M.columns({0: rep}, _steps(0))
     assert cols.loc[0, "clock_low_steps"] == "" and M.flags(cols.assign(host="h")) == []
 
@@ -65,12 +65,11 @@ def test_a_busy_host_is_named_once_per_host():
 
 
 def test_the_cpu_sampler_reads_the_host_and_needs_no_nvml():
-    s = machine.Sampler("cpu").start()
-    got = s.stop()
+    got, wire = signals.Sampler("cpu", publish=False).start().finish()
     assert got["nvml"] == "" and "sm_max_mhz" not in got
-    assert set(got["samples"]) == {"ts_ns", "procs_running"}   # no NaN GPU columns to save
-    assert len(got["samples"]["ts_ns"]) >= 2
-    assert all(x >= 1 for x in got["samples"]["procs_running"])   # this process runs
+    assert "sm_clock_mhz" not in wire["values"]     # no NaN GPU columns to save
+    assert len(wire["ts_ns"]) >= 2
+    assert all(x * got["cores"] >= 1 for x in wire["values"]["host_load"])   # this process runs
     assert machine.procs_running() >= 1
 
 

@@ -86,6 +86,21 @@ def test_notebook_runs_headless(path, tmp_path):
     assert not _errors(nb), _errors(nb)
     # the injected HISTORY was used: the runs were saved there, not into the repo
     assert any((tmp_path / "runs").glob("*/run.json")), "no run saved under HISTORY"
+    if path.stem == "07-ask-the-lab":
+        # issue 43.5: from an eager start on CPU ranks, the lab finds compile and keeps it
+        text = _text(nb)
+        assert "Compile the model (torch.compile)" in text, text
+        assert re.search(r"best against start: B is [\d.]+x faster", text), text
+        assert "model = torch.compile(model)   # changed" in text, text
+
+
+def _text(nb) -> str:
+    """Every text a notebook's cells printed or showed as plain text."""
+    out = []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            out.append(o.get("text") or (o.get("data") or {}).get("text/plain") or "")
+    return "\n".join(out)
 
 
 @pytest.mark.timeout(420)

@@ -266,3 +266,46 @@ def test_rounds_as_needed_resolve_known_changes_and_say_how_many_rounds():
     a, b = abba(4, 10.0, 11.0, 0.0, ln(0.02), rng)
     v = rounds_verdict(a, b, looks=10)
     assert "4 rounds" in v.text and "99.5 % at each of up to 10 looks" in v.text
+
+
+# -- the third outcome: no difference bigger than the bound (issue 43.3) ---------------------
+def _simulated(ratio, noise, rounds, n, seed):
+    """n A/Bs of ``rounds`` A B B A rounds, each run log-normal around 1 (A) or ``ratio``."""
+    r = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        a = np.exp(r.normal(0, noise, (rounds, 2)))
+        b = ratio * np.exp(r.normal(0, noise, (rounds, 2)))
+        out.append(rounds_verdict(a.tolist(), b.tolist(), bound=0.02))
+    return out
+
+
+def test_a_change_at_the_bound_is_rarely_called_equivalent():
+    """A true 2 % change (at the bound) in 1 % noise: two one-sided tests at 2.5 % each call
+    it equivalent at most 2.5 % of the time (simulated, 6 rounds)."""
+    vs = _simulated(1.02, 0.01, 6, 1500, 43)
+    assert np.mean([v.equivalent for v in vs]) <= 0.035
+
+
+def test_identical_configs_in_little_noise_are_called_equivalent_and_say_so():
+    vs = _simulated(1.0, 0.003, 6, 300, 44)
+    share = np.mean([v.equivalent for v in vs])
+    assert share > 0.9
+    v = next(v for v in vs if v.equivalent and not v.resolved)
+    assert v.text.startswith("no difference bigger than 2 %: B/A within ")
+    assert v.outcome == "equivalent" and v.bound == 0.02 and v.to_dict()["equivalent"]
+
+
+def test_a_large_change_is_never_equivalent_and_a_small_resolved_one_says_it_is_within():
+    big = _simulated(1.10, 0.01, 6, 200, 45)
+    assert not any(v.equivalent for v in big) and all(v.outcome == "worse" for v in big)
+    v = rounds_verdict([[1.0, 1.0]] * 6, [[1.005, 1.006], [1.006, 1.005]] * 3, bound=0.02)
+    assert v.resolved and v.equivalent and v.text.endswith("within the 2 % that matters")
+
+
+def test_the_bound_is_checked():
+    from nbtools.analysis.verdict import check_bound
+    for bad in (0, 1.5, -0.1, "2%", True):
+        with pytest.raises(ValueError, match="equivalence="):
+            check_bound(bad)
+    assert check_bound(None) is None and check_bound(0.05) == 0.05

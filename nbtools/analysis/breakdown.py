@@ -15,11 +15,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from nbtools.analysis import idle
 from nbtools.analysis.keyed import lookup, pair_codes
 from nbtools.analysis.step_metrics import event_columns, per_rank, per_step, step_times
 
 PARTS = ("compute_ms", "comm_ms", "memcpy_ms", "exposed_comm_ms", "idle_ms", "syncs")
 """Per profiled step and rank: means over the rank's profiled steps."""
+WAIT_PARTS = idle.WAITS + idle.HOST_COLUMNS
+"""idle_ms split by why the GPU waited, and host_wait_ms by where the host was (GPU ranks;
+analysis/idle.py): per profiled step, means like PARTS, so they add up like them."""
 
 
 def step_windows(events: pd.DataFrame, *, _spans: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -72,21 +76,22 @@ def breakdown(events: pd.DataFrame, steps: pd.DataFrame, *, _c: dict | None = No
     mean step window those parts fit in). A rank whose events carry no step numbers (a
     foreign trace without step ranges) gets its totals over the whole trace divided by its
     profiled steps (1 when unknown), and its event span so divided as the window."""
-    cols = ["rank", *PARTS, "profiled_window_ms"]
+    cols = ["rank", *PARTS, *WAIT_PARTS, "profiled_window_ms"]
     if not len(events):
         return pd.DataFrame(columns=cols)
-    ps = per_step(events, _c=_c, _spans=_spans)
+    ps = _with_waits(per_step(events, _c=_c, _spans=_spans), events, _c)
     win = step_windows(events, _spans=_spans)
     if all(np.array_equal(ps[k].to_numpy(), win[k].to_numpy()) for k in ("rank", "step")):
         # the same (rank, step) rows in the same order (both sorted): the inner merge is
         # the rows as they are (a merge is ~1 ms whatever the size)
-        stepped = pd.DataFrame({**{k: ps[k].to_numpy() for k in ("rank", *PARTS)},
+        stepped = pd.DataFrame({**{k: ps[k].to_numpy() for k in ("rank", *PARTS, *WAIT_PARTS)},
                                 "window_ms": win["window_ms"].to_numpy()})
     else:
         stepped = ps.merge(win, on=["rank", "step"], how="inner")
-    means = stepped.groupby("rank")[[*PARTS, "window_ms"]].mean()
+    means = stepped.groupby("rank")[[*PARTS, *WAIT_PARTS, "window_ms"]].mean()
     means = pd.DataFrame({"rank": means.index.to_numpy(), **{p: means[p].to_numpy() for p in
-                          PARTS}, "profiled_window_ms": means["window_ms"].to_numpy()})
+                          (*PARTS, *WAIT_PARTS)},
+                          "profiled_window_ms": means["window_ms"].to_numpy()})
     # the distinct ranks in numpy: set() of the column iterated every event in Python
     rest = np.setdiff1d(np.unique(events["rank"].to_numpy()).astype(int),
                         means["rank"].to_numpy().astype(int)).tolist()
@@ -98,11 +103,27 @@ def breakdown(events: pd.DataFrame, steps: pd.DataFrame, *, _c: dict | None = No
         n = pr["rank"].map(n_prof).fillna(1).clip(lower=1).to_numpy()
         end = ev["ts_ns"] + ev["dur_ns"]
         span = end.groupby(ev["rank"]).max() - ev["ts_ns"].groupby(ev["rank"]).min()
+        # the whole trace as one step of each such rank, divided like the parts
+        w = idle.step_waits(ev.assign(step=np.int32(0))).set_index("rank")
         fill = pd.DataFrame({"rank": pr["rank"], **{p: pr[p] / n for p in PARTS},
+                             **{p: pr["rank"].map(w[p]).to_numpy() / n if p in w else np.nan
+                                for p in WAIT_PARTS},
                              "profiled_window_ms": pr["rank"].map(span).to_numpy() / 1e6 / n})
         means = pd.concat([means, fill], ignore_index=True) if len(means) else fill
         return means[cols].sort_values("rank").reset_index(drop=True)
     return means   # sorted by rank already (groupby's keys)
+
+
+def _with_waits(ps: pd.DataFrame, events: pd.DataFrame, c) -> pd.DataFrame:
+    """per_step's rows with the step's WAIT_PARTS beside them (NaN on CPU ranks, which have
+    no GPU to wait)."""
+    w = idle.step_waits(events, _c=c)
+    at = lookup(ps["rank"].to_numpy(), ps["step"].to_numpy(), w["rank"].to_numpy(),
+                w["step"].to_numpy()) if len(ps) else np.zeros(0, np.int64)
+    gpu = (ps["device"] == "gpu").to_numpy() if "device" in ps else np.zeros(len(ps), bool)
+    out = {p: np.where(at >= 0, w[p].to_numpy(float)[np.maximum(at, 0)] if len(w) else 0.0,
+                       np.where(gpu, 0.0, np.nan)) for p in WAIT_PARTS}
+    return ps.assign(**out)
 
 
 def violations(summary: pd.DataFrame, tol_ms: float = 1e-6) -> list[str]:

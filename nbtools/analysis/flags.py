@@ -108,6 +108,25 @@ REGISTRY = (
          "Read sm_clock_mhz, gpu_power_w and gpu_temp_c in the summary; rerun when the GPU "
          "has cooled or nothing else draws power; compare in interleaved rounds so drift "
          "lands on both sides."),
+    Flag("clock-drop", "rank {rank}: SM clock fell {pct} % below its highest while the "
+         "measured steps ran (steps {steps}): {why}",
+         "Within the measured steps (those step_ms is made of) NVML read this rank's SM clock "
+         "at least 5 % below the highest clock it read in them, though never below 90 % of "
+         "the maximum (that is clock-low). The steps named ran on the lower clock, so the "
+         "run's step times mix two clocks: a drift or a second level in the step times can be "
+         "the clock's, not the config's.",
+         "Look at the SM clock lane under the timeline (run.plot()) beside the steps; read "
+         "gpu_power_w and gpu_temp_c; compare in interleaved rounds (lab.ab) so a clock "
+         "that moves lands on both sides."),
+    Flag("throttled", "rank {rank}: the GPU reported {why} while the measured steps ran "
+         "(steps {steps})",
+         "NVML's clock event reasons named a throttle (power cap, thermal or hardware "
+         "slowdown, power brake) in a sample taken while the measured steps ran, though the "
+         "SM clock stayed within 5 % of its highest and above 90 % of the maximum: the GPU "
+         "was at its limit, and a heavier step or a warmer GPU would run slower.",
+         "Read gpu_power_w against the power limit and gpu_temp_c; the clock and power lanes "
+         "of run.plot() show when; an A/B whose sides both ran at the cap compares fairly, "
+         "one where only one side did does not."),
     Flag("gpu-shared", "another process used GPU {gpu}: {n} process(es) besides rank "
          "{rank}'s engine",
          "NVML listed other compute processes on this rank's GPU before or after its timed "

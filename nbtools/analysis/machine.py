@@ -1,6 +1,12 @@
-"""The machine's state during a run's timed steps, per rank, from what each engine sampled
-(engine/machine.py): summary columns and the flags that name what was off (a clock below
-its maximum and why, another process on the GPU, a busy host). Pure: dicts and tables in.
+"""The machine's state during a run's steps, per rank, from the signals each engine sampled
+through the run (``run.samples``, analysis/samples.py): summary columns and the flags that
+name what was off (a clock below its maximum or falling, a throttling reason, another
+process on the GPU, a busy host). Pure: dicts and tables in.
+
+Each column is one signal read over one phase: the timed steps (measured and profiled) for
+the machine's state as before (host load, clocks, temperature, power), the measured steps
+(those step_ms is made of) for what the advice and the new flags read (utilisation, the
+process's CPU, throttling, a clock drop).
 """
 from __future__ import annotations
 
@@ -8,31 +14,18 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis import flags as F
+from nbtools.analysis import samples as S
+from nbtools.analysis.samples import reason_words
 
-REASONS = {0x2: "applications clocks setting", 0x4: "power cap", 0x8: "hardware slowdown",
-           0x10: "sync boost", 0x20: "software thermal slowdown",
-           0x40: "hardware thermal slowdown", 0x80: "power brake", 0x100: "display clock"}
 CLOCK_LOW = 0.9          # a clock below 90 % of its maximum during a timed step is flagged
+CLOCK_DROP = 5.0         # % the SM clock fell within the measured steps, below its highest there
 HOST_BUSY = 1.0          # more runnable tasks than cores: a step's threads waited for a core
 COLUMNS = ("host_load", "sm_clock_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "gpu_temp_c",
-           "gpu_power_w", "throttle", "clock_low_steps", "gpu_other_procs", "gpu_index")
-
-
-def reason_words(bits: int) -> list:
-    """NVML's clock-throttle reason bits as words (e.g. "power cap"), in REASONS' order."""
-    return [w for b, w in REASONS.items() if bits & b]
-
-
-def _step_of(ts: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
-    """Each sample's step: the last timed step that started at or before it (-1: none)."""
-    st = steps[steps["phase"].isin(["measured", "profiled"])].sort_values("ts_ns")
-    if not len(st):
-        return np.full(len(ts), -1)
-    pos = np.searchsorted(st["ts_ns"].to_numpy(np.int64), ts, side="right") - 1
-    end = (st["ts_ns"] + st["dur_ns"]).to_numpy(np.int64)
-    idx = st["step"].to_numpy(np.int64)
-    inside = (pos >= 0) & (ts <= end[np.clip(pos, 0, None)] + 50_000_000)   # 50 ms slack
-    return np.where(inside, idx[np.clip(pos, 0, None)], -1)
+           "gpu_power_w", "throttle", "clock_low_steps", "gpu_other_procs", "gpu_index",
+           "gpu_util_pct", "sm_active_pct", "cpu_pct", "host_cpu_pct", "throttle_seen",
+           "throttle_steps", "sm_clock_drop_pct", "clock_drop_steps")
+TIMED = ("measured", "profiled")
+MEASURED = ("measured",)
 
 
 def _ranges(steps) -> str:
@@ -47,36 +40,72 @@ def _ranges(steps) -> str:
     return ", ".join(out)
 
 
-def columns(reports: dict, steps: pd.DataFrame) -> pd.DataFrame:
-    """One row per rank with a machine report: COLUMNS."""
+def _mean(v: np.ndarray) -> float:
+    return float(np.nanmean(v)) if np.isfinite(v).any() else np.nan
+
+
+def columns(reports: dict, steps: pd.DataFrame, samples: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per rank that sampled the machine: COLUMNS. ``samples``: the run's samples
+    table (default: made from the reports' ``signals``)."""
+    samples = S.table(reports) if samples is None else samples
     rows = []
     for r, rep in sorted(reports.items()):
         m = rep.get("machine") or {}
-        smp = {k: np.asarray(v, float) for k, v in (m.get("samples") or {}).items()}
-        if not len(smp.get("ts_ns", ())):
+        if not len(samples) or not (samples["rank"] == r).any():
             continue
-        cores = float(m.get("cores") or 1)
-        row = dict(rank=r, host_load=float(np.nanmean(smp["procs_running"]) / cores)
-                   if np.isfinite(smp["procs_running"]).any() else np.nan)
+        st = steps[steps["rank"] == r] if len(steps) else steps
+        one = samples[samples["rank"] == r]
+        load, _ = S.during(one, st, r, "host_load", TIMED)
+        row = dict(rank=r, host_load=_mean(load))
+        for col, sig in (("gpu_util_pct", "gpu_util_pct"), ("sm_active_pct", "sm_active_pct"),
+                         ("cpu_pct", "cpu_pct"), ("host_cpu_pct", "host_cpu_pct")):
+            v, _ = S.during(one, st, r, sig, MEASURED)
+            if len(v):
+                row[col] = _mean(v)
         if "sm_max_mhz" in m:
-            st = steps[steps["rank"] == r] if len(steps) else steps
-            step = _step_of(smp["ts_ns"].astype(np.int64), st) if len(st) \
-                else np.full(len(smp["ts_ns"]), -1)
-            timed = (step >= 0) & np.isfinite(smp["sm_mhz"])
-            sm = smp["sm_mhz"][timed] if timed.any() else smp["sm_mhz"]
-            mx = float(m["sm_max_mhz"])
-            low = timed & (smp["sm_mhz"] < CLOCK_LOW * mx)
-            bits = int(np.bitwise_or.reduce(smp["reasons"][low].astype(np.int64))) if low.any() \
-                else 0
-            others = _other_procs(m)
-            row.update(sm_clock_mhz=float(np.nanmedian(sm)), sm_clock_min_mhz=float(np.nanmin(sm)),
-                       sm_clock_max_mhz=mx, gpu_temp_c=float(np.nanmax(smp["temp_c"])),
-                       gpu_power_w=float(np.nanmedian(smp["power_w"])),
-                       throttle=", ".join(reason_words(bits)) if low.any() else "",
-                       clock_low_steps=_ranges(step[low]) if low.any() else "",
-                       gpu_other_procs=others, gpu_index=int(m.get("gpu_index", -1)))
+            row.update(_gpu(one, st, r, m))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _gpu(one: pd.DataFrame, st: pd.DataFrame, r: int, m: dict) -> dict:
+    """A GPU rank's clock, temperature, power and throttling columns."""
+    wide = one.pivot_table(index="ts_ns", columns="signal", values="value", observed=True,
+                           dropna=False)
+    ts = wide.index.to_numpy(np.int64)
+    col = (lambda k: wide[k].to_numpy(np.float64) if k in wide else np.full(len(ts), np.nan))
+    sm, bits = col("sm_clock_mhz"), np.nan_to_num(col("throttle")).astype(np.int64)
+    step = S.step_of(ts, st, TIMED) if len(st) else np.full(len(ts), -1)
+    timed = (step >= 0) & np.isfinite(sm)
+    mx = float(m["sm_max_mhz"])
+    low = timed & (sm < CLOCK_LOW * mx)
+    seen = sm[timed] if timed.any() else sm[np.isfinite(sm)]
+    # over the timed steps' samples (all of the run's where none fell inside them)
+    pick = (lambda v: v[step >= 0] if np.isfinite(v[step >= 0]).any() else v)
+    temp, power = pick(col("gpu_temp_c")), pick(col("gpu_power_w"))
+    out = dict(sm_clock_mhz=float(np.median(seen)) if len(seen) else np.nan,
+               sm_clock_min_mhz=float(seen.min()) if len(seen) else np.nan,
+               sm_clock_max_mhz=mx,
+               gpu_temp_c=float(np.nanmax(temp)) if np.isfinite(temp).any() else np.nan,
+               gpu_power_w=float(np.nanmedian(power)) if np.isfinite(power).any() else np.nan,
+               throttle=", ".join(reason_words(np.bitwise_or.reduce(bits[low])))
+               if low.any() else "",
+               clock_low_steps=_ranges(step[low]) if low.any() else "",
+               gpu_other_procs=_other_procs(m), gpu_index=int(m.get("gpu_index", -1)))
+    # the measured steps: a throttling reason while they ran, the clock falling within them
+    mstep = S.step_of(ts, st, MEASURED) if len(st) else np.full(len(ts), -1)
+    meas = mstep >= 0
+    hot = meas & ((bits & S.THROTTLING) != 0)
+    out.update(throttle_seen=", ".join(reason_words(np.bitwise_or.reduce(bits[hot] & S.THROTTLING)))
+               if hot.any() else "", throttle_steps=_ranges(mstep[hot]) if hot.any() else "")
+    clk = meas & np.isfinite(sm)
+    if clk.any():
+        hi = float(sm[clk].max())
+        drop = 100 * (hi - float(sm[clk].min())) / hi if hi > 0 else 0.0
+        fell = clk & (sm < hi * (1 - CLOCK_DROP / 100))
+        out.update(sm_clock_drop_pct=drop,
+                   clock_drop_steps=_ranges(mstep[fell]) if drop >= CLOCK_DROP else "")
+    return out
 
 
 def _other_procs(m: dict) -> int:
@@ -85,16 +114,32 @@ def _other_procs(m: dict) -> int:
     return max(len(m.get("gpu_procs") or []) - 1, 0)
 
 
+def _text(v) -> str:
+    return v if isinstance(v, str) else ""
+
+
 def flags(summary: pd.DataFrame) -> list[str]:
-    """The machine's flags from the summary's COLUMNS (none when they are absent)."""
+    """The machine's flags from the summary's COLUMNS (none when they are absent). A rank
+    whose clock was low (clock-low) is not named again for throttling or a clock drop in
+    the same steps: clock-low gives the reasons already."""
     out = []
     if "sm_clock_min_mhz" in summary:
         for _, r in summary.iterrows():
-            if isinstance(r.get("clock_low_steps"), str) and r["clock_low_steps"]:
+            if _text(r.get("clock_low_steps")):
                 out.append(F.make("clock-low", rank=int(r["rank"]),
                                   mhz=f"{r['sm_clock_min_mhz']:.0f}",
                                   max=f"{r['sm_clock_max_mhz']:.0f}", steps=r["clock_low_steps"],
                                   why=r.get("throttle") or "no throttle reason reported"))
+                continue
+            if _text(r.get("clock_drop_steps")):
+                out.append(F.make("clock-drop", rank=int(r["rank"]),
+                                  pct=f"{r['sm_clock_drop_pct']:.1f}",
+                                  steps=r["clock_drop_steps"],
+                                  why=_text(r.get("throttle_seen")) or
+                                  "no throttle reason reported"))
+            elif _text(r.get("throttle_seen")):
+                out.append(F.make("throttled", rank=int(r["rank"]), why=r["throttle_seen"],
+                                  steps=r["throttle_steps"]))
         other = summary[pd.to_numeric(summary.get("gpu_other_procs"), errors="coerce") > 0]
         for _, r in other.iterrows():
             out.append(F.make("gpu-shared", gpu=int(r["gpu_index"]),

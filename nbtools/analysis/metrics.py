@@ -108,6 +108,8 @@ _ALL = (
        "refused to capture"),
     _m("peak_mem_mb", "MB", "gpukey", "max", "lower", "peak GPU memory allocated by PyTorch on "
        "this rank", short="peak_MB"),
+    _m("device_mem_mb", "MB", "gpu", "min", "", "the device's memory (GPU ranks): what "
+       "peak_mem_mb is a share of"),
     _m("graph_pool_mb", "MB", "gpu", "max", "lower", "GPU memory held by CUDA-graph private "
        "pools at the run's end (StepConfig(memory=True))", short="pool_MB"),
     _m("rss_mb", "MB", "more", "max", "lower", "the engine process's resident memory (all of "
@@ -138,6 +140,27 @@ _ALL = (
        "(a part of comm_ms; shown beside profiled_window_ms, the step it is part of)"),
     _m("idle_ms", "ms", "more", "mean", "lower", "time per profiled step inside the busy span "
        "with nothing running (compute_ms + exposed_comm_ms + idle_ms <= profiled_window_ms)"),
+    # why the GPU waited (analysis/idle.py: HolisticTraceAnalysis's idle time breakdown over
+    # the rank's whole GPU), and where the host was while the GPU waited for it
+    _m("host_wait_ms", "ms", "gpukey", "mean", "lower", "idle time per profiled step before a "
+       "kernel the host had not launched yet: the host is the bottleneck (a part of idle_ms; "
+       "run.why() says where the host was)", short="host_wait"),
+    _m("kernel_wait_ms", "ms", "gpu", "mean", "lower", "idle time per profiled step shorter "
+       "than 30 us between kernels already launched: the cost of starting kernels one by one "
+       "(a part of idle_ms)"),
+    _m("other_wait_ms", "ms", "gpu", "mean", "lower", "the rest of idle_ms: kernels launched "
+       "in time that still waited (another stream's event, a peer, a device-side sync)"),
+    *(_m(f"host_{c}_ms", "ms", "gpu", "mean", "lower", f"of host_wait_ms: time the launching "
+         f"thread spent in {w}") for c, w in (
+        ("sync", "host syncs (cudaStreamSynchronize, .item(), .cpu())"),
+        ("launch", "kernel launch calls (the CUDA runtime)"),
+        ("hooks", "FSDP/DDP hooks and collectives' host side"),
+        ("optimizer", "the optimizer's step and zero_grad"),
+        ("compiled", "calls into compiled graphs (guards, wrappers, cache lookups)"),
+        ("autograd", "autograd's backward outside the above"),
+        ("batch", "making the batch (a DataLoader)"),
+        ("forward", "the model's forward and loss outside the above (its Python)"),
+        ("other", "nothing the trace names (Python between ops)"))),
     _m("graph_coverage_pct", "%", "gpukey", "mean", "higher", "share of kernel time launched "
        "by CUDA-graph replay (graph% in the CLI)", short="graph%"),
     _m("kernels", "", "gpu", "max", "", "GPU kernels in the profiled steps (0 on CPU ranks)"),
@@ -176,6 +199,27 @@ _ALL = (
     _m("gpu_other_procs", "", "gpu", "max", "lower", "processes on this rank's GPU besides "
        "its engine (NVML, before and after the timed steps)"),
     _m("gpu_index", "", "gpu", "", "", "the GPU's index as NVML and nvidia-smi number it"),
+    # the signals sampled through the run (run.samples), read over the measured steps
+    _m("gpu_util_pct", "%", "gpu", "mean", "", "GPU busy over the measured steps: mean of "
+       "NVML's utilisation samples (share of each sample period in which a kernel ran; the "
+       "period is 1/6 to 1 s, so steps shorter than that read with their neighbours)"),
+    _m("sm_active_pct", "%", "gpu", "mean", "", "share of the SMs busy over the measured steps "
+       "(NVML GPM, Hopper and newer): low with gpu_util_pct high means kernels too small "
+       "to fill the GPU"),
+    _m("cpu_pct", "%", "more", "mean", "", "CPU of the rank's process over the measured "
+       "steps (all its threads; 100 = one core busy): about 100 with the GPU idle means "
+       "the step waits on its Python thread (host-bound)"),
+    _m("host_cpu_pct", "%", "more", "max", "lower", "share of all the host's cores busy over "
+       "the measured steps (/proc/stat, every process counted); the run's is the busiest "
+       "host's"),
+    _m("throttle_seen", "", "gpu", "", "", "throttling reasons NVML reported while the "
+       "measured steps ran (power cap, thermal or hardware slowdown, power brake)"),
+    _m("throttle_steps", "", "gpu", "", "", "the measured steps during which NVML reported a "
+       "throttling reason"),
+    _m("sm_clock_drop_pct", "%", "gpu", "max", "lower", "how far the SM clock fell within "
+       "the measured steps, below the highest it read in them"),
+    _m("clock_drop_steps", "", "gpu", "", "", "the measured steps that ran on a clock 5 % or "
+       "more below the highest of the measured steps"),
     # table()'s token columns (analysis/counts.py tokens_per_s; per rank, then combined here)
     _m("tokens_per_s", "/s", "more", "rate", "higher", "real (unpadded) tokens per second: "
        "summed tokens over summed measured step time, recompiles inside the steps included",
@@ -204,7 +248,7 @@ CLI = ("step_ms", "p10_ms", "p90_ms", "items_per_s", "compile_s", "recompiles", 
        "compute_busy_pct", "overlap_pct", "graph_coverage_pct", "peak_mem_mb")
 """The CLI table (``python -m nbtools run|demo|view``)."""
 TRACE_CLI = ("profiled_window_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms",
-             "compute_busy_pct", "overlap_pct", "graph_coverage_pct")
+             "host_wait_ms", "compute_busy_pct", "overlap_pct", "graph_coverage_pct")
 """The CLI table of traces from a person's own job (``python -m nbtools view TRACES``): no
 lab timed their steps, so the profiled step and its parts instead of step_ms and the rest."""
 HISTORY = ("step_ms", "recompiles")

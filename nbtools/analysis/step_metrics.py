@@ -156,22 +156,32 @@ def _queue_delay_median(c: dict, g_all, inside, n: int) -> np.ndarray:
 
 
 def _queue_delays(c: dict):
-    """(kernel row indices, kernel start - launching CPU call start in ns), joined on
-    (rank, correlation); correlation ids are only unique within a rank."""
+    """(kernel row indices, kernel start - launching CPU call start in ns)."""
     k = np.flatnonzero(c["kernel"] & (c["corr"] >= 0))
-    launch = np.flatnonzero(~c["gpu"] & c["launch"] & (c["corr"] >= 0))
-    rows, delays = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    for r in np.unique(c["rank"][k]):
-        kr, lr = k[c["rank"][k] == r], launch[c["rank"][launch] == r]
-        if not len(lr):
-            continue
-        lr = lr[np.argsort(c["corr"][lr], kind="stable")]
-        lc = c["corr"][lr]
-        pos = np.minimum(np.searchsorted(lc, c["corr"][kr]), len(lc) - 1)
-        hit = lc[pos] == c["corr"][kr]
-        rows.append(kr[hit])
-        delays.append(c["ts"][kr[hit]] - c["ts"][lr[pos[hit]]])
-    return np.concatenate(rows), np.concatenate(delays)
+    lr = launchers(c, k)
+    return k[lr >= 0], c["ts"][k[lr >= 0]] - c["ts"][lr[lr >= 0]]
+
+
+def launchers(c: dict, rows: np.ndarray) -> np.ndarray:
+    """The CPU runtime call (row index) that launched each GPU row in ``rows``, -1 where the
+    trace has none: joined on (rank, correlation); correlation ids are only unique within a
+    rank. A graph-replayed kernel's is its cudaGraphLaunch."""
+    out = np.full(len(rows), -1, np.int64)
+    if "launch_rows" not in c:        # the sorted launches once per event_columns
+        launch = np.flatnonzero(~c["gpu"] & c["launch"] & (c["corr"] >= 0))
+        c["launch_rows"] = launch[np.lexsort((c["corr"][launch], c["rank"][launch]))]
+    lr = c["launch_rows"]
+    if not len(lr) or not len(rows):
+        return out
+    ok = c["corr"][rows] >= 0
+    # one int key per (rank, correlation): ranks are small, correlations below 2**40
+    span = np.int64(1) << 40
+    lkey = c["rank"][lr] * span + c["corr"][lr]
+    want = c["rank"][rows] * span + c["corr"][rows]
+    pos = np.minimum(np.searchsorted(lkey, want), len(lr) - 1)
+    hit = ok & (lkey[pos] == want)
+    out[hit] = lr[pos[hit]]
+    return out
 
 
 def per_rank(events: pd.DataFrame, *, _c: dict | None = None,

@@ -90,6 +90,7 @@ def build(steps, events, compile_events, reports: dict, cfg) -> pd.DataFrame:
                          graphs=int(counts.get("graphs", 0)),
                          cudagraph_skips=int(counts.get("cudagraph_skips", 0)),
                          peak_mem_mb=rep.get("peak_mem_mb", np.nan),
+                         device_mem_mb=(rep.get("env") or {}).get("gpu_mem_mb", np.nan),
                          graph_pool_mb=rep.get("graph_pool_mb", np.nan),
                          rss_mb=rep.get("rss_mb", np.nan),
                          _items=items, _flops=flops,

@@ -43,6 +43,10 @@ class Verdict:
         text: the verdict in words, caveats included.
         failed: rounds dropped because a side failed or had no value.
         caveats: what weakens it (a busy host, two workloads, stopped early).
+        bound: the equivalence bound asked for (0.02: a difference under 2 % does not
+            matter); NaN when none was.
+        equivalent: the whole interval lies within [1/(1+bound), 1+bound]: whatever the
+            difference is, it is smaller than the bound ("no difference bigger than 2 %").
 
     Example:
         >>> v = lab.ab(StepConfig(), StepConfig(compile="default"), rounds=5).verdict
@@ -58,6 +62,8 @@ class Verdict:
     text: str
     failed: int = 0             # rounds dropped because a side failed or had no value
     caveats: tuple = ()         # what weakens it (busy host, other workloads, stopped early)
+    bound: float = math.nan     # the equivalence bound asked for (0.02 = 2 %)
+    equivalent: bool = False    # the interval lies inside +-bound: no difference that matters
 
     def with_caveats(self, caveats) -> "Verdict":
         """This verdict with ``caveats`` added: each also ends its text, after a semicolon."""
@@ -85,11 +91,22 @@ class Verdict:
             return None
         return (self.ratio < 1) == (way == "lower")
 
+    @property
+    def outcome(self) -> str:
+        """One word: better or worse (B resolved so on a metric with a direction), equivalent
+        (within the bound, not resolved either way), different (resolved, no direction), or
+        unresolved."""
+        if self.resolved:
+            good = self.good
+            return "different" if good is None else ("better" if good else "worse")
+        return "equivalent" if self.equivalent else "unresolved"
+
     def to_dict(self) -> dict:
         """Every field as plain JSON-ready values (caveats as a list): for files and reports."""
         return dict(metric=self.metric, ratio=self.ratio, low=self.low, high=self.high,
                     resolved=self.resolved, rounds=self.rounds, failed=self.failed,
-                    text=self.text, caveats=list(self.caveats))
+                    text=self.text, caveats=list(self.caveats), bound=self.bound,
+                    equivalent=self.equivalent)
 
 
 # Below this many rounds no interval holds 95 % without assuming the noise's shape: all
@@ -97,7 +114,8 @@ class Verdict:
 FREE_ROUNDS = 6
 
 
-def rounds_verdict(a, b, metric: str = "step_ms", *, looks: int = 1) -> Verdict:
+def rounds_verdict(a, b, metric: str = "step_ms", *, looks: int = 1,
+                   bound: float | None = None) -> Verdict:
     """B over A from rounds. ``a[k]``, ``b[k]``: round k's value(s) of each side: one number,
     or the side's runs in that round (two in an A B B A round), each e.g. that run's
     step_ms (itself the median of its steps).
@@ -125,7 +143,13 @@ def rounds_verdict(a, b, metric: str = "step_ms", *, looks: int = 1) -> Verdict:
     5 % of A/As resolved, and the text says so. Steps within a run are not
     resampled: they follow each other on
     one warm machine and would make the interval as narrow as one run's noise. A round with
-    a failed run or no value (NaN, <= 0) is dropped, said in the text."""
+    a failed run or no value (NaN, <= 0) is dropped, said in the text.
+
+    ``bound`` (e.g. 0.02): the difference that matters. When the whole interval lies within
+    [1/(1+bound), 1+bound] the verdict is ``equivalent``: "no difference bigger than 2 %"
+    (two one-sided tests at 2.5 % each, since the 95 % interval is used; the looks'
+    widening applies as to the difference test, so stopping at the first equivalent look
+    keeps its error rate)."""
     ra, rb = _per_round(a), _per_round(b)
     if len(ra) != len(rb):
         raise ValueError(f"rounds_verdict needs one value per round on each side: got "
@@ -151,7 +175,42 @@ def rounds_verdict(a, b, metric: str = "step_ms", *, looks: int = 1) -> Verdict:
         how += f"; {100 * level:.3g} % at each of up to {looks} looks"
     if n < FREE_ROUNDS:
         how += f"; normal noise assumed below {FREE_ROUNDS} rounds"
-    return _make(metric, ratio, low, high, n, failed, how)
+    return _equivalence(_make(metric, ratio, low, high, n, failed, how), bound)
+
+
+EQUIVALENCE = 0.02
+"""The default equivalence bound of verdicts over rounds (lab.ab, the panel, the CLI): a
+difference under 2 % is one no change is worth keeping for; identical configs on 1 x H200
+read within about 1 % of each other at 5-12 rounds (docs/findings.md §12)."""
+
+
+def check_bound(bound) -> float | None:
+    """The equivalence bound as a float in (0, 1), or None; ValueError naming it otherwise."""
+    if bound is None:
+        return None
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not 0 < bound < 1:
+        raise ValueError(f"equivalence={bound!r}: give the relative difference that does not "
+                         "matter, a number between 0 and 1 (0.02: 2 %), or None for no bound")
+    return float(bound)
+
+
+def _equivalence(v: Verdict, bound: float | None) -> Verdict:
+    """``v`` with its equivalence against ``bound`` decided and said."""
+    if bound is None:
+        return v
+    b = float(bound)
+    inside = bool(np.isfinite(v.low) and np.isfinite(v.high) and v.low >= 1 / (1 + b)
+                  and v.high <= 1 + b)
+    text = v.text
+    if inside and not v.resolved:
+        text = "no difference bigger than " + _bound(b) + text[len("no difference resolved"):]
+    elif inside:
+        text = f"{text}; within the {_bound(b)} that matters"
+    return replace(v, bound=b, equivalent=inside, text=text)
+
+
+def _bound(b: float) -> str:
+    return f"{100 * b:.3g} %"
 
 
 def t_interval(d, level: float = CONFIDENCE) -> tuple:

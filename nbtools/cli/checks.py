@@ -1,5 +1,18 @@
-"""What the command line checks before any work, and the one-line error it stops with."""
+"""What the command line checks before any work, the one-line error it stops with, and
+``say``: every line the command line prints goes through terminal_text (file names, event
+names and notebook text are the person's and may hold escape sequences)."""
 from __future__ import annotations
+
+import contextlib
+import sys
+
+from nbtools.common.text import terminal_text
+
+
+def say(*lines, err: bool = False) -> None:
+    """Print lines with terminal control characters made visible."""
+    print(*(terminal_text(line) for line in lines), sep="\n",
+          file=sys.stderr if err else sys.stdout, flush=True)
 
 
 class UserError(Exception):
@@ -9,7 +22,9 @@ class UserError(Exception):
 def one_line(e: BaseException) -> str:
     """An error as one line for the terminal: ``file: reason`` for an OSError, else its
     text with whitespace collapsed (its type's name when it has none)."""
-    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+    from nbtools.common.atomic import WriteFailed
+    if isinstance(e, OSError) and e.filename is not None and e.strerror \
+            and not isinstance(e, WriteFailed):     # WriteFailed says more than that
         return f"{e.filename}: {e.strerror}"
     return " ".join(str(e).split()) or type(e).__name__
 
@@ -51,17 +66,28 @@ def need_folder(path, what: str, must_exist: bool) -> None:
         raise UserError(f"{path}: is {why}, not a {what}")
 
 
-def need_writable_parent(path) -> None:
-    """Checked before any work: a report path in a missing folder, on a device (/dev/full)
-    or without write permission would otherwise fail only after the whole sweep or notebook
-    ran."""
-    need_outputs([("", path)], force=True)
+def need_notebook(path):
+    """The notebook, read and checked before a kernel starts; one line on what is wrong."""
+    from pathlib import Path
+    from nbtools.common.outputs import not_a_file
+    from nbtools.report.notebook import NotebookUnreadable, read_notebook
+    why = not_a_file(Path(path))
+    if why == "no such file":
+        raise UserError(f"{path}: no such notebook")
+    if why:
+        raise UserError(f"{path}: is {why}, not a notebook (.ipynb)")
+    try:
+        return read_notebook(path)
+    except NotebookUnreadable as e:
+        raise UserError(str(e)) from None
 
 
 def need_outputs(outputs, inputs=(), force: bool = False) -> None:
     """Each (flag, path) of ``outputs`` may be written, before any work: never over one of
-    ``inputs`` (the traces or notebook being read) or over another output; never over a
-    notebook, a saved run's file or a profiler trace without --force."""
+    ``inputs`` (the traces or notebook being read) or over another output; never over a file
+    nbtools did not write (a notebook, a saved run's file, a trace, a README) without
+    --force. A report path in a missing folder, on a device (/dev/full) or without write
+    permission would otherwise fail only after the whole sweep or notebook ran."""
     from pathlib import Path
     from nbtools.common.outputs import output_refusal
     seen = {}
@@ -80,6 +106,73 @@ def need_outputs(outputs, inputs=(), force: bool = False) -> None:
 
 def write_failed(path, e: OSError) -> "UserError":
     """A write that failed after the checks (a disk that filled up): one line, no
-    traceback."""
-    return UserError(f"{path}: could not be written ({e.strerror or e}); what is there "
-                     "may be incomplete: free space, or give another place")
+    traceback. nbtools writes whole files or none (common/atomic.py), so the file there
+    before is as it was."""
+    from nbtools.common.atomic import WriteFailed
+    if isinstance(e, WriteFailed):
+        return UserError(str(e))
+    return UserError(f"{path}: could not be written ({e.strerror or e}); free space, or "
+                     "give another place")
+
+
+MIN_FREE = 16 << 20
+"""Free bytes a lab needs where it writes (engines' connection files and logs, the first
+runs' tables): below this the disk is as good as full. On a full disk a lab's start failed
+with three tracebacks from ipyparallel's engines (issue 44)."""
+
+
+def need_space(places) -> None:
+    """Each (folder, what it holds, how to move it) has room, checked before a lab starts:
+    a full disk is one line naming the folder, not engines dying on their first write."""
+    import os
+    from pathlib import Path
+    for folder, what, move in places:
+        if not folder:
+            continue
+        p = Path(folder).expanduser()
+        top = next((a for a in (p, *p.parents) if a.exists()), None)
+        if top is None:
+            continue
+        try:
+            st = os.statvfs(top)
+        except OSError:
+            continue      # the writes will say what is wrong with it
+        free = st.f_bavail * st.f_frsize
+        if free < MIN_FREE or (st.f_files and not st.f_favail):
+            left = f"{free / 2**20:.1f} MB free" if free else "no space left"
+            if free >= MIN_FREE:
+                left = "no file entries (inodes) left"
+            raise UserError(f"{p}: its disk is full ({left}; {what} needs at least "
+                            f"{MIN_FREE >> 20} MB): free space, or {move}")
+
+
+def lab_places(args) -> list:
+    """Where a lab started by `run`/`demo` writes: (folder, what, how to move it)."""
+    import os
+    import tempfile
+    return [(tempfile.gettempdir(), "the lab's engines' files (its temp folder)",
+             "point TMPDIR at another disk"),
+            (os.environ.get("IPYTHONDIR") or "~/.ipython", "ipyparallel's profile",
+             "point IPYTHONDIR at another disk"),
+            (args.history, "the history of runs", "give --history on another disk"),
+            (args.compile_cache or os.environ.get("NBTOOLS_COMPILE_CACHE"),
+             "the compile cache", "give --compile-cache on another disk")]
+
+
+@contextlib.contextmanager
+def one_line_warnings():
+    """nbtools' own warnings (a run that could not be saved) as one line on stderr while
+    the command runs; other libraries' as Python shows them."""
+    import os
+    import warnings
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    show = warnings.showwarning
+
+    def line(message, category, filename, lineno, file=None, text=None):
+        if os.path.abspath(filename).startswith(package):
+            say(f"warning: {message}", err=True)
+        else:
+            show(message, category, filename, lineno, file, text)
+    with warnings.catch_warnings():
+        warnings.showwarning = line
+        yield

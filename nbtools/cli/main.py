@@ -12,7 +12,8 @@ from nbtools.config.grid import grid
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.config.field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, help_text
 
-from nbtools.cli.checks import UserError, need_folder, need_outputs, need_writable_parent, one_line
+from nbtools.cli.checks import (UserError, lab_places, need_folder, need_notebook, need_outputs,
+                                need_space, one_line, one_line_warnings, say)
 from nbtools.cli.checks import need_device, need_rounds
 from nbtools.cli.table import TABLE_LEGEND, format_table  # noqa: F401  (tests and benchmarks read them here)
 
@@ -105,12 +106,12 @@ def _run_all(lab, cfgs):
     runs = []
     for cfg in cfgs:
         t = time.perf_counter()
-        print(f"-> {cfg.label()}", flush=True)
-        runs.append(run_or_keep(lab, checked[cfg], lambda e: print(f"   failed: {e}", flush=True)))
-        print(f"   {time.perf_counter() - t:.1f} s", flush=True)
+        say(f"-> {cfg.label()}")
+        runs.append(run_or_keep(lab, checked[cfg], lambda e: say(f"   failed: {e}")))
+        say(f"   {time.perf_counter() - t:.1f} s")
         table = format_table(runs[-1:]).splitlines()
         # the header, then the rows under the label "->" already printed
-        print("\n".join("   " + line for line in table[:2] + table[3:]), flush=True)
+        say("\n".join("   " + line for line in table[:2] + table[3:]))
     return runs
 
 
@@ -119,10 +120,12 @@ def main(argv=None) -> int:
     kernel, export (``--help`` lists them). Returns the exit status: 0 ok, 2 a usage or config
     error; a problem the user can fix is one line on stderr, not a traceback."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    cmd = f"nbtools {argv[0] if argv else ''}"
     try:
-        return _main(argv)
+        with one_line_warnings():
+            return _main(argv)
     except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
+        say(f"config error: {e}", err=True)
         return 2
     except BrokenPipeError:
         # `nbtools view ... | head`: the reader left. Python's recipe: stdout to devnull,
@@ -132,10 +135,17 @@ def main(argv=None) -> int:
         return 1
     except _USER_ERRORS as e:
         # a path, a file or an extra the user can fix: one line, not a traceback
-        cmd = argv[0] if argv else ""
-        from nbtools.common.text import terminal_text   # a path may hold escape sequences
-        print(terminal_text(f"nbtools {cmd}: {one_line(e)}"), file=sys.stderr)
+        say(f"{cmd}: {one_line(e)}", err=True)
         return 2
+    except OSError as e:
+        # a disk that filled up, a folder that went away: the file and why, in one line
+        # (nbtools' writes leave what was there before whole: common/atomic.py)
+        say(f"{cmd}: {one_line(e)}", err=True)
+        return 1
+    except KeyboardInterrupt as e:
+        # what was kept (Lab.run's message names the run and where it was saved)
+        say(f"{cmd}: interrupted (Ctrl-C)" + (f": {one_line(e)}" if str(e) else ""), err=True)
+        return 130
 
 
 def _main(argv) -> int:
@@ -169,8 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write an offline HTML report of the sweep")
         p.add_argument("--quiet", action="store_true", help="do not echo engine output")
         p.add_argument("--force", action="store_true",
-                       help="let --html replace a notebook, a saved run's file or a profiler "
-                       "trace (refused otherwise)")
+                       help="let --html replace a file nbtools did not write (a README, a "
+                       "notebook, a saved run's file, a trace: refused otherwise; its own "
+                       "reports are replaced without it)")
         p.add_argument("--compile-cache", default=None, metavar="DIR",
                        help="keep the ranks' inductor caches in DIR across labs (default: "
                             "$NBTOOLS_COMPILE_CACHE where set, else a cold cache per lab)")
@@ -207,8 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "per rank, flow arrows between their collectives) for ui.perfetto.dev, "
                    "which opens one file at a time")
     v.add_argument("--force", action="store_true",
-                   help="let --html/--perfetto replace a notebook, a saved run's file or a "
-                   "profiler trace that is not being read (refused otherwise)")
+                   help="let --html/--perfetto replace a file nbtools did not write that is "
+                   "not being read (refused otherwise; its own outputs are replaced "
+                   "without it)")
     v.add_argument("--explain", action="store_true",
                    help="print what each column of the table means, under it")
     nb = sub.add_parser("notebooks", help="copy the tutorial notebooks (and the docs they link "
@@ -240,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also write the executed notebook (outputs included) here")
     ex.add_argument("--cell-timeout", type=int, default=3600, metavar="S",
                     help="seconds one cell may run (default 3600)")
+    ex.add_argument("--force", action="store_true",
+                    help="let --output/--save-ipynb replace a file nbtools did not write "
+                    "(refused otherwise; never the notebook being exported)")
     ex.add_argument("--deadline", type=float, default=None, metavar="S",
                     help="seconds the whole notebook may run; past it the running cell is "
                          "interrupted and the HTML holds what ran (default: none)")
@@ -255,11 +270,11 @@ def _dispatch(args) -> int:
     if args.cmd == "notebooks":
         from nbtools.cli.tutorials import copy_tutorials, describe_copy
         need_folder(args.folder, "notebooks folder", must_exist=False)
-        print(describe_copy(args.folder, copy_tutorials(args.folder, force=args.force)))
+        say(describe_copy(args.folder, copy_tutorials(args.folder, force=args.force)))
         return 0
     if args.cmd == "kernel":
         from nbtools.cli.kernelspec import install
-        print(f"installed kernel spec in {install(user=args.user)} (runs {sys.executable})")
+        say(f"installed kernel spec in {install(user=args.user)} (runs {sys.executable})")
         from nbtools.ui.labext import ensure_installed
         ensure_installed()         # an editable install: the JupyterLab extension too
         return 0
@@ -267,9 +282,11 @@ def _dispatch(args) -> int:
         from nbtools.common.extras import require
         require("nbclient", "nbconvert", "nbformat", why="`nbtools export`")
         from nbtools.report.notebook import NotebookStopped, export_notebook
-        nb = _check_notebook(args.notebook)
-        need_writable_parent(args.output)
-        need_writable_parent(args.save_ipynb)
+        nb = need_notebook(args.notebook)
+        from pathlib import Path
+        html_out = args.output or Path(args.notebook).with_suffix(".html")
+        need_outputs([("--output", html_out), ("--save-ipynb", args.save_ipynb)],
+                     inputs=[args.notebook], force=args.force)
         params = _parse_params(args.param)
         if params:
             from nbtools.report.notebook import ParametersError, check_parameters
@@ -279,16 +296,16 @@ def _dispatch(args) -> int:
                 raise UserError(f"-p: {e}") from None
         if not args.no_execute:
             from nbtools.cli.kernelspec import ensure_kernel
-            ensure_kernel(lambda line: print(line, file=sys.stderr))
+            ensure_kernel(lambda line: say(line, err=True))
         try:
-            out = export_notebook(args.notebook, args.output, execute_first=not args.no_execute,
+            out = export_notebook(args.notebook, html_out, execute_first=not args.no_execute,
                                   parameters=params,
                                   timeout=args.cell_timeout, deadline_s=args.deadline,
-                                  save_ipynb=args.save_ipynb)
+                                  save_ipynb=args.save_ipynb, force=True)  # checked above
         except NotebookStopped as e:
-            print(f"{e}\nwrote what ran to {e.output}", file=sys.stderr)
+            say(str(e), f"wrote what ran to {e.output}", err=True)
             return 1
-        print(f"wrote {out}")
+        say(f"wrote {out}")
         return 0
     return 0
 
@@ -297,25 +314,6 @@ def _user_errors() -> tuple:
     from nbtools.common.extras import MissingExtra
     return (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
             PermissionError, FileExistsError, MissingExtra)
-
-
-def _check_notebook(path):
-    import json
-    from pathlib import Path
-    p = Path(path)
-    if not p.exists():
-        raise UserError(f"{path}: no such notebook")
-    if p.is_dir():
-        raise UserError(f"{path}: is a folder, not a notebook (.ipynb)")
-    import nbformat
-    try:
-        nb = nbformat.read(str(p), as_version=4)
-        nbformat.validate(nb)
-        return nb
-    except (json.JSONDecodeError, UnicodeDecodeError, nbformat.reader.NotJSONError) as e:
-        raise UserError(f"{path}: not a notebook (not notebook JSON: {one_line(e)[:120]})") from None
-    except (nbformat.ValidationError, KeyError, AttributeError, TypeError) as e:
-        raise UserError(f"{path}: not a valid notebook ({one_line(e)[:160]})") from None
 
 
 def _parse_params(items) -> dict:
@@ -339,6 +337,7 @@ def _cmd_run(args) -> int:
     from nbtools.lab.sweeps import round_order
     need_folder(args.history, "history folder", must_exist=False)
     need_outputs([("--html", args.html)], force=args.force)   # never over a notebook
+    need_space(lab_places(args))   # a full disk: one line, before engines fail on it
     if args.cmd == "run":
         values = {k: getattr(args, k) for k in _FIELDS if getattr(args, k) is not None}
         cfgs = sweep(values)                       # validate everything before starting engines
@@ -349,29 +348,37 @@ def _cmd_run(args) -> int:
         check_extras(cfgs)
         need_device(cfgs, args.engines, args.n)   # the ranks' device, where known before the lab
     t = time.perf_counter()
-    with Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,
-             echo=not args.quiet, compile_cache=args.compile_cache,
-             compile_cache_per=args.compile_cache_per) as lab:
-        print(f"lab: {lab.world_size} ranks on {lab.device_type} "
-              f"({lab.infos[0]['device_name']}), up in {time.perf_counter() - t:.1f} s", flush=True)
+    try:
+        lab = Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,
+                  echo=not args.quiet, compile_cache=args.compile_cache,
+                  compile_cache_per=args.compile_cache_per)
+    except RuntimeError as e:   # the lab's own sentence (engines that died while starting)
+        raise UserError(f"the lab did not start: {one_line(e)}") from None
+    with lab:
+        say(f"lab: {lab.world_size} ranks on {lab.device_type} "
+            f"({lab.infos[0]['device_name']}), up in {time.perf_counter() - t:.1f} s")
         if args.cmd == "demo":
             cfgs = demo_configs(lab.device_type)
         runs = _run_all(lab, cfgs)
-    print()
+    say("")
     if len(runs) > 1:      # one run's table was just printed under it
-        print(format_table(runs))
-    print(TABLE_LEGEND)
+        say(format_table(runs))
+    say(TABLE_LEGEND)
     if getattr(args, "repeats", 1) > 1:
         from nbtools.lab.sweeps import spread
-        print("\nstep_ms of the slowest rank over identical runs:")
-        print(spread(runs).round(3).to_string(index=False))
+        say("\nstep_ms of the slowest rank over identical runs:")
+        say(spread(runs).round(3).to_string(index=False))
         if len({r.config for r in runs}) == 2:   # an A/B: the verdict every surface shows
-            print("\nA/B verdict (step_ms, B over A, 95 % interval over rounds): "
-                  + Comparison.from_runs(runs).verdict.text)
+            say("\nA/B verdict (step_ms, B over A, 95 % interval over rounds): "
+                + Comparison.from_runs(runs).verdict.text)
     if args.html:
         from nbtools.cli.view import write_html
         write_html(args.html, runs)
-    return 0 if all(r.ok for r in runs) else 1
+    unsaved = [r.run_id for r in runs if r.folder is None]
+    if unsaved:    # said as each happened (the warning names the folder and why)
+        say(f"nbtools {args.cmd}: run(s) {', '.join(unsaved)} could not be saved to "
+            f"{args.history}: see the warning above", err=True)
+    return 0 if all(r.ok for r in runs) and not unsaved else 1
 
 
 _USER_ERRORS = _user_errors()

@@ -14,6 +14,8 @@ from pathlib import Path
 from nbtools.common import package_data as pd_
 from nbtools.common.extras import MissingExtra, require
 from nbtools.cli.kernelspec import ensure_kernel
+from nbtools.cli.checks import say
+from nbtools.common.atomic import write_file
 
 DEFAULT_DIR = "nbtools-notebooks"
 # What we last wrote into a folder (name -> sha256): a file still matching it is ours to
@@ -82,11 +84,10 @@ def copy_tutorials(dest, force: bool = False) -> list[tuple[str, str]]:
             else:
                 done.append((rel, "kept: edited since it was copied (--force overwrites it)"))
                 continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        write_file(target, data, parents=True)   # whole or not at all: a full disk keeps the old
         manifest[rel] = want
         done.append((rel, action))
-    man_path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    write_file(man_path, json.dumps(manifest, indent=1, sort_keys=True))
     return done
 
 
@@ -141,11 +142,11 @@ def lab_main(argv: list[str]) -> int:
     first = pd_.notebooks()[0].name          # 00-quickstart: the teaching order's start
     if root is not None:
         first = f"notebooks/{first}"
-        print(f"serving the clone at {root}")
+        say(f"serving the clone at {root}")
     else:
         root = Path(dest or DEFAULT_DIR).expanduser().resolve()
-        print(describe_copy(root, copy_tutorials(root)))
-    ensure_kernel()
+        say(describe_copy(root, copy_tutorials(root)))
+    ensure_kernel(say)
     from nbtools.ui.labext import ensure_installed
     ensure_installed()             # `pip install -e .` leaves the JupyterLab extension out
     argv = _root_ok(argv)
@@ -153,7 +154,7 @@ def lab_main(argv: list[str]) -> int:
     # PATH, which may belong to another environment or be missing
     cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root}",
            f"--LabApp.default_url=/lab/tree/{first}", *argv]
-    print(f"starting JupyterLab ({sys.executable} -m jupyterlab) on {root}", flush=True)
+    say(f"starting JupyterLab ({sys.executable} -m jupyterlab) on {root}")
     if os.name == "posix":      # become jupyter: Ctrl-C and signals reach it directly
         os.execv(sys.executable, cmd)
     return subprocess.call(cmd)

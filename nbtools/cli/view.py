@@ -8,20 +8,12 @@ and event names come from the person's files and may hold escape sequences."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-from nbtools.cli.checks import UserError, need_folder, need_outputs, one_line, write_failed
+from nbtools.cli.checks import UserError, need_folder, need_outputs, one_line, say, write_failed
 from nbtools.cli.table import TABLE_LEGEND, format_table
-from nbtools.common.text import terminal_text
 
 EXPLAIN = "columns: `nbtools view --explain ...` says what each one means"
-
-
-def say(*lines, err: bool = False) -> None:
-    """Print lines with terminal control characters made visible (run text is the user's)."""
-    print(*(terminal_text(line) for line in lines), sep="\n",
-          file=sys.stderr if err else sys.stdout)
 
 
 def view(args) -> int:
@@ -127,6 +119,8 @@ def _view_traces(path, args) -> int:
     say(format_table([run]))
     if run.events["rank"].nunique() > 1:      # who waited for whom in the collectives
         say(f"straggler: {verdict_text(attribute(run.events))}")
+    for d in run.why():                       # why each rank's GPU waited, where the host was
+        say(f"why: {d.text}")
     say(TRACE_LEGEND if args.explain else EXPLAIN)
     if args.html:
         write_html(args.html, [run])
@@ -175,7 +169,7 @@ def _compare_traces(path_a, path_b, args) -> int:
         from nbtools.report.html import export_html
         try:
             out = export_html(args.html, runs, notes="Written by `python -m nbtools view A B`.",
-                              comparisons=[cmp] if cmp else [])
+                              comparisons=[cmp] if cmp else [], force=True)   # checked first
         except OSError as e:
             raise write_failed(args.html, e) from None
         say(f"report: {out}")
@@ -265,7 +259,8 @@ def write_html(path, runs) -> None:
     becomes a one-line error naming the path."""
     from nbtools.report.html import export_html
     try:
-        out = export_html(path, runs, notes="Written by `python -m nbtools`.")
+        out = export_html(path, runs, notes="Written by `python -m nbtools`.",
+                          force=True)   # need_outputs checked it before the work, --force too
     except OSError as e:
         raise write_failed(path, e) from None
     say(f"report: {out}")

@@ -65,6 +65,10 @@ def check_scenario(cfg, error) -> None:
     chosen = ("" if not cfg.scenario_unchosen else
               " (StepConfig's default scenario: give scenario=... to run another, or "
               "lab.run(workload, cfg) for your own model)")
+    if not spec.train and cfg.optimizer_impl != "as-built":
+        raise error(
+            f"optimizer_impl={cfg.optimizer_impl!r}: {cfg.scenario} is inference (no "
+            f"optimizer){chosen}; leave optimizer_impl='as-built'.")
     if not spec.train and cfg.autocast_scope != "forward":
         raise error(
             f"autocast_scope={cfg.autocast_scope!r}: {cfg.scenario} is inference (no "

@@ -98,12 +98,28 @@ def _autocast(cfg: StepConfig, changed, train: bool = True) -> list:
             "    loss.backward()"]
 
 
+def _optimizer(cfg: StepConfig, changed) -> list:
+    """The optimizer lines where optimizer_impl changes them (as-built: the script's own)."""
+    tag = "   # changed" if "optimizer_impl" in changed else ""
+    if cfg.optimizer_impl in ("foreach", "fused"):
+        return [f"# your optimizer, made with {cfg.optimizer_impl}=True (Adam, AdamW, SGD, "
+                "Adagrad take it):",
+                f"opt = torch.optim.AdamW(model.parameters(), lr=lr, "
+                f"{cfg.optimizer_impl}=True)" + tag, "opt.step()"]
+    if cfg.optimizer_impl == "compiled":
+        return ["@torch.compile(fullgraph=False)   # the compiled-optimizer recipe" + tag,
+                "def opt_step():", "    opt.step()", "opt_step()   # in place of opt.step()"]
+    return []
+
+
 def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None,
-                train: bool = True) -> str:
+                train: bool = True, model_lines=()) -> str:
     """The lines for ``cfg``; ``changed``: the fields an exploration changed (their lines
     say so); ``step``: a step function ran it (it compiles through ctx.compile);
     ``nothing``: a sentence to lead with when nothing changed; ``train``: False for a
-    served model (forward only: a Workload without a loss, an inference scenario)."""
+    served model (forward only: a Workload without a loss, an inference scenario);
+    ``model_lines``: lines on the built model (``model.config.use_cache = False``), which a
+    script runs before it shards or compiles the model (both read the model as it is)."""
     changed, custom = tuple(changed), cfg.scenario == "custom"
     out = ["# what the lab ran, as code for your own script"]
     if nothing:
@@ -111,8 +127,15 @@ def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None,
     moved = [f for f in changed if f not in MEASURING]
     if moved:
         out.append(f"# changed by the exploration: {', '.join(moved)}")
+    if model_lines:
+        out.append("# on the model as built, before it is sharded or compiled:")
+        out += list(model_lines)
     if step and cfg.compiled:
         out.append("# your step compiles what it compiles (ctx.compile) with these arguments:")
+    if cfg.compiled and cfg.backend == "eager":
+        out.append('# backend="eager" is what ran: Dynamo traced and ran the graphs without '
+                   "generating code (the\n# tutorials' CPU setting); leave backend out for "
+                   "inductor's fused code")
     if cfg.compile == "off":
         out.append("# eager: no torch.compile" + ("   # changed" if "compile" in changed else ""))
     if cfg.dynamic == "mark" and cfg.compiled:
@@ -128,6 +151,8 @@ def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None,
                                                            "then"), "g.replay()"]
     else:
         out += _autocast(cfg, changed, train)
+    if train:
+        out += _optimizer(cfg, changed)
     if not custom and cfg.resolved_schedule == "bucketed":
         out.append("# pad each batch's sequence length up to one of a few bucket lengths"
                    + ("   # changed" if "seq_schedule" in changed else ""))

@@ -35,6 +35,11 @@ FSDP_COMPILE = ("per-block", "whole")
 SEQ_SCHEDULES = ("fixed", "varying", "bucketed")
 CAPTURE = ("full", "light", "off")
 SIZES = ("auto", "small", "large")
+OPTIMIZER_IMPLS = ("as-built", "foreach", "fused", "compiled")
+RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "cache")
+"""Fields that change how a run is measured, not what is built or stepped: the engines
+reuse their state across them (engine/prepare.py), and a change of only these is no
+experiment on the step."""
 
 
 # Field -> allowed strings (None: any string). Every field has exactly one of the three
@@ -43,7 +48,8 @@ FIELD_CHOICES = {"scenario": None, "compile": COMPILE_MODES, "backend": BACKENDS
             "autocast": AUTOCAST, "autocast_scope": AUTOCAST_SCOPES, "cudagraph": CUDAGRAPH,
             "parallel": PARALLEL, "cache": CACHE_POLICIES, "ddp_wrap": DDP_WRAP,
             "optimize_ddp": OPTIMIZE_DDP, "fsdp_compile": FSDP_COMPILE,
-            "seq_schedule": SEQ_SCHEDULES, "size": SIZES, "capture": CAPTURE}
+            "seq_schedule": SEQ_SCHEDULES, "size": SIZES, "capture": CAPTURE,
+            "optimizer_impl": OPTIMIZER_IMPLS}
 _BOOLS = ("fullgraph", "reshard_after_forward", "check", "torch_trace", "memory", "stack")
 # Bounds: generous for any real job, finite so a typo (an extra 000, a seed from the wrong
 # variable) is caught here and not as an overflow or an hour-long run on the engines.
@@ -115,6 +121,12 @@ class StepConfig:
     fsdp_compile: str = "per-block"
     """For FSDP2 with compile on: per-block compiles each block, then fully_shard per block
     (torchtitan's order); whole shards first, then compiles the whole model in one call."""
+
+    optimizer_impl: str = "as-built"
+    """How a training step's optimizer runs: as-built (as the Workload's or the scenario's
+    optimizer was made), foreach or fused (the same optimizer remade with foreach=True /
+    fused=True: fewer, larger kernels per step), or compiled (its step under torch.compile,
+    PyTorch's "compiled optimizer" recipe). Training steps only."""
 
     batch: Optional[int] = None
     """Batch size; None takes the scenario's default for the device."""
@@ -311,7 +323,7 @@ class StepConfig:
             >>> StepConfig().replace(compile="default", dynamic="mark").label()
             'tp-mlp-infer compile=default dynamic=mark'
         """
-        return dataclasses.replace(self, **_refuse_unknown("StepConfig.replace", changes))
+        return dataclasses.replace(self, **refuse_unknown("StepConfig.replace", changes))
 
     def diff(self, other: "StepConfig") -> dict:
         """{field: (self value, other value)} for fields that differ."""
@@ -329,7 +341,7 @@ class StepConfig:
         if not isinstance(d, Mapping):
             raise ConfigError(f"StepConfig.from_dict expects a dict of field -> value (what "
                               f"to_dict() gives), got a {type(d).__name__}: {show_value(d)}")
-        return cls(**_refuse_unknown("StepConfig.from_dict", d))
+        return cls(**refuse_unknown("StepConfig.from_dict", d))
 
     def label(self) -> str:
         """Short human label: only what differs from the defaults."""
@@ -342,7 +354,7 @@ class StepConfig:
 _FIELDS = tuple(f.name for f in dataclasses.fields(StepConfig))
 
 
-def _refuse_unknown(where: str, changes: Mapping) -> dict:
+def refuse_unknown(where: str, changes: Mapping) -> dict:
     """ConfigError for names that are not fields (a typo would otherwise be a TypeError
     from the generated __init__, naming no fix)."""
     bad = [k for k in changes if not isinstance(k, str) or k not in _FIELDS]
@@ -359,7 +371,7 @@ def _refuse_unknown(where: str, changes: Mapping) -> dict:
 def _checked_init(init):
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        init(self, *args, **_refuse_unknown("StepConfig", kwargs))
+        init(self, *args, **refuse_unknown("StepConfig", kwargs))
     return __init__
 
 

@@ -151,6 +151,10 @@ class Workload:
             if not cfg.reshard_after_forward:
                 raise ConfigError("reshard_after_forward=False keeps parameters for the "
                                   "backward; this Workload has no loss (inference).")
+            if cfg.optimizer_impl != "as-built":
+                raise ConfigError(f"optimizer_impl={cfg.optimizer_impl!r}: this Workload has "
+                                  "no loss (inference), so no optimizer step; leave it "
+                                  "'as-built'.")
 
 
 def check_step(fn, cfg: StepConfig) -> None:
@@ -161,7 +165,8 @@ def check_step(fn, cfg: StepConfig) -> None:
     default = StepConfig(scenario="custom")
     asked = {"parallel": cfg.resolved_parallel}
     asked.update({f: getattr(cfg, f) for f in ("ddp_wrap", "optimize_ddp", "reshard_after_forward",
-                                               "fsdp_compile", "cudagraph", "dynamic")})
+                                               "fsdp_compile", "cudagraph", "dynamic",
+                                               "optimizer_impl")})
     wrong = []
     for f, v in asked.items():
         dflt = "none" if f == "parallel" else getattr(default, f)

@@ -190,6 +190,7 @@ def make_step(cfg: StepConfig, wl: Built, module, optimizer, device) -> tuple[Ca
         return step, eager_forward
 
     backward_ctx = compiled_backward(cfg)
+    optimizer_step = compiled_optimizer_step(optimizer, cfg)
 
     def step(inputs, target):
         optimizer.zero_grad(set_to_none=True)
@@ -205,7 +206,7 @@ def make_step(cfg: StepConfig, wl: Built, module, optimizer, device) -> tuple[Ca
         with range_ctx("backward"), bwd_ac(), backward_ctx():
             loss.backward()
         with range_ctx("optimizer"):
-            optimizer.step()
+            optimizer_step()
         return loss.detach()
 
     def eager_forward(inputs, target):
@@ -245,13 +246,46 @@ def apply_cudagraph(cfg: StepConfig, step: Callable, example, device) -> Callabl
     return replay
 
 
-def make_optimizer(wl: Built, module) -> Optional[torch.optim.Optimizer]:
-    """The Workload's optimizer, else the built-in scenarios' one."""
+def make_optimizer(wl: Built, module, impl: str = "as-built") -> Optional[torch.optim.Optimizer]:
+    """The Workload's optimizer, else the built-in scenarios' one; ``impl`` foreach or fused
+    remakes it with that implementation (StepConfig.optimizer_impl)."""
     if not wl.train:
         return None
     if wl.optimizer is not None:
-        return wl.optimizer(module.parameters())
-    return torch.optim.SGD(_param_groups(module), lr=1e-3, momentum=0.9)
+        opt = wl.optimizer(module.parameters())
+    else:
+        opt = torch.optim.SGD(_param_groups(module), lr=1e-3, momentum=0.9)
+    return remade(opt, impl) if impl in ("foreach", "fused") else opt
+
+
+def remade(opt: torch.optim.Optimizer, impl: str) -> torch.optim.Optimizer:
+    """The same optimizer (class, groups, settings) made again with foreach=True or
+    fused=True. Before its first step it holds no state, so nothing is lost."""
+    drop = ("foreach", "fused")
+    groups = [{k: v for k, v in g.items() if k not in drop} for g in opt.param_groups]
+    kw = {k: v for k, v in opt.defaults.items() if k not in drop}
+    try:
+        return type(opt)(groups, **kw, foreach=impl == "foreach", fused=impl == "fused")
+    except (TypeError, RuntimeError, ValueError) as e:
+        raise RuntimeError(
+            f"optimizer_impl={impl!r}: {type(opt).__name__} could not be made with "
+            f"{impl}=True ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+            "torch's Adam, AdamW, SGD and Adagrad take it, other optimizers may not: "
+            "leave optimizer_impl='as-built'") from e
+
+
+def compiled_optimizer_step(optimizer, cfg: StepConfig) -> Callable:
+    """optimizer.step, or under optimizer_impl='compiled' that step compiled (PyTorch's
+    compiled-optimizer recipe: a function calling step, under torch.compile; inductor
+    unless the config compiles with another backend)."""
+    if optimizer is None or cfg.optimizer_impl != "compiled":
+        return optimizer.step if optimizer is not None else (lambda: None)
+    backend = cfg.backend if cfg.compiled else "inductor"
+
+    @torch.compile(backend=backend, fullgraph=False)
+    def step():
+        optimizer.step()
+    return step
 
 
 def _param_groups(module) -> list:

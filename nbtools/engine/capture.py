@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from nbtools.engine import machine, progress, quiet
+from nbtools.engine import progress, quiet, signals
 from nbtools.engine.memory import MemoryRecorder
 from nbtools.analysis import tables
 from nbtools.engine.apply import range_ctx
@@ -51,7 +51,7 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
     plan = [("warmup", cfg.warmup), ("measured", cfg.steps)]
     plan.append(("profiled", profiled))
     windows = []
-    sampler = machine.Sampler(device.type) if quiet.SETTINGS["sample_machine"] else None
+    sampler = signals.current()      # sampling since the run began (runner.run)
     mem = MemoryRecorder(cfg, device, rank)
     mem.start()
     with contextlib.ExitStack() as timed:   # quiet.timed_steps: the measured and profiled steps
@@ -62,7 +62,7 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
     # NaN loss stays NaN (it reaches the weights); a per-step check would sync every step
     out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=value,
                nonfinite=isinstance(last, torch.Tensor) and not math.isfinite(value),
-               machine=sampler.result() if sampler is not None else None, **mem.collect(prof))
+               **mem.collect(prof))
     if prof is not None:
         from nbtools.trace.load import events_from_profiler
         from nbtools.trace.details import detail_rows, details_wire

@@ -3,17 +3,18 @@ only the wrappers, which nothing; the workload (a built-in scenario, a user's Wo
 custom step) made real and every toggle applied to it (apply.py)."""
 from __future__ import annotations
 
-from nbtools.config.step_config import StepConfig
+from nbtools.config.step_config import RUN_ONLY as _RUN_ONLY, StepConfig
 from nbtools.engine.state import S as _S
 
-# Fields that do not change what is built: changing only these reuses all state.
+# _RUN_ONLY: fields that do not change what is built: changing only these reuses all state.
 # (torch_trace is not one: turning it on rebuilds, so the trace holds the compiles.)
-_RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "cache")
 # Fields that change the weights, optimizer and inputs (everything else changes wrappers).
 _MODEL = ("scenario", "parallel", "size", "batch", "seq_len", "seq_schedule", "seed",
           # fully_shard is applied once per model, and per-block compile changes the blocks
           # in place: either choice needs a fresh model
-          "reshard_after_forward", "fsdp_compile")
+          "reshard_after_forward", "fsdp_compile",
+          # another optimizer: a fresh one from the first step, as a job would start with
+          "optimizer_impl")
 # Of those, the ones that change only the inputs: under cache="continue" the same model
 # (weights, optimizer, compiled code) meets the new inputs, as a served model meets a new
 # batch size. Rebuilding it instead would hand the compiler a new module and the CUDA-graph
@@ -81,7 +82,7 @@ def prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, bool
         notes = (f"workload {user_wl.name}: {param_count(wl.model):,} parameters on this "
                  "rank",) + notes
     if _S.cache.get("optimizer") is None:
-        _S.cache["optimizer"] = apply.make_optimizer(wl, module)
+        _S.cache["optimizer"] = apply.make_optimizer(wl, module, cfg.optimizer_impl)
     opt = _S.cache["optimizer"]
     step, eager_forward = apply.make_step(cfg, wl, module, opt, _S.device)
     if cfg.cudagraph == "manual":

@@ -47,6 +47,17 @@ def publish(phase: str, step: int | None = None, of: int | None = None,
     return True
 
 
+def send(key: str, payload: dict) -> bool:
+    """Publish ``payload`` under ``key`` on the same channel, from any thread (ipykernel's
+    iopub sends through its own I/O thread): the live signals (engine/signals.py). Returns
+    whether it went out; outside an ipyparallel engine nothing does."""
+    pub = _publisher()
+    if pub is None:
+        return False
+    pub.publish_data({key: payload})
+    return True
+
+
 def _publisher():
     try:
         from ipykernel.zmqshell import ZMQInteractiveShell

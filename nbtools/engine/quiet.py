@@ -29,9 +29,12 @@ against a plain script with each switch at its old setting (``BEFORE``) and at i
 - ``frame_hook_after_warmup``: the compile recorder's count of compiled-frame entries
   (a Python call per entry) stays on only for the warm-up steps, which already tell
   whether compiled code ran; off for the timed steps. Kept on when there is no warm-up.
-- ``sample_machine``: sample the machine's state over the timed steps (engine/machine.py).
-  Not a cost removed but one added: on by default, off in ``BEFORE`` (the engine had no
-  sampler), so the benchmark's 'after' pays for it.
+- ``sample_machine``: sample the machine's signals through the whole run and send the
+  latest to the client twice a second (engine/signals.py: 50 samples a second on a GPU,
+  20 on CPU). Not a cost removed but one added: on by default, off in ``BEFORE`` (the
+  engine had no sampler), so the benchmark's 'after' pays for it; off, a run has no
+  ``samples``, no machine columns and no live strip (benchmarks/signals_cost.py measures
+  the lab with it against the lab without it).
 - ``cupti_teardown``: let Kineto detach CUPTI (``cuptiFinalize``) when a profiler session
   ends, by setting ``TEARDOWN_CUPTI=1`` in the engine process (Kineto reads it with getenv
   at every teardown). Without it CUPTI stays subscribed for the process's life and every
@@ -119,8 +122,9 @@ def publish_step(phase: str) -> bool:
 
 @contextlib.contextmanager
 def timed_steps(recorder=None, warmed: bool = True, sampler=None):
-    """Around the measured and profiled steps; ``sampler`` (engine/machine.py) samples the
-    machine while they run, started after the collection."""
+    """Around the measured and profiled steps; ``sampler`` (engine/signals.py, sampling
+    since the run began) lists the processes on the GPU after the collection and again
+    after the steps."""
     global _frozen, _holds_state, _walk_all
     hook_off = False
     if SETTINGS["gc_freeze"]:
@@ -138,12 +142,12 @@ def timed_steps(recorder=None, warmed: bool = True, sampler=None):
         hook_off = recorder.pause_frame_hits()
     _timed.set()
     if sampler is not None:
-        sampler.start()
+        sampler.timed_start()
     try:
         yield
     finally:
         if sampler is not None:
-            sampler.stop()
+            sampler.timed_stop()
         _timed.clear()
         if hook_off:
             recorder.resume_frame_hits()

@@ -23,9 +23,11 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None,
     status='failed' with the traceback, after aborting the group so peers stop waiting.
     ``checked_for``: the device type the lab checked the run for (Lab.check); a run checked
     for this engine's device is trusted, any other (a direct call) is checked here."""
-    from nbtools.engine import progress
+    from nbtools.engine import progress, signals
     t_start = time.time_ns()
     progress.publish("start", run_id=run_id)
+    # the machine's signals through the whole run, compiles included (engine/signals.py)
+    sampler = signals.begin(_S.device.type, _S.rank, run_id) if _S.device is not None else None
     out = dict(rank=_S.rank, status="ok", error="", run_id=run_id)
     failed, caught = False, []
     trace_dir = None
@@ -54,6 +56,11 @@ def run(cfg: StepConfig, run_id: str, user_fn: Optional[Callable] = None,
         user_fn = None
         release_peers(run_id, out["error"])
     out["warnings"] = _warning_rows(caught)
+    if sampler is not None:
+        try:
+            out["machine"], out["signals"] = sampler.finish()
+        except Exception as e:  # noqa: BLE001 - the samples are a courtesy, the run is not
+            out["machine"] = dict(error=f"sampling failed: {type(e).__name__}: {e}")
     out["engine_s"] = (time.time_ns() - t_start) / 1e9
     progress.publish("done", run_id=run_id)
     return out
@@ -154,7 +161,7 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
         rss_mb=_rss_mb(), items_per_step=sum(items["real"]) / max(1, len(items["real"])),
         step_items=items, flops_per_step=wl.flops_per_step,
         shapes=wl.shapes(0), unused=list(cfg.unused_on(dev.type)),
-        env=_env(), host=socket.gethostname(), reports=list(_S.reports),
+        env=_env(), host=socket.gethostname(), reports=list(_S.reports), train=bool(wl.train),
         preload=dict(waited_s=preload_wait_s, imported=preload.take_new()))
     _S.run_count += 1
     return result
@@ -203,6 +210,7 @@ def _env() -> dict:
                device=str(_S.device), world_size=_S.world)
     if _S.device.type == "cuda":
         env.update(cuda=torch.version.cuda, gpu=torch.cuda.get_device_name(0),
+                   gpu_mem_mb=torch.cuda.get_device_properties(0).total_memory / 2**20,
                    nccl=".".join(map(str, torch.cuda.nccl.version())))
     else:
         env.update(cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads())

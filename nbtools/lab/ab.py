@@ -9,6 +9,7 @@ import numpy as np
 from typing import Callable, Optional
 
 from nbtools.analysis import metrics
+from nbtools.analysis.verdict import EQUIVALENCE, check_bound
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.lab.sweeps import run_one, check_rounds, round_order
 from nbtools.results.comparison import Comparison
@@ -19,7 +20,7 @@ FIRST_LOOK = 3      # rounds="auto" looks at the verdict after this round and ea
 
 def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
        on_run: Optional[Callable[[dict], None]] = None, stop=None, max_rounds: int = 12,
-       width: Optional[float] = None) -> Comparison:
+       width: Optional[float] = None, equivalence: Optional[float] = EQUIVALENCE) -> Comparison:
     """Run ``a`` and ``b`` in ``rounds`` rounds of A B B A and compare them: ``cmp.verdict``
     is B over A (geometric means) with a 95 % interval from the rounds' ratios, resolved
     when it excludes 1 (analysis/verdict.py). ``a``/``b``: StepConfigs,
@@ -44,22 +45,16 @@ def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
     interval is narrower than ``width`` (e.g. 0.04: high / low below 1.04, "no difference
     bigger than that"). Each look's interval is widened so that stopping at the first
     resolved look still calls at most 5 % of identical configs resolved (simulated in
-    tests/test_verdict.py); the text says how many rounds it took."""
-    auto = isinstance(rounds, str) and rounds == "auto"
-    if auto:
-        max_rounds = check_rounds(max_rounds)
-        if max_rounds < FIRST_LOOK:
-            raise ConfigError(f"max_rounds={max_rounds}: rounds='auto' looks from round "
-                              f"{FIRST_LOOK} on; give max_rounds >= {FIRST_LOOK}")
-        if width is not None and not (isinstance(width, (int, float)) and 0 < width < 10):
-            raise ConfigError(f"width={width!r}: give the interval's relative width to stop "
-                              "at, e.g. 0.04 (high / low below 1.04)")
-    rounds = max_rounds if auto else check_rounds(rounds)
+    tests/test_verdict.py); the text says how many rounds it took.
+
+    ``equivalence`` (default 0.02): the difference that does not matter. A verdict whose
+    whole interval lies within +-2 % says "no difference bigger than 2 %" (``equivalent``),
+    and rounds="auto" stops there too: more rounds cannot make such a change matter.
+    None: no bound."""
+    o = check_options(rounds=rounds, max_rounds=max_rounds, width=width, timeout=timeout,
+                      on_run=on_run, stop=stop, equivalence=equivalence, metric=metric)
+    auto, rounds, timeout, equivalence = o["auto"], o["rounds"], o["timeout"], o["equivalence"]
     looks = rounds - FIRST_LOOK + 1 if auto else 1
-    _check_metric(metric)
-    if timeout is not None:
-        from nbtools.lab.arguments import check_seconds
-        timeout = check_seconds("timeout", timeout)
     ca, cb = lab.check(*_args(a, "a")), lab.check(*_args(b, "b"))
     order = round_order([("A", ca), ("B", cb)])
     runs: dict = {"A": [], "B": []}
@@ -84,9 +79,9 @@ def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
             done_rounds = k + 1
             if auto and done_rounds >= FIRST_LOOK:
                 v = Comparison.from_rounds(runs["A"], runs["B"], metric, looks=looks,
-                                           per_round=PER_ROUND).verdict
-                if v.resolved or (width is not None and np.isfinite(v.low)
-                                  and v.high / v.low < 1 + width):
+                                           per_round=PER_ROUND, bound=equivalence).verdict
+                if v.resolved or v.equivalent or (width is not None and np.isfinite(v.low)
+                                                  and v.high / v.low < 1 + width):
                     break
     except _Stopped:
         note = f"stopped after {done_rounds} of {rounds} rounds"
@@ -102,7 +97,43 @@ def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
             "are in lab.history)"
         raise KeyboardInterrupt(said) if note.startswith("interrupted") else RuntimeError(said)
     return Comparison.from_rounds(runs["A"], runs["B"], metric, rounds=done_rounds, note=note,
-                                  looks=looks, per_round=PER_ROUND)
+                                  looks=looks, per_round=PER_ROUND, bound=equivalence)
+
+
+def check_options(*, rounds, max_rounds=12, width=None, timeout=None, on_run=None, stop=None,
+                  equivalence=EQUIVALENCE, metric="step_ms") -> dict:
+    """Every argument of lab.ab (and lab.explore, which passes them on) checked before the
+    first run: a ConfigError naming the argument and what to give, not a TypeError
+    minutes later. Returns auto (rounds="auto"), rounds (the most to run), timeout,
+    equivalence, as checked."""
+    auto = isinstance(rounds, str) and rounds == "auto"
+    if isinstance(rounds, str) and not auto:
+        raise ConfigError(f"rounds={rounds!r}: give a whole number of rounds (e.g. 5) or "
+                          "'auto' (as many as it takes, up to max_rounds)")
+    most = check_rounds(max_rounds, "max_rounds")
+    if auto and most < FIRST_LOOK:
+        raise ConfigError(f"max_rounds={max_rounds}: rounds='auto' looks from round "
+                          f"{FIRST_LOOK} on; give max_rounds >= {FIRST_LOOK}")
+    if width is not None and (isinstance(width, bool) or not isinstance(width, (int, float))
+                              or not 0 < width < 10):
+        raise ConfigError(f"width={width!r}: give the interval's relative width to stop "
+                          "at, e.g. 0.04 (high / low below 1.04)")
+    if timeout is not None:
+        from nbtools.lab.arguments import check_seconds
+        timeout = check_seconds("timeout", timeout)
+    if on_run is not None and not callable(on_run):
+        raise ConfigError(f"on_run={on_run!r}: give a function called with each run's event "
+                          "dict (or leave it out)")
+    if stop is not None and not callable(getattr(stop, "is_set", None)):
+        raise ConfigError(f"stop={stop!r}: give an object with is_set(), such as a "
+                          "threading.Event you set to stop (or leave it out)")
+    try:
+        equivalence = check_bound(equivalence)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    _check_metric(metric)
+    return dict(auto=auto, rounds=most if auto else check_rounds(rounds), timeout=timeout,
+                equivalence=equivalence)
 
 
 class _Stopped(Exception):
@@ -176,7 +207,8 @@ def verdicts(runs: list, metric: str = "step_ms", baseline=None):
     for g in groups:
         if g is base:
             continue
-        v = Comparison.from_rounds(base, g, metric, per_round=PER_ROUND).verdict
+        v = Comparison.from_rounds(base, g, metric, per_round=PER_ROUND,
+                                   bound=EQUIVALENCE).verdict
         rows.append({**{f: getattr(g[0].config, f) for f in fields},
                      **{k: x for k, x in v.to_dict().items() if k != "metric"}})
     return pd.DataFrame(rows)

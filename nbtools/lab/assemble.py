@@ -1,9 +1,11 @@
 """The ranks' reports of one run -> a Run: their tables joined, the summary and its flags,
-and the root cause of a failure named first."""
+and the root cause of a failure named first; ``keep``: that Run in the lab's history."""
 from __future__ import annotations
 
 import pandas as pd
 
+from nbtools.analysis import machine
+from nbtools.analysis import samples as signal_samples
 from nbtools.analysis import summary as summ
 from nbtools.analysis import tables
 from nbtools.analysis.compile_counts import divergence
@@ -16,13 +18,28 @@ _PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Co
                "process group is broken", "NCCL communicator was aborted")
 
 
+def keep(lab, fn, cfg, run_id, t0, reports, unfinished) -> Run:
+    """A finished run as lab.run keeps it (Ctrl-C is held around this, so all or none of it
+    happens): the lab marked for what the next run repairs first (ranks that did not finish
+    or failed), the Run assembled, its once-per-lab flags, its workload's name, added to the
+    history and saved."""
+    lab._replace |= set(unfinished)
+    lab._pg_broken |= bool(unfinished) or any(r.get("status") != "ok" for r in reports.values())
+    run = assemble(lab, cfg, run_id, t0, reports, unfinished)
+    run.flags = machine.once_per_lab(run.flags, lab.said_once)
+    run.env["workload"] = getattr(fn, "name", None) or getattr(fn, "__name__", None)
+    lab._pg_broken |= not run.ok
+    lab.history.add(run)
+    return run
+
+
 def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
     """One Run from every rank's report: the tables concatenated, failed and unfinished ranks'
     errors, the summary, flags and environment."""
     # what the ranks send is the user's text too (ctx.report values, notes, errors): a lone
     # surrogate in it made the reports table, and then the save, fail, losing the run
     # (the tables' names are made valid where they are built, and are large: not walked)
-    reports = {r: {k: v if k in ("events", "steps", "compile") else valid_texts(v)
+    reports = {r: {k: v if k in ("events", "steps", "compile", "signals") else valid_texts(v)
                    for k, v in rep.items()} for r, rep in reports.items()}
     ok = {r: rep for r, rep in reports.items() if rep.get("status") == "ok"}
     steps = tables.concat([tables.from_wire(tables.STEP_COLUMNS, rep["steps"])
@@ -56,6 +73,8 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
                                 if rep.get("torch_trace")})
     mem = [pd.DataFrame(rep["memory"]) for rep in ok.values() if rep.get("memory") is not None]
     run.memory = pd.concat(mem, ignore_index=True) if mem else pd.DataFrame()
+    # every rank's signals, a failed rank's too: what its machine did until it stopped
+    run.samples = signal_samples.table(reports)
     run.event_details = tables.concat([tables.from_wire(DETAIL_COLUMNS, rep["event_details"])
                                        for rep in ok.values() if rep.get("event_details")],
                                       DETAIL_COLUMNS)

@@ -1,195 +1,359 @@
-"""lab.explore: from a run's advice to A/Bs that prove or refute it. Run the start config
-once, advise it, and try each suggestion that changes a StepConfig field as an A/B (lab.ab,
-interleaved rounds) of the best so far against best + change; a change resolved faster is
-kept, and the new best's run is advised again, so changes combine greedily. Within a wall
-budget, checked before each A/B with an estimate from the runs so far. Every run stays in
-the history; a failing change is recorded and skipped; Ctrl-C or ``stop`` returns what
-finished."""
+"""lab.explore: from a run's diagnosis and advice to A/Bs that prove or refute it, inside a
+budget it keeps.
+
+1. Run the start config once and advise it (lab.advise: the move that fits why the step
+   takes its time, moves this lab saw fail set aside).
+2. Screen: every candidate gets one short round of A B B A, unprofiled (a compile paid
+   once on warm engines, priced first). One that is clearly worse there (both B runs beyond
+   both A runs, by more than the round's own spread and the equivalence bound) is dropped
+   with its numbers; the others are ranked by what the screen read.
+3. Prove: the most promising first, in rounds (lab.ab, ``rounds`` or "auto") that start
+   afresh (the screen's round is not reused: it chose the candidate, so it would bias the
+   proof). Kept when B is resolved better; "no difference bigger than X %" and a resolved
+   loss are remembered so the lab does not propose them again. After a keep the new best's
+   run is advised again and the rest is screened against it: changes combine greedily.
+4. The budget: each screen and proof is priced before it starts from warm runs measured
+   on this lab plus a compile estimate (lab/price.py), never from a cold start run; inside
+   an A/B a run that would end past the budget is not started. So the whole exploration
+   ends within ``budget_s`` plus one run, and the table says what each step cost and what
+   was left untried for lack of budget.
+
+Every run stays in the history; a failing change is recorded and skipped; Ctrl-C or
+``stop`` returns what finished."""
 from __future__ import annotations
 
-import math
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from nbtools.analysis.advice import valid_change
+from nbtools.analysis.verdict import EQUIVALENCE
 from nbtools.config.step_config import ConfigError, StepConfig
-from nbtools.config.workload import Workload, patch_text, with_model_patch
+from nbtools.config.workload import Workload, with_model_patch
 from nbtools.lab import ab as ab_rounds
+from nbtools.lab import price, tried
+from nbtools.lab.explore_args import check_also, check_budget, target_and_start
+from nbtools.lab.explore_runs import Runs, clearly_worse, first_error, gain, screen_text
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.live_line import LiveLine
-from nbtools.results.exploration import (GONE, IN_YOUR_CODE, KEPT, NOT_FASTER,
-                                         OVER_BUDGET, Exploration, change_text)
+from nbtools.results.exploration import (DROPPED, EQUIVALENT, GONE, IN_YOUR_CODE, KEPT,
+                                         NOT_FASTER, OVER_BUDGET, SLOWER, Exploration,
+                                         new_row)
+
+MIN_WARMUP = 3
+"""Warm-up steps an A/B that turns a compile on gives both sides: the first call compiles,
+the second new shape recompiles (automatic dynamic), then the steps are steady."""
 
 
 def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rounds: int = 12,
             width: Optional[float] = None, also=(), timeout=None,
             on_step: Optional[Callable[[dict], None]] = None,
-            on_run: Optional[Callable[[dict], None]] = None, stop=None) -> Exploration:
-    """Lab.explore: run ``start`` once, advise it, and try each suggestion that changes a
-    field (or carries a model patch) as an A/B (lab.ab: ``rounds`` of A B B A, "auto"
-    allowed) of the best so far against best + change; keep it when B is resolved faster
-    and re-advise the new best's run (changes combine greedily). ``target``: a Workload, a
-    step function (``start``: its StepConfig or a dict of fields) or a StepConfig. Stops
-    when the suggestions or ``budget_s`` (wall seconds, checked before each A/B against an
-    estimate from the runs so far) run out. ``also=[{fields}]``: changes to try beside the
-    advice; ``on_step(row)`` per A/B; ``on_run``, ``stop``, ``timeout``, ``max_rounds``,
-    ``width`` as in lab.ab. Every run stays in the history; a failing change is recorded
-    and skipped; Ctrl-C returns what finished."""
-    fn, start = _target(target, start)
-    budget_s = _budget(budget_s)
-    extra = _also(also)
-    if not (isinstance(rounds, str) and rounds == "auto"):
-        ab_rounds.check_rounds(rounds)
+            on_run: Optional[Callable[[dict], None]] = None, stop=None,
+            equivalence: Optional[float] = EQUIVALENCE, screen: bool = True) -> Exploration:
+    """Lab.explore: run ``start`` once, advise it, screen each suggestion that changes a
+    field (or carries a model patch) with one A B B A round, and prove the promising ones
+    in order as A/Bs (lab.ab: ``rounds`` of A B B A, "auto" allowed) of the best so far
+    against best + change; keep one when B is resolved better and re-advise the new best's
+    run (changes combine greedily). ``target``: a Workload, a step function (``start``:
+    its StepConfig or a dict of fields) or a StepConfig. ``budget_s``: wall seconds; each
+    screen and proof is priced before it starts (warm runs measured here plus a compile
+    estimate) and skipped as over budget when it does not fit, and no run starts that would
+    end past it. ``equivalence``: the difference that does not matter (0.02: "no
+    difference bigger than 2 %" ends an A/B and the change is not kept). ``screen=False``:
+    no screen round, straight to the proof. ``also=[{fields}]``: changes to try beside the
+    advice; ``on_step(row)`` per row of the table; ``on_run``, ``stop``, ``timeout``,
+    ``max_rounds``, ``width`` as in lab.ab. Every argument is checked before the first
+    run. Every run stays in the history; a failing change is recorded and skipped; Ctrl-C
+    returns what finished."""
+    fn, start = target_and_start(target, start)
+    budget_s = check_budget(budget_s)
+    extra = check_also(also)
+    opts = ab_rounds.check_options(rounds=rounds, max_rounds=max_rounds, width=width,
+                                   timeout=timeout, on_run=on_run, stop=stop,
+                                   equivalence=equivalence)
+    if on_step is not None and not callable(on_step):
+        raise ConfigError(f"on_step={on_step!r}: give a function called with each row of "
+                          "the table (or leave it out)")
+    if not isinstance(screen, bool):
+        raise ConfigError(f"screen={screen!r}: True (one short round per candidate first) "
+                          "or False")
     lab.check(fn, start) if fn is not None else lab.check(start)   # ConfigError before a run
-    t0 = time.perf_counter()
-    ex = Exploration(start=start, best=start, workload=fn, best_workload=fn, budget_s=budget_s)
-    line = None if on_step is not None else LiveLine(lab)
-    run_s: list = []            # wall seconds of each run so far: the budget's estimate
+    ex = Exploration(start=start, best=start, workload=fn, best_workload=fn, budget_s=budget_s,
+                     equivalence=opts["equivalence"])
+    x = _Explorer(lab, ex, rounds, opts, width, on_step, on_run, stop, screen,
+                  None if on_step is not None else LiveLine(lab))
     try:
-        with (line or _Null()):
-            t = time.perf_counter()
-            if line:
-                line.say(f"explore: running the start config ({start.label()})")
-            first = run_or_keep(lab, lab.check(fn, start) if fn is not None else lab.check(start))
-            run_s.append(time.perf_counter() - t)
-            if not first.ok:
-                from nbtools.lab.errors import RunFailed
-                raise RunFailed(f"explore: the start config failed, nothing to advise: "
-                                f"{_first_error(first)}", first)
-            ex.start_run = first
-            _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop,
-                  on_step, on_run, line, run_s, t0)
+        with (x.line or _Null()):
+            first = x.start_run()
+            if first is not None:
+                x.loop(first, extra)
     except KeyboardInterrupt:
-        ex.note = ex.note or (f"interrupted (Ctrl-C) after {_abs(ex)} A/B(s): what finished "
-                              "is kept")
-    ex.elapsed_s = time.perf_counter() - t0
+        ex.note = ex.note or (f"interrupted (Ctrl-C) after {ex.ab_count} A/B(s): what "
+                              "finished is kept")
+    ex.elapsed_s = time.perf_counter() - x.t0
     return ex          # the caller shows it (its repr and HTML carry the verdict)
 
 
-def _loop(lab, ex, fn, first, extra, rounds, max_rounds, width, timeout, stop, on_step,
-          on_run, line, run_s, t0) -> None:
-    seen: set = set()
-    # lab.advise, not advise: a run on warm engines reused its graphs, and lab.advise adds
-    # the findings of the run that compiled them
-    queue = _suggested(lab.advise(first), seen) + [(None, c) for c in extra if _new(c, seen)]
-    budget_out = False
-    while queue:
-        s, change = queue.pop(0)
+@dataclass
+class _Candidate:
+    s: object             # the Suggestion (None: an ``also`` change)
+    change: dict
+    patch: dict
+    row: dict
+    a: object = None      # the sides as lab.ab takes them
+    b: object = None
+    ka: tuple = ()
+    kb: tuple = ()
+    gain: float = 1.0     # the screen's B over A as "times better" (1: not screened)
+    metric: str = "step_ms"
+    extra: dict = field(default_factory=dict)
+
+
+class _Explorer(Runs):
+    def __init__(self, lab, ex, rounds, opts, width, on_step, on_run, stop, screen, line):
+        self.lab, self.ex, self.rounds, self.opts = lab, ex, rounds, opts
+        self.width, self.on_step, self.on_run, self.stop = width, on_step, on_run, stop
+        self.screen_on, self.line = screen, line
+        self.prices = price.Prices()
+        self.t0 = time.perf_counter()
+        self.deadline = self.t0 + ex.budget_s
+        self.seen: set = set()
+        self.budget_hit = False
+
+    # -- the budget ---------------------------------------------------------------------
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def say(self, text: str) -> None:
+        if self.line:
+            self.line.say(text)
+
+    # -- the start ----------------------------------------------------------------------
+    def start_run(self):
+        ex, fn = self.ex, self.ex.workload
+        self.say(f"explore: running the start config ({ex.start.label()})")
+        t = time.perf_counter()
+        checked = self.lab.check(fn, ex.start) if fn is not None else self.lab.check(ex.start)
+        first = run_or_keep(self.lab, checked, timeout=self.opts["timeout"])
+        self.prices.record(price.key(fn, ex.start), time.perf_counter() - t, first)
+        ex.start_s = time.perf_counter() - t
+        if not first.ok:
+            from nbtools.lab.errors import RunFailed
+            raise RunFailed(f"explore: the start config failed, nothing to advise: "
+                            f"{first_error(first)}", first)
+        ex.start_run = first
+        return first
+
+    # -- the loop -----------------------------------------------------------------------
+    def loop(self, first, extra) -> None:
+        advice = self.advise(first)
+        queue = self.suggested(advice) + [(None, c) for c in extra if self.new(c)]
+        while queue:
+            promising = self.screen_all(queue)
+            if self.ex.note:
+                return
+            promising.sort(key=lambda c: -c.gain)
+            queue = []
+            for i, cand in enumerate(promising):
+                kept = self.prove(cand, len(promising) - i)
+                if self.ex.note:
+                    return
+                if kept is not None:
+                    advice = self.advise(kept.b)
+                    queue = self.suggested(advice) + self.still_shown(
+                        advice, promising[i + 1:], cand.row["change"])
+                    break
+
+    def advise(self, run):
+        """lab.advise: a run on warm engines reused its graphs, and lab.advise adds the
+        findings of the run that compiled them, and sets aside what this lab saw fail."""
+        advice = self.lab.advise(run)
+        self.ex.advice.append(advice)
+        for s, why in getattr(advice, "skipped", ()):
+            patch = dict(s.model_patch) if not s.change else {}
+            self.add(new_row(s, dict(s.change), patch), f"not tried again: {why}")
+        return advice
+
+    def suggested(self, advice) -> list:
+        out = []
+        for s in advice:
+            if s.model_patch and not s.change:
+                if self.new({f"model.{k}": v for k, v in s.model_patch.items()}):
+                    out.append((s, {}))
+            elif not s.change or self.new(s.change):
+                out.append((s, dict(s.change)))
+        return out
+
+    def new(self, change: dict) -> bool:
+        k = tuple(sorted((f, repr(v)) for f, v in change.items()))
+        if k in self.seen:
+            return False
+        self.seen.add(k)
+        return True
+
+    def still_shown(self, advice, rest: list, kept: str) -> list:
+        """The candidates not proven yet that the new best's advice still has (and the
+        ``also`` changes); the others went with the kept change and are recorded so."""
+        now = {_same(s) for s in advice}
+        out = []
+        for c in rest:
+            if c.s is None or _same(c.s) in now:
+                out.append((c.s, c.change))
+            else:
+                self.add(new_row(c.s, c.change, c.patch), f"{GONE} {kept}")
+        return out
+
+    # -- one candidate's checks ---------------------------------------------------------
+    def candidate(self, s, change) -> Optional[_Candidate]:
+        ex = self.ex
         # a fix in the person's code is tried on their model when the suggestion says how
         # (a model patch such as HF's config.use_cache); otherwise it is theirs to make
         patch = dict(s.model_patch) if s is not None and not change else {}
-        row = _row(s, change, patch)
+        row = new_row(s, change, patch)
         if not change and not patch:
-            _add(ex, row, IN_YOUR_CODE, on_step)
-            continue
+            return self.add(row, IN_YOUR_CODE)
         if patch and not isinstance(ex.best_workload, Workload):
-            _add(ex, row, IN_YOUR_CODE + " (a step function's model is out of the lab's "
-                 "reach)", on_step)
-            continue
+            return self.add(row, IN_YOUR_CODE + " (a step function's model is out of the "
+                            "lab's reach)")
         bad = valid_change(ex.best, change)
         if bad:
-            _add(ex, row, f"not valid: {bad}", on_step)
-            continue
+            return self.add(row, f"not valid: {bad}")
         cand = ex.best.replace(**change)
         if cand == ex.best and not patch:
-            _add(ex, row, "already in the best config", on_step)
-            continue
+            return self.add(row, "already in the best config")
         wl = with_model_patch(ex.best_workload, patch) if patch else ex.best_workload
+        base, kept_as = ex.best, cand
+        if price.compiles_differently(cand, base) and cand.warmup < MIN_WARMUP:
+            # automatic dynamic shapes recompile at the second new shape: with fewer warm-up
+            # steps the compiles land in B's measured steps and the A/B times them
+            row["note"] = (f"warm-up {MIN_WARMUP} on both sides (was {cand.warmup}): the "
+                           "compiles belong before the measured steps")
+            base, cand = base.replace(warmup=MIN_WARMUP), cand.replace(warmup=MIN_WARMUP)
         try:
-            a, b = _side(ex.best_workload, ex.best), _side(wl, cand)
-            lab.check(*a) if isinstance(a, tuple) else lab.check(a)
-            lab.check(*b) if isinstance(b, tuple) else lab.check(b)
+            a, b = _side(ex.best_workload, base), _side(wl, cand)
+            _check(self.lab, a)
+            _check(self.lab, b)
         except ConfigError as e:
-            _add(ex, row, f"not valid: {e}", on_step)
-            continue
-        n_rounds, most, why = _fit(rounds, max_rounds, ex.budget_s,
-                                   ex.budget_s - (time.perf_counter() - t0), run_s)
-        if budget_out or why:
-            budget_out = True
-            _add(ex, row, OVER_BUDGET + (f" ({why})" if why else ""), on_step)
-            continue
-        if stop is not None and stop.is_set():
-            ex.note = f"stopped after {_abs(ex)} A/B(s)"
-            return
-        ends = _Ends(stop)
-        events = _timer(run_s, on_run, change or {"model": patch_text(patch)}, line,
-                        len(ex.comparisons) + 1, ends)
-        t = time.perf_counter()
-        try:
-            cmp = ab_rounds.ab(lab, a, b, rounds=n_rounds, timeout=timeout, on_run=events,
-                               stop=ends, max_rounds=most, width=width)
-        except KeyboardInterrupt:
-            ex.note = f"interrupted (Ctrl-C) during the A/B of {change_text(change)}"
-            raise
-        except Exception as e:  # noqa: BLE001 - a change that fails is recorded and skipped
-            row["seconds"], row["runs"] = time.perf_counter() - t, ends.runs
-            if stop is not None and stop.is_set() and ends.failed is None:
-                _add(ex, row, f"stopped: not kept ({ends.runs} run(s))", on_step)
-                ex.note = f"stopped during the A/B of {row['change']}"
-                return
-            _add(ex, row, f"failed: {type(e).__name__}: {_line(e)}", on_step)
-            continue
-        row["seconds"] = time.perf_counter() - t
+            return self.add(row, f"not valid: {e}")
+        metric = s.metric if s is not None else "step_ms"
+        row["metric"] = metric
+        return _Candidate(s, change, patch, row, a, b, price.key(ex.best_workload, base),
+                          price.key(wl, cand), metric=metric,
+                          extra=dict(cfg=kept_as, workload=wl))
+
+    # -- the screen ---------------------------------------------------------------------
+    def screen_all(self, queue) -> list:
+        out = []
+        for s, change in queue:
+            c = self.candidate(s, change)
+            if c is None:
+                continue
+            if not self.screen_on:
+                out.append(c)
+                continue
+            cost, how = self.prices.screen_s(c.ka, c.kb)
+            if cost > self.left():
+                self.add(c.row, f"{OVER_BUDGET}: its screen round ~{cost:.0f} s ({how}), "
+                         f"{max(self.left(), 0):.0f} s left")
+                continue
+            if self.stopped():
+                return out
+            cmp, t = self.ab(c, rounds=1, screen=True)
+            c.row["seconds"] += time.perf_counter() - t
+            if cmp is None:
+                continue
+            c.row["runs"] += len(cmp.runs_a or []) + len(cmp.runs_b or [])
+            v = cmp.verdict
+            c.row["screen"] = screen_text(cmp, c.metric)
+            if not v.rounds:
+                self.add(c.row, f"failed in the screen: {first_error(_failed(cmp))}")
+                continue
+            c.gain = gain(v.ratio, c.metric)
+            if clearly_worse(cmp, c.metric, self.ex.equivalence):
+                tried.remember(self.lab, self.ex.best_workload, self.ex.best, c.s or c.change,
+                               f"its screen round read {c.row['screen']}")
+                self.add(c.row, f"{DROPPED}: {c.row['screen']}")
+                continue
+            out.append(c)
+        return out
+
+    # -- the proof ----------------------------------------------------------------------
+    def prove(self, c: _Candidate, waiting: int = 1):
+        """The A/B that decides ``c``; rounds="auto" gets at most its share of what is left
+        (``waiting``: the promising candidates from this one on), so one unresolvable
+        candidate does not spend the budget the others' proofs need."""
+        per = self.prices.round_s(c.ka, c.kb)
+        if not per:
+            per, _ = self.prices.screen_s(c.ka, c.kb)
+        need = ab_rounds.FIRST_LOOK if self.opts["auto"] else self.opts["rounds"]
+        if per * need > self.left():
+            return self.add(c.row, f"{OVER_BUDGET}: the proof needs ~{per * need:.0f} s ("
+                            f"{need} rounds of ~{per:.0f} s), {max(self.left(), 0):.0f} s "
+                            "left" + (f"; its screen read {c.row['screen']}"
+                                      if c.row.get("screen") else ""))
+        if self.stopped():
+            return None
+        most = self.opts["rounds"]
+        if self.opts["auto"] and per > 0:
+            share = self.left() / max(waiting, 1)
+            most = max(ab_rounds.FIRST_LOOK, min(most, int(share // per)))
+        cmp, t = self.ab(c, rounds="auto" if self.opts["auto"] else self.opts["rounds"],
+                         max_rounds=most)
+        c.row["seconds"] += time.perf_counter() - t
+        if cmp is None:
+            return None
+        ex, v = self.ex, cmp.verdict
         ex.comparisons.append(cmp)
-        v = cmp.verdict
-        row.update(ab=len(ex.comparisons) - 1, verdict=v.text, ratio=v.ratio, low=v.low,
-                   high=v.high, resolved=v.resolved, rounds=v.rounds,
-                   runs=len(cmp.runs_a or []) + len(cmp.runs_b or []))
+        c.row["runs"] += len(cmp.runs_a or []) + len(cmp.runs_b or [])
+        c.row.update(ab=len(ex.comparisons) - 1, verdict=v.text, ratio=v.ratio, low=v.low,
+                     high=v.high, resolved=v.resolved, rounds=v.rounds)
         failed = [r for r in list(cmp.runs_b or []) + list(cmp.runs_a or []) if not r.ok]
-        if ends.failed is not None:
-            row["runs"] = ends.runs
-            _add(ex, row, f"failed: {_first_error(ends.failed)}", on_step)
-            continue
-        if cmp.note and (cmp.note.startswith("interrupted") or cmp.note.startswith("stopped")):
-            _add(ex, row, f"{cmp.note.split(' after')[0]}: not kept ({v.rounds} round(s))",
-                 on_step)
-            ex.note = f"{cmp.note.split(' after')[0]} during the A/B of {row['change']}"
-            return
         if failed and not v.rounds:
-            _add(ex, row, f"failed: {_first_error(failed[0])}", on_step)
-            continue
+            return self.add(c.row, f"failed: {first_error(failed[0])}")
         if v.good:
-            ex.best, ex.best_workload = cand, wl
-            ex.kept = ex.kept + [dict(change) if change else {f"model.{k}": v
-                                                             for k, v in patch.items()}]
-            if patch:
-                ex.patches = ex.patches + [(patch, s.code)]
-            _add(ex, row, KEPT, on_step)
-            # the new best's own advice: what the change exposed, tried on top of it; what
-            # it no longer shows was the old best's problem, gone with this change
-            advice = lab.advise(cmp.b)
-            queue = _suggested(advice, seen) + _still_shown(ex, advice, queue, row["change"],
-                                                            on_step)
-        else:
-            _add(ex, row, NOT_FASTER + (f" ({len(failed)} run(s) failed)" if failed else ""),
-                 on_step)
-        if line:
-            line.said(f"explore {row['ab'] + 1}: {row['change']}: {v.text} -> {row['outcome']}")
+            ex.best, ex.best_workload = c.extra["cfg"], c.extra["workload"]
+            ex.kept = ex.kept + [dict(c.change) if c.change else
+                                 {f"model.{k}": x for k, x in c.patch.items()}]
+            if c.patch:
+                ex.patches = ex.patches + [(c.patch, c.s.code)]
+            self.add(c.row, KEPT)
+            self.said(c, v)
+            return cmp
+        outcome = (SLOWER if v.resolved else EQUIVALENT.format(bound=_pct(v.bound))
+                   if v.equivalent else NOT_FASTER)
+        if self.budget_hit:
+            outcome += f" (the budget ended it after {v.rounds} round(s))"
+        if v.resolved or v.equivalent:
+            tried.remember(self.lab, ex.best_workload, ex.best, c.s or c.change,
+                           f"an A/B read {v.text}")
+        self.add(c.row, outcome + (f" ({len(failed)} run(s) failed)" if failed else ""))
+        self.said(c, v)
+        return None
+
+    def said(self, c, v) -> None:
+        if self.line:
+            self.line.said(f"explore: {c.row['change']}: {v.text} -> {c.row['outcome']}")
+
+    def stopped(self) -> bool:
+        if self.stop is not None and self.stop.is_set():
+            self.ex.note = f"stopped after {self.ex.ab_count} A/B(s)"
+            return True
+        return False
+
+    def add(self, row: dict, outcome: str):
+        row["outcome"], row["kept"] = outcome, outcome == KEPT
+        self.ex.rows.append(row)
+        if self.on_step is not None:
+            self.on_step(dict(row))
+        return None
 
 
-def _suggested(advice, seen: set) -> list:
-    out = []
-    for s in advice:
-        if s.model_patch and not s.change:
-            if _new({f"model.{k}": v for k, v in s.model_patch.items()}, seen):
-                out.append((s, {}))
-        elif not s.change or _new(s.change, seen):
-            out.append((s, dict(s.change)))
-    return out
+def _pct(b) -> str:
+    return f"{100 * b:.3g} %" if b == b else "?"
 
 
-def _still_shown(ex, advice, queue: list, kept: str, on_step) -> list:
-    """The queued suggestions the new best's ``advice`` still has (and the ``also``
-    changes); the others are recorded as gone with the kept change, not tried."""
-    now = {_same(s) for s in advice}
-    out = []
-    for s, change in queue:
-        if s is None or _same(s) in now:
-            out.append((s, change))
-            continue
-        _add(ex, _row(s, change, dict(s.model_patch) if not change else {}),
-             f"{GONE} {kept}", on_step)
-    return out
+def _check(lab, side):
+    return lab.check(*side) if isinstance(side, tuple) else lab.check(side)
 
 
 def _same(s) -> tuple:
@@ -197,137 +361,13 @@ def _same(s) -> tuple:
     return s.rule, repr(sorted(s.change.items())), repr(sorted(s.model_patch.items()))
 
 
-def _row(s, change: dict, patch: dict) -> dict:
-    """A row of Exploration.steps before its A/B (if any) fills it."""
-    return dict(change=change_text(change) if not patch else patch_text(patch),
-                rule=s.rule if s else "also", verdict="", ratio=math.nan, low=math.nan,
-                high=math.nan, resolved=False, rounds=0, runs=0, seconds=0.0, kept=False,
-                ab=None)
-
-
-def _new(change: dict, seen: set) -> bool:
-    key = tuple(sorted((k, repr(v)) for k, v in change.items()))
-    if key in seen:
-        return False
-    seen.add(key)
-    return True
-
-
-def _add(ex, row: dict, outcome: str, on_step) -> None:
-    row["outcome"], row["kept"] = outcome, outcome == KEPT
-    ex.rows.append(row)
-    if on_step is not None:
-        on_step(dict(row))
-
-
-def _fit(rounds, max_rounds, budget_s, left, run_s) -> tuple:
-    """(rounds, max_rounds, '') for lab.ab, or (None, None, why the A/B does not fit the
-    budget). An A/B of k rounds is 4 k runs (A B B A), a run estimated as the mean of the
-    runs so far; rounds="auto" gets max_rounds cut to what the budget holds."""
-    if not math.isfinite(budget_s):
-        return rounds, max_rounds, ""
-    per = sum(run_s) / len(run_s) if run_s else 0.0
-    per_round = 2 * ab_rounds.PER_ROUND * per
-    need = ab_rounds.FIRST_LOOK if rounds == "auto" else rounds
-    if per_round * need > left:
-        return None, None, (f"~{per_round * need:.0f} s for {need * 2 * ab_rounds.PER_ROUND} "
-                            f"runs of ~{per:.1f} s, {max(left, 0):.0f} s left")
-    if rounds == "auto" and per_round > 0:
-        max_rounds = max(ab_rounds.FIRST_LOOK, min(max_rounds, int(left // per_round)))
-    return rounds, max_rounds, ""
-
-
-class _Ends:
-    """lab.ab's ``stop``: the caller's stop, or the first failed run of the change (its
-    other runs would fail too, or compare a broken config: skip the rest)."""
-
-    def __init__(self, stop):
-        self.stop, self.failed, self.runs = stop, None, 0
-
-    def is_set(self) -> bool:
-        return self.failed is not None or (self.stop is not None and self.stop.is_set())
-
-
-def _timer(run_s: list, on_run, change, line, k, ends):
-    """lab.ab's per-run callback: each run's wall seconds feed the budget's estimate; a
-    failed run of B ends the A/B; the event goes on to ``on_run`` (with the change) and to
-    the live line."""
-    began: dict = {}
-
-    def event(ev):
-        if ev["phase"] == "start":
-            began[ev["index"]] = time.perf_counter()
-        else:
-            ends.runs += 1
-            if ev["index"] in began:
-                run_s.append(time.perf_counter() - began.pop(ev["index"]))
-            if ev["side"] == "B" and not ev["run"].ok and ends.failed is None:
-                ends.failed = ev["run"]
-        if on_run is not None:
-            on_run(dict(ev, change=dict(change)))
-        if line and ev["phase"] == "start":
-            line.say(f"explore A/B {k}: {change_text(change)} · round {ev['round']} of "
-                     f"{ev['rounds']} · {ev['side']} (run {ev['index']} of {ev['of']})")
-    return event
-
-
 def _side(fn, cfg: StepConfig):
     return (fn, cfg) if fn is not None else cfg
 
 
-def _target(target, start) -> tuple:
-    """(the Workload or step, or None; the start config)."""
-    if isinstance(target, StepConfig):
-        if start is not None and start != target:
-            raise ConfigError("lab.explore(cfg, start=...): with a StepConfig as the target, "
-                              "it is the start; give one of them")
-        return None, target
-    if isinstance(target, Workload) or callable(target):
-        if start is None:
-            return target, StepConfig(scenario="custom")
-        if isinstance(start, dict):
-            return target, StepConfig(scenario="custom", **start)
-        if isinstance(start, StepConfig):
-            return target, start if start.scenario == "custom" else start.replace(scenario="custom")
-        raise ConfigError(f"lab.explore(..., start={start!r}): give a StepConfig or a dict of "
-                          "its fields (None: the defaults)")
-    raise ConfigError(f"lab.explore({type(target).__name__}): give a Workload, your step "
-                      "function, or a StepConfig of a built-in scenario")
-
-
-def _budget(budget_s) -> float:
-    if budget_s is None:
-        return math.inf
-    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or \
-            not budget_s > 0:
-        raise ConfigError(f"budget_s={budget_s!r}: give the wall seconds the exploration may "
-                          "take, a number > 0 (e.g. 600), or None for no limit")
-    return float(budget_s)
-
-
-def _also(also) -> list:
-    if isinstance(also, dict):
-        also = [also]
-    out = []
-    for c in also or ():
-        if not isinstance(c, dict) or not c:
-            raise ConfigError(f"also={also!r}: give a list of StepConfig field changes, e.g. "
-                              "also=[{'compile': 'default'}]")
-        out.append(dict(c))
-    return out
-
-
-def _abs(ex) -> int:
-    return sum(r.get("ab") is not None for r in ex.rows)
-
-
-def _first_error(run) -> str:
-    msg = next((m for m in (run.errors or {}).values() if m), run.status)
-    return (msg.strip().splitlines() or [run.status])[-1][:200]
-
-
-def _line(e) -> str:
-    return (str(e).strip().splitlines() or [""])[0][:200]
+def _failed(cmp):
+    runs = list(cmp.runs_b or []) + list(cmp.runs_a or [])
+    return next((r for r in runs if not r.ok), cmp.b)
 
 
 class _Null:

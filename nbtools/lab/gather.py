@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 
-from nbtools.lab import engine_output, progress_view, recovery
+from nbtools.lab import engine_output, live_signals, progress_view, recovery
 
 # Kineto prints a USDT line at every profiler start/stop: not the user's output.
 _NOISE = ("USDT:",)
@@ -23,12 +23,14 @@ def wait(lab, ars: dict, timeout: float, run_id: str = ""):
     warned = {r: engine_output.Splitter() for r in ars}
     failed_at, dead = None, {}
     view = _progress_view(lab, ars, run_id)
+    live = _live(lab, ars, run_id)
     while True:
         dead.update(recovery.dead_ranks(lab, ars, dead))
         pending = [ar for r, ar in ars.items() if not ar.ready() and r not in dead]
         echo(lab, ars, shown, warned)
         if view is not None:
             view.update(progress_view.read(ars))
+        _show_live(lab, live, ars)
         if not pending or time.monotonic() > deadline:
             break
         if failed_at is None and (dead or any(_failed(ar) for ar in ars.values() if ar.ready())):
@@ -45,6 +47,7 @@ def wait(lab, ars: dict, timeout: float, run_id: str = ""):
                 pass
     echo(lab, ars, shown, warned)
     dead.update(recovery.dead_ranks(lab, ars, dead, finished_too=True))
+    _show_live(lab, live, ars, finished=True)
     if view is not None:
         view.update(progress_view.read(ars))
         done = all(ar.ready() or r in dead for r, ar in ars.items())
@@ -93,6 +96,23 @@ def _progress_view(lab, ars, run_id):
     if not getattr(lab, "echo", True):
         return None
     return progress_view.View(list(ars), run_id)
+
+def _live(lab, ars, run_id):
+    """The run's live signals where something shows them (the panel's strip)."""
+    return live_signals.LiveSignals(list(ars), run_id) \
+        if live_signals.viewer(lab) is not None else None
+
+
+def _show_live(lab, live, ars, finished: bool = False) -> None:
+    if live is None:
+        return
+    live.update(live_signals.read(ars))
+    live.finished = finished
+    try:
+        live_signals.viewer(lab)(live)
+    except Exception:  # noqa: BLE001 - a broken view must not stop the run's wait
+        pass
+
 
 def echo(lab, ars, shown, warned=None) -> None:
     """Engine output (prints, warnings, NCCL_DEBUG lines written to the fds) reaches the

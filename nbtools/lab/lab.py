@@ -11,11 +11,11 @@ from typing import Callable, Optional
 
 from nbtools.engine import process_group, runner as engine
 from nbtools.lab import engine_output, gather, hosts, progress_view, start, preload as preloading
-from nbtools.lab.assemble import assemble, first_error
+from nbtools.lab.assemble import first_error, keep
 from nbtools.lab import arguments, reaper
 from nbtools.lab.arguments import Checked, resolve_run
 from nbtools.lab import recovery
-from nbtools.analysis import machine
+from nbtools.common.interrupts import held
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.results.history import History
 from nbtools.results.run import Run
@@ -260,6 +260,7 @@ class Lab:
             ConfigError: before dispatch, when the config cannot run on these engines.
             RunFailed: a rank raised (``.run`` holds the run, kept in history too).
             RunTimeout: a rank did not finish in time; its engine is replaced.
+            KeyboardInterrupt: Ctrl-C; it says what was kept (``.run``) and where.
 
         Example:
             >>> run = lab.run(StepConfig(scenario="tp-mlp-infer", compile="reduce-overhead"))
@@ -267,36 +268,30 @@ class Lab:
         """
         checked = self.check(fn_or_cfg, cfg, **changes)
         fn, cfg = checked.fn, checked.cfg
-        timeout = arguments.check_seconds("timeout", timeout, allow_none=True)
+        timeout = arguments.check_seconds("timeout", timeout, allow_none=True) or self.timeout
         check_usable(self)
-        recovery.before_run(self)
-        run_id = uuid.uuid4().hex[:8]
-        t0 = time.time()
-        ars: dict = {}
-        try:
-            payload = to_payload(fn) if fn is not None else None
-            # the engines trust a config checked for their device (engine.run checks any
-            # other); sent one rank at a time inside the try, so a Ctrl-C between two sends
-            # knows which ranks hold the run
-            for r, e in sorted(self.rank_to_engine.items()):
-                ars[r] = self._send(e, cfg, run_id, payload, checked.device_type)
-            reports, unfinished = gather.wait(self, ars, timeout or self.timeout, run_id)
-        except KeyboardInterrupt:
-            recovery.interrupted(self, cfg, run_id, t0, ars)
-            raise KeyboardInterrupt(f"run {run_id} interrupted (Ctrl-C); kept in lab.history "
-                                    "as 'interrupted'; the next lab.run starts clean") from None
-        run = assemble(self, cfg, run_id, t0, reports, unfinished)
-        run.flags = machine.once_per_lab(run.flags, self.said_once)
-        run.env["workload"] = getattr(fn, "name", None) or getattr(fn, "__name__", None)
-        self.history.add(run)
+        recovery.ready(self)
+        run_id, t0, ars = uuid.uuid4().hex[:8], time.time(), {}
+        # Ctrl-C raises while the ranks work, then waits for the run to be kept and saved
+        with held(f"run {run_id} is being kept and saved first", holding=False) as h:
+            try:
+                payload = to_payload(fn) if fn is not None else None
+                # sent one rank at a time inside the try: a Ctrl-C between two sends knows
+                # which ranks hold the run (engines trust a config checked for their device)
+                for r, e in sorted(self.rank_to_engine.items()):
+                    ars[r] = self._send(e, cfg, run_id, payload, checked.device_type)
+                reports, unfinished = gather.wait(self, ars, timeout, run_id)
+                h.hold()
+            except KeyboardInterrupt:
+                h.hold()
+                raise recovery.interrupted(self, cfg, run_id, t0, ars, h) from None
+            run = h.run = keep(self, fn, cfg, run_id, t0, reports, unfinished)
+            h.message = recovery.kept_text(self, run)
         if unfinished:
-            self._replace |= set(unfinished)
             raise RunTimeout(f"run {run_id}: rank(s) {sorted(unfinished)} did not finish within "
-                             f"{timeout or self.timeout:.0f} s (stuck in a collective?). "
-                             + first_error(run) + "Their engines are replaced before the "
-                             "next run; the history is kept.", run)
+                             f"{timeout:.0f} s (stuck in a collective?). {first_error(run)}Their "
+                             "engines are replaced before the next run; the history is kept.", run)
         if not run.ok:
-            self._pg_broken = True
             raise RunFailed(f"run {run_id} failed: " + first_error(run), run)
         return run
 
@@ -338,7 +333,9 @@ class Lab:
             b: side B, in the same forms.
             rounds: complete rounds to run, or "auto": stop when resolved (``max_rounds``).
             metric: the summary metric the verdict judges (nbtools.analysis.metrics).
-            **kw: ``timeout``, ``on_run``, ``stop``, ``max_rounds``: nbtools.lab.ab.ab.
+            **kw: ``timeout``, ``on_run``, ``stop``, ``max_rounds``, ``width``, ``equivalence``
+                (default 0.02: "no difference bigger than 2 %" when the interval lies
+                inside it): nbtools.lab.ab.ab.
 
         Returns:
             Comparison: ``.verdict`` is B over A with its 95 % interval over the rounds.
@@ -362,7 +359,10 @@ class Lab:
         Example:
             >>> for s in lab.advise(run): print(s.change, s.why)
         """
-        return (run := resolve_run(self, run)).advise(self.history.compiled_by(run))
+        from nbtools.analysis.advice import advise
+        from nbtools.lab.tried import seen_for
+        run = resolve_run(self, run)
+        return advise(run, self.history.compiled_by(run), seen=seen_for(self, run))
 
     def explore(self, target, start=None, budget_s=600, rounds=5, **kw):
         """Advise ``start``'s run and try each suggestion as an A/B (``rounds`` of A B B A)

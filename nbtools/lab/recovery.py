@@ -11,6 +11,7 @@ import os
 import signal
 import time
 
+from nbtools.common.interrupts import held
 from nbtools.engine import process_group
 from nbtools.lab.assemble import assemble
 from nbtools.lab.progress_view import say
@@ -89,6 +90,21 @@ def _external_dead(lab) -> None:
                        "then lab.restart(); the history is kept.")
 
 
+def ready(lab) -> None:
+    """before_run, whole: a Ctrl-C while engines are swapped or the group re-formed waits
+    for the end (half a swap left ranks waiting in a group that never formed), then stops
+    before the run starts. A third Ctrl-C abandons the repair: every rank is then swapped
+    before the next run."""
+    with held("the lab is being repaired after the last run's fault first") as h:
+        try:
+            before_run(lab)
+        except KeyboardInterrupt:
+            lab._replace |= set(lab.rank_to_engine)
+            raise
+        h.message = ("Ctrl-C while the lab was being repaired after the last run's fault: "
+                     "it is ready; the run did not start")
+
+
 def before_run(lab) -> None:
     """Bring the lab back after the previous run's fault, or fail saying why not."""
     if lab.client is None:
@@ -139,18 +155,34 @@ def heal(lab, ranks: set) -> float:
     return lab.heal_s
 
 
-def interrupted(lab, cfg, run_id: str, t0: float, ars: dict) -> None:
+def interrupted(lab, cfg, run_id: str, t0: float, ars: dict, h=None):
     """Ctrl-C during a run: SIGINT reaches each engine's step as KeyboardInterrupt (ipykernel
     arms it while a request runs), the engines abort their group and return; a rank that
     does not return in time is replaced before the next run. Nothing is left queued.
     A Ctrl-C while the run was being sent leaves ranks without it (not in ``ars``): the one
     being sent may hold a half-sent request, so those engines are replaced too, and every
-    rank that got the run is interrupted (it waits in a collective for the others)."""
+    rank that got the run is interrupted (it waits in a collective for the others).
+
+    Lab.run holds further Ctrl-Cs while this runs (``h``, common.interrupts.Held): a second
+    one stops the wait for the engines (those still busy are replaced), so the run is kept
+    and the lab repaired whatever the person presses. A run every rank finished before the
+    Ctrl-C took effect is kept as it ended (``ok``). Returns the KeyboardInterrupt for
+    lab.run to raise: it says what was kept and where, the Run on it as ``.run``."""
+    lab._pg_broken = True      # first: the next run re-forms the group unless all is well
+    try:
+        return _interrupted(lab, cfg, run_id, t0, ars, h)
+    except KeyboardInterrupt:  # a third Ctrl-C abandoned it: every rank is swapped next time
+        lab._replace |= set(lab.rank_to_engine)
+        raise
+
+
+def _interrupted(lab, cfg, run_id: str, t0: float, ars: dict, h):
     unsent = sorted(set(lab.rank_to_engine) - set(ars))
     pending = [r for r, ar in ars.items() if not ar.ready()]
     _signal(lab, pending, signal.SIGINT)
     deadline = time.monotonic() + INTERRUPT_GRACE_S
-    while time.monotonic() < deadline and not all(ar.ready() for ar in ars.values()):
+    while time.monotonic() < deadline and not all(ar.ready() for ar in ars.values()) \
+            and (h is None or h.count < 2):
         lab.client.wait([ar for ar in ars.values() if not ar.ready()], timeout=0.1)
     dead = dead_ranks(lab, ars, {}, finished_too=True)
     reports, stuck = {}, []
@@ -171,12 +203,44 @@ def interrupted(lab, cfg, run_id: str, t0: float, ars: dict) -> None:
     for r in unsent:
         reports[r] = dict(rank=r, status="failed", error="interrupted (Ctrl-C) before the run "
                           "reached this rank; its engine is replaced")
-    run = assemble(lab, cfg, run_id, t0, reports, [])
-    run.status = "interrupted"
-    lab.history.add(run)
     lab._replace |= set(stuck) | set(dead) | set(unsent)
-    if unsent or any(rep.get("status") != "ok" for rep in reports.values()):
-        lab._pg_broken = True
+    finished = not unsent and all(rep.get("status") == "ok" for rep in reports.values())
+    lab._pg_broken = not finished
+    run = assemble(lab, cfg, run_id, t0, reports, [])
+    if not finished:
+        run.status = "interrupted"
+    lab.history.add(run)
+    e = KeyboardInterrupt(interrupted_text(lab, run))
+    e.run = run
+    return e
+
+
+def interrupted_text(lab, run) -> str:
+    """What the KeyboardInterrupt out of an interrupted lab.run says: what was kept, where,
+    and that the lab is ready."""
+    if run.status != "interrupted":
+        return (f"Ctrl-C as run {run.run_id} finished: it is kept as '{run.status}' in "
+                f"lab.history{_where(lab, run)}; the lab is ready for the next run")
+    again = sorted(lab._replace)
+    return (f"run {run.run_id} interrupted (Ctrl-C); kept in lab.history as 'interrupted'"
+            f"{_where(lab, run)}; "
+            + (f"rank(s) {again} did not stop and get fresh engines before the next run; "
+               if again else "")
+            + "the next lab.run starts clean")
+
+
+def kept_text(lab, run) -> str:
+    """What a Ctrl-C held while a finished run was kept says when it is raised."""
+    return (f"Ctrl-C while run {run.run_id} was being kept: it finished ('{run.status}') and "
+            f"is in lab.history{_where(lab, run)}; the lab is ready for the next run")
+
+
+def _where(lab, run) -> str:
+    if run.folder is not None:
+        return f", saved to {run.folder}"
+    if lab.history.folder is not None:
+        return " (in memory only: its save failed, see the warning)"
+    return " (in memory: this lab keeps no history folder)"
 
 
 def _signal(lab, ranks, sig) -> None:

@@ -65,13 +65,14 @@ def _rounds_arg(rounds, repeats, where: str) -> int:
 MAX_ROUNDS = 100
 
 
-def check_rounds(rounds) -> int:
-    """A whole number of rounds, 1..MAX_ROUNDS (numpy integers too), or ConfigError."""
+def check_rounds(rounds, name: str = "rounds") -> int:
+    """A whole number of rounds, 1..MAX_ROUNDS (numpy integers too), or ConfigError naming
+    the argument (``name``)."""
     if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral):
-        raise ConfigError(f"rounds={rounds!r}: give a whole number of rounds, e.g. 5 "
+        raise ConfigError(f"{name}={rounds!r}: give a whole number of rounds, e.g. 5 "
                           "(6 or more need no assumption on the noise's shape)")
     if not 1 <= int(rounds) <= MAX_ROUNDS:
-        raise ConfigError(f"rounds={rounds!r}: give a whole number from 1 to {MAX_ROUNDS} "
+        raise ConfigError(f"{name}={rounds!r}: give a whole number from 1 to {MAX_ROUNDS} "
                           "(each round runs every config twice; 5 resolve a few percent)")
     return int(rounds)
 

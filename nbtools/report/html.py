@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.compile_counts import wall_s
+from nbtools.common.atomic import write_file
+from nbtools.common.outputs import mark_html, output_refusal
 from nbtools.common.privacy import scrub_home
 from nbtools.common.text import valid_text
 from nbtools.config.step_config import StepConfig
@@ -63,15 +65,24 @@ _TEMPLATE = """{% from macros import embed %}
 
 def export_html(path, runs, notes: str = "", title: str = "torch-nbtools findings",
                 comparisons=(), *, width: int | None = None, backend: str = "canvas",
-                explorations=()) -> Path:
+                explorations=(), force: bool = False) -> Path:
     """Write one offline HTML file for ``runs`` (a Run, a list, or any iterable of Runs,
     such as ``lab.history``) and ``comparisons``: (run_a, run_b) pairs or Comparisons
     (``lab.ab(...)``: its verdict over rounds with its interval). ``explorations``: an
     Exploration or several (``lab.explore(...)``): each one's table of A/Bs, its verdict
-    and the winner's code."""
+    and the winner's code.
+
+    The page carries nbtools' mark, so a later export may replace it; any other existing
+    file (a README, a notebook, a trace) is refused before any work with a FileExistsError
+    naming it, unless ``force=True``. The file is written whole or not at all: a full disk
+    leaves what was there before and raises an OSError naming the file
+    (nbtools.common.atomic.WriteFailed)."""
     from nbtools.ui.exploration import exploration_html
     from nbtools.ui.timeline import Timeline, compare_figure
 
+    why = output_refusal(path, "force=True", force=force, parents=True)
+    if why:
+        raise FileExistsError(why)
     runs, title = _as_runs(runs), scrub(title)
     clean = {id(r): scrubbed(r) for r in runs}
     by_id = {r.run_id: r for r in runs}
@@ -120,11 +131,8 @@ def export_html(path, runs, notes: str = "", title: str = "torch-nbtools finding
                             f"result); got {type(ex).__name__}")
         parts.append(("html", scrub(exploration_html(ex))))
 
-    page = _page(title, parts, roots)
-    out = Path(path).expanduser()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8", errors="replace")   # text scrub() did not see
-    return out
+    page = mark_html(_page(title, parts, roots), "export_html")
+    return write_file(path, page, errors="replace", parents=True)  # "replace": text scrub() missed
 
 
 def _as_runs(runs) -> list:

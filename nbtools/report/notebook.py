@@ -13,6 +13,9 @@ import re
 import time
 from pathlib import Path
 
+from nbtools.common.atomic import atomic_path, write_file
+from nbtools.common.outputs import NOTEBOOK_MARK, mark_html, output_refusal
+from nbtools.common.text import terminal_text
 from nbtools.config.step_config import ConfigError
 
 KERNEL = "torch-nbtools"
@@ -42,7 +45,7 @@ def execute(path, parameters: dict | None = None, timeout: int = 1800, cwd=None,
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellControlSignal, CellExecutionError, DeadKernelError
-    nb = nbformat.read(str(path), as_version=4)
+    nb = read_notebook(path)
     if parameters:
         inject_parameters(nb, parameters)
     name = kernel_name or nb.metadata.get("kernelspec", {}).get("name") or KERNEL
@@ -89,7 +92,81 @@ def execute(path, parameters: dict | None = None, timeout: int = 1800, cwd=None,
 
 def _stderr(line: str) -> None:
     import sys
-    print(line, file=sys.stderr, flush=True)
+    # a cell's first line and a run's progress come from the notebook: no escape sequences
+    print(terminal_text(line), file=sys.stderr, flush=True)
+
+
+class NotebookUnreadable(ValueError):
+    """A file ``read_notebook`` cannot take as a notebook, said in one line naming it."""
+
+
+MAX_DEPTH = 100
+"""How deeply a notebook's JSON may nest. A real one nests about ten levels (widget state,
+JSON outputs); nbformat walks it recursively and raised RecursionError, with a traceback,
+on a file nested 900 levels deep."""
+
+
+def read_notebook(path):
+    """The notebook at ``path`` (nbformat 4, validated), or NotebookUnreadable saying why in
+    one line: not JSON, nested past MAX_DEPTH, a format version this nbformat does not read,
+    not valid against its schema."""
+    import json
+    import nbformat
+    name = terminal_text(str(path))
+    try:
+        with open(path, "rb") as fh:
+            doc = json.loads(fh.read())
+    except RecursionError:
+        raise NotebookUnreadable(f"{name}: not a valid notebook: its JSON nests deeper than "
+                                 "Python's reader goes (a notebook nests about ten levels)") \
+            from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise NotebookUnreadable(f"{name}: not a notebook (not notebook JSON: "
+                                 f"{' '.join(str(e).split())[:120]})") from None
+    if not isinstance(doc, dict):
+        raise NotebookUnreadable(f"{name}: not a notebook (its JSON is a "
+                                 f"{type(doc).__name__}, not an object with cells)")
+    where = _too_deep(doc)
+    if where:
+        raise NotebookUnreadable(f"{name}: not a valid notebook: {where} nests more than "
+                                 f"{MAX_DEPTH} levels deep (a notebook nests about ten); "
+                                 "remove that metadata or output")
+    major = doc.get("nbformat")
+    if "nbformat" not in doc:
+        raise NotebookUnreadable(f"{name}: not a valid notebook (no 'nbformat' field saying "
+                                 "its format version)")
+    if not isinstance(major, int) or isinstance(major, bool) or major not in (3, 4):
+        raise NotebookUnreadable(f"{name}: not a valid notebook: nbformat {_short(major)} is "
+                                 "not a format this nbtools reads (4, Jupyter's current, or "
+                                 "3); open and save it in JupyterLab, or fix that field")
+    try:
+        nb = nbformat.reads(json.dumps(doc), as_version=4)
+        nbformat.validate(nb)
+    except Exception as e:  # noqa: BLE001 - nbformat's errors vary by version; one line each
+        raise NotebookUnreadable(f"{name}: not a valid notebook ({type(e).__name__}: "
+                                 f"{' '.join(str(e).split())[:160]})") from None
+    return nb
+
+
+def _too_deep(doc) -> str:
+    """Where the JSON nests past MAX_DEPTH ("metadata.a.b..."), or "". Iterative: the walk
+    itself must not recurse."""
+    stack = [(doc, 0, "")]
+    while stack:
+        node, depth, where = stack.pop()
+        if depth > MAX_DEPTH:
+            return where.split(".", 1)[-1][:60] + ("..." if len(where) > 60 else "")
+        items = node.items() if isinstance(node, dict) else enumerate(node) \
+            if isinstance(node, list) else ()
+        for k, v in items:
+            if isinstance(v, (dict, list)):
+                stack.append((v, depth + 1, f"{where}.{k}"))
+    return ""
+
+
+def _short(v) -> str:
+    s = repr(v)
+    return s if len(s) <= 30 else s[:27] + "..."
 
 
 # progress_view's text: "run <id>: <phase> · <s> s · rank 0: ..."; updated in place every
@@ -263,13 +340,15 @@ def _once(html: str) -> str:
 
 def export_notebook(path, output=None, execute_first: bool = True, parameters=None,
                     timeout: int = 3600, deadline_s: float | None = None,
-                    save_ipynb=None, progress=True) -> Path:
+                    save_ipynb=None, progress=True, force: bool = False) -> Path:
     """Execute (static figures) and write offline HTML; ``save_ipynb`` also keeps the
     executed notebook (written first, so a failing conversion loses nothing). If execution
     stops early, both are still written, with what ran and a note saying where and why it
     stopped, and then NotebookStopped is raised: a long GPU notebook cut off by its
     deadline keeps its tables. ``progress`` as in ``execute``, on by default: a long
-    notebook should not look stuck."""
+    notebook should not look stuck. Both files carry nbtools' mark and are written whole or
+    not at all; an existing file nbtools did not write is refused before the kernel starts
+    (FileExistsError naming it) unless ``force``."""
     import nbformat
     path = Path(path)
     out = Path(output) if output else path.with_suffix(".html")
@@ -278,8 +357,12 @@ def export_notebook(path, output=None, execute_first: bool = True, parameters=No
             raise ConfigError(f"{what} {str(target)!r} is the notebook being exported; writing "
                               "it would replace the notebook. Give another file (-o "
                               f"{path.with_suffix('.html').name})")
+        why = output_refusal(target, "force=True", inputs=[path], force=force) if target \
+            else ""
+        if why:
+            raise FileExistsError(why)
     if not execute_first:
-        out.write_text(to_html(nbformat.read(str(path), as_version=4)), encoding="utf-8")
+        write_file(out, mark_html(to_html(read_notebook(path)), "nbtools export"))
         return out
     stopped = None
     try:
@@ -291,8 +374,11 @@ def export_notebook(path, output=None, execute_first: bool = True, parameters=No
             f"**Incomplete export.** {e} Cells above that point ran and show their "
             "outputs; cells after it did not run."))
     if save_ipynb:
-        nbformat.write(nb, str(save_ipynb))
-    out.write_text(to_html(nb), encoding="utf-8")
+        nb.metadata[NOTEBOOK_MARK] = "nbtools export --save-ipynb"   # a later export may replace it
+        with atomic_path(save_ipynb) as tmp:
+            nbformat.write(nb, str(tmp))
+        del nb.metadata[NOTEBOOK_MARK]
+    write_file(out, mark_html(to_html(nb), "nbtools export"))
     if stopped is not None:
         stopped.output = out
         raise stopped

@@ -12,14 +12,16 @@ from nbtools.analysis.flags import identify
 from nbtools.analysis.machine import HOST_BUSY
 from nbtools.analysis.metrics import COMPARED, combine
 from nbtools.analysis.step_metrics import category_ms as per_category
-from nbtools.analysis.verdict import Verdict, rounds_verdict, single_verdict, steps_verdict
+from nbtools.analysis.verdict import (EQUIVALENCE, Verdict, rounds_verdict, single_verdict,
+                                     steps_verdict)
 from nbtools.results.run import Run
 from nbtools.results.views import view
 
 
 # Flags that say a run's machine was not its own: a verdict made from such runs says so.
 _NOISY = {"host-busy": "on a busy host", "clock-low": "with the GPU clock low",
-          "gpu-shared": "on a GPU shared with another process"}
+          "gpu-shared": "on a GPU shared with another process",
+          "throttled": "with the GPU throttling", "clock-drop": "with the SM clock falling"}
 
 
 @dataclass
@@ -37,6 +39,8 @@ class Comparison:
         per_round: each side's runs in a round (A B B A: 2).
         note: why it holds fewer rounds than asked (stopped, interrupted, a failure).
         looks: the looks ``rounds="auto"`` planned (its interval is widened for them).
+        bound: the equivalence bound of the verdict on ``metric`` (0.02: a difference
+            under 2 % does not matter; None: none asked).
 
     Example:
         >>> cmp = lab.ab(StepConfig(), StepConfig(compile="default"), rounds=5)
@@ -52,11 +56,12 @@ class Comparison:
     per_round: int = 2
     note: str = ""
     looks: int = 1              # looks planned when rounds="auto" chose when to stop
+    bound: Optional[float] = None   # the equivalence bound (lab.ab's equivalence=)
 
     @classmethod
     def from_rounds(cls, runs_a: list, runs_b: list, metric: str = "step_ms",
                     rounds: Optional[int] = None, note: str = "", looks: int = 1,
-                    per_round: int = 2) -> "Comparison":
+                    per_round: int = 2, bound: Optional[float] = None) -> "Comparison":
         """Two sides' runs made in A B B A rounds, each in run order, ``per_round`` of each
         a round; only whole rounds (``rounds`` of them, default as many as both sides
         have) enter the verdict. Its ``a`` and ``b`` are each side's run nearest its median
@@ -64,17 +69,19 @@ class Comparison:
         n = min(len(runs_a), len(runs_b)) // per_round if rounds is None else rounds
         return cls(_typical(runs_a, metric), _typical(runs_b, metric),
                    list(runs_a[:n * per_round]), list(runs_b[:n * per_round]), metric,
-                   per_round, note, looks)
+                   per_round, note, looks, bound)
 
     @classmethod
-    def from_runs(cls, runs: list, metric: str = "step_ms") -> "Comparison":
+    def from_runs(cls, runs: list, metric: str = "step_ms",
+                  bound: Optional[float] = EQUIVALENCE) -> "Comparison":
         """Runs of two configs in their A B B A order (the CLI's ``run --rounds``, a
-        ``sweep(rounds=)`` of two): A is the config that ran first."""
+        ``sweep(rounds=)`` of two): A is the config that ran first; ``bound`` the
+        equivalence bound (lab.ab's default)."""
         if not runs:
             raise ValueError("Comparison.from_runs: no runs")
         first = runs[0].config
         return cls.from_rounds([r for r in runs if r.config == first],
-                               [r for r in runs if r.config != first], metric)
+                               [r for r in runs if r.config != first], metric, bound=bound)
 
     @property
     def rounds(self) -> int:
@@ -103,7 +110,9 @@ class Comparison:
         workloads, fewer rounds than asked) is added to its text and ``caveats``."""
         if self.runs_a is not None:
             va, vb = self.round_values(metric)
-            v = rounds_verdict(va, vb, metric, looks=self.looks if metric == self.metric else 1)
+            own = metric == self.metric
+            v = rounds_verdict(va, vb, metric, looks=self.looks if own else 1,
+                               bound=self.bound if own else None)
         elif metric == "step_ms":
             v = steps_verdict(slowest_rank_steps(self.a), slowest_rank_steps(self.b), metric)
         elif metric == "profiled_window_ms":

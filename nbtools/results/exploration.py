@@ -16,14 +16,26 @@ from nbtools.config.workload import Workload
 from nbtools.config.script_code import script_code
 from nbtools.results.views import view
 
-COLUMNS = ("change", "rule", "verdict", "ratio", "low", "high", "resolved", "rounds", "runs",
-           "seconds", "kept", "outcome")
+COLUMNS = ("change", "rule", "metric", "screen", "verdict", "ratio", "low", "high", "resolved",
+           "rounds", "runs", "seconds", "kept", "outcome", "note")
 KEPT = "kept"
 NOT_FASTER = "not resolved faster"
-OVER_BUDGET = "over budget"
+SLOWER = "resolved worse: not kept"
+EQUIVALENT = "no difference bigger than {bound}: not kept"
+DROPPED = "dropped in the screen (clearly worse)"
+OVER_BUDGET = "not tried for lack of budget"
 IN_YOUR_CODE = "not tried: the fix is in your code (see the suggestion's code)"
 GONE = "not tried: the new best's run no longer shows it, after keeping"
 NOTHING = "nothing tried was resolved faster"
+
+
+def new_row(s, change: dict, patch: dict) -> dict:
+    """A row of Exploration.steps before its screen and A/B (if any) fill it."""
+    from nbtools.config.workload import patch_text
+    return dict(change=change_text(change) if not patch else patch_text(patch),
+                rule=s.rule if s else "also", metric=getattr(s, "metric", "step_ms"),
+                screen="", verdict="", ratio=math.nan, low=math.nan, high=math.nan,
+                resolved=False, rounds=0, runs=0, seconds=0.0, kept=False, ab=None, note="")
 
 
 def change_text(change: dict) -> str:
@@ -56,15 +68,48 @@ class Exploration:
     budget_s: float = math.inf
     elapsed_s: float = 0.0
     metric: str = "step_ms"
+    equivalence: Optional[float] = None
+    """The equivalence bound its A/Bs used (0.02: a change within 2 % is not kept)."""
+    start_s: float = 0.0
+    """Wall seconds of the start run (a cold one pays its compile)."""
+    advice: list = field(default_factory=list)
+    """What lab.advise said of each run it advised (the start's first): Suggestions."""
 
     @property
     def steps(self) -> pd.DataFrame:
-        """One row per change considered: the change, the suggesting rule, the A/B's verdict
-        text, ratio (B over A: below 1 is faster), its 95 % interval low-high, resolved,
-        rounds, runs made, seconds it took, kept (bool) and outcome ("kept", "not resolved
-        faster", "failed: ...", "over budget", "not valid: ...", ...)."""
+        """One row per change considered: the change, the suggesting rule, the metric its
+        A/B judged (step_ms, or items_per_s for a batch change), what its screen round read,
+        the A/B's verdict text, ratio (B over A), its 95 % interval low-high, resolved,
+        rounds, runs made (screen and proof), seconds they took, kept (bool) and outcome
+        ("kept", "dropped in the screen ...", "no difference bigger than 2 % ...",
+        "resolved worse ...", "not resolved faster", "not tried for lack of budget ...",
+        "failed: ...", "not valid: ...", ...), and a note on how it was measured (warm-up
+        steps raised so a compile stays out of the measured steps)."""
         return pd.DataFrame([{c: r.get(c) for c in COLUMNS} for r in self.rows],
                             columns=list(COLUMNS))
+
+    @property
+    def ab_count(self) -> int:
+        """A/Bs made to prove a change (screens not counted)."""
+        return sum(r.get("ab") is not None for r in self.rows)
+
+    @property
+    def untried(self) -> list:
+        """The changes left untried for lack of budget."""
+        return [r["change"] for r in self.rows if str(r.get("outcome", "")).startswith(
+            OVER_BUDGET)]
+
+    @property
+    def budget_text(self) -> str:
+        """What the exploration spent against its budget, and what the budget left untried."""
+        spent = f"{self.elapsed_s:.0f} s" + (f" of a {self.budget_s:.0f} s budget"
+                                             if math.isfinite(self.budget_s) else "")
+        runs = sum(int(r.get("runs") or 0) for r in self.rows)
+        out = f"spent {spent}: the start run {self.start_s:.0f} s, then {runs} run(s) in " \
+              f"screens and A/Bs"
+        if self.untried:
+            out += f"; left untried for lack of budget: {', '.join(self.untried)}"
+        return out
 
     @property
     def last_kept(self):
@@ -86,10 +131,37 @@ class Exploration:
                 v = v.with_caveats((f"the last of {len(self.kept)} changes kept, each proven "
                                     "against the best before it",))
             return v
-        tried = sum(r.get("ab") is not None for r in self.rows)
-        text = (f"{NOTHING} ({tried} A/B{'s' if tried != 1 else ''}"
-                + (f"; {self.note}" if self.note else "") + ")")
-        return Verdict(self.metric, math.nan, math.nan, math.nan, False, 0, text)
+        return Verdict(self.metric, math.nan, math.nan, math.nan, False, 0, self._nothing())
+
+    def _nothing(self) -> str:
+        """Why nothing was kept, in the words of what happened (never "nothing tried was
+        resolved faster" when nothing was tried)."""
+        tried = self.ab_count
+        screened = sum(bool(r.get("screen")) for r in self.rows)
+        note = f"; {self.note}" if self.note else ""
+        if tried:
+            return f"{NOTHING} ({tried} A/B{'s' if tried != 1 else ''}{note})"
+        if screened:
+            over = [r["change"] for r in self.rows if r.get("screen") and
+                    str(r.get("outcome", "")).startswith(OVER_BUDGET)]
+            dropped = sum(str(r.get("outcome", "")).startswith(DROPPED) for r in self.rows)
+            parts = [f"{screened} change(s) screened"]
+            if dropped:
+                parts.append(f"{dropped} clearly worse there")
+            if over:
+                parts.append(f"no budget left to prove {', '.join(over)}")
+            return f"nothing proven better: {'; '.join(parts)}{note}"
+        if self.untried:
+            return (f"nothing tried: the budget ({self.budget_s:.0f} s) was spent before the "
+                    f"first A/B (the start run took {self.start_s:.0f} s){note}")
+        mine = sum(str(r.get("outcome", "")).startswith("not tried: the fix is in your code")
+                   for r in self.rows)
+        if mine:
+            return (f"nothing the lab could try: {mine} fix(es) in your code (see steps and "
+                    f"the suggestions' code){note}")
+        if self.rows:
+            return f"nothing tried: no suggested change could run here (see steps){note}"
+        return f"nothing to try: the start run's advice found nothing{note}"
 
     @property
     def changes(self) -> dict:
@@ -102,12 +174,12 @@ class Exploration:
         capture and torch._dynamo.config settings, the lines the exploration changed marked
         as such. Valid Python (names such as model, x and loss_fn are yours)."""
         step = self.workload is not None and not isinstance(self.workload, Workload)
-        code = script_code(self.best, changed=tuple(self.changes), step=step,
-                           nothing=None if self.kept else NOTHING, train=self._trains())
-        for patch, _ in self.patches:      # a fix in the model itself, proven on the model
-            code += "".join(f"\nmodel.{k} = {v!r}   # changed: proven by lab.explore"
-                            for k, v in patch.items())
-        return code
+        # a fix in the model itself, proven on the model: set where the script builds it
+        model = [f"model.{k} = {v!r}   # changed: proven by lab.explore"
+                 for patch, _ in self.patches for k, v in patch.items()]
+        return script_code(self.best, changed=tuple(self.changes), step=step,
+                           nothing=None if self.kept else NOTHING, train=self._trains(),
+                           model_lines=model)
 
     def _trains(self) -> bool:
         wl = self.best_workload if self.best_workload is not None else self.workload

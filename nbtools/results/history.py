@@ -4,7 +4,10 @@ collective can only be restarted). Each run is saved as it completes, failed one
 One damaged run folder never costs the others: ``History.load`` lists it in ``damaged``
 with the reason and loads every other run; a run missing a table loads with that table
 empty and a ``damaged: ...`` flag. Folder numbers are claimed atomically, so two writers
-(two notebooks, a notebook and the CLI) on one folder never share a number."""
+(two notebooks, a notebook and the CLI) on one folder never share a number. A run folder
+is written whole or not at all (a hidden ``*.nbtools-partial`` folder renamed into place),
+so a folder is a run only with its run.json; a partial one a killed process left behind
+is listed in ``damaged``, never counted as a run."""
 from __future__ import annotations
 
 import os
@@ -15,6 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 from nbtools.analysis.metrics import HISTORY, combine, is_count
+from nbtools.common.atomic import PARTIAL_SUFFIX, WriteFailed
+from nbtools.common.interrupts import held
 from nbtools.results.run import Run
 
 _NUMBERED = re.compile(r"^(\d{4,})-")
@@ -59,16 +64,26 @@ class History:
 
     def add(self, run: Run) -> Run:
         """Keep the run here, then save it. A finished run is never lost to a failed save
-        (folder removed, disk full): it stays in memory with a warning saying so."""
+        (folder removed, disk full): it stays in memory with a warning saying so. The save
+        is whole or absent on disk (Run.save), and a Ctrl-C during it waits for its end
+        (common.interrupts): the KeyboardInterrupt then says the run was kept."""
         self.runs.append(run)
-        if self.folder is not None:
+        if self.folder is None:
+            return run
+        with held(f"saving run {run.run_id} to {self.folder} first") as h:
             try:
-                run.save(self._claim(run.run_id))
+                folder = run.save(self._claim(run.run_id))
+                h.message = (f"Ctrl-C while run {run.run_id} was being saved: it was saved "
+                             f"whole to {folder} and kept in memory")
             except Exception as e:  # noqa: BLE001 - whatever the save hit, the run stays
-                warnings.warn(f"run {run.run_id} could not be saved to {self.folder} "
-                              f"({type(e).__name__}: {e}); it is kept in memory (lab.history"
-                              f"[{run.run_id!r}]): save it with run.save(<a writable folder>)",
-                              RuntimeWarning, stacklevel=3)
+                h.message = (f"Ctrl-C while run {run.run_id} was being saved: the save failed; "
+                             "the run is kept in memory")
+                why = str(e) if isinstance(e, WriteFailed) else f"{type(e).__name__}: {e}"
+                warnings.warn(f"run {run.run_id} could not be saved to {self.folder}: {why}; "
+                              f"it is kept in memory (lab.history[{run.run_id!r}]): save it "
+                              "with run.save(<a writable folder>)", RuntimeWarning,
+                              stacklevel=3)
+            h.run = run
         return run
 
     def _claim(self, run_id: str) -> Path:
@@ -122,7 +137,12 @@ class History:
                                      "folder the runs were saved in")
         if not folder.is_dir():
             return h
-        dirs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+        entries = sorted(folder.iterdir())
+        dirs = [p for p in entries if p.is_dir() and not p.name.startswith(".")]
+        h.damaged += [(p.name, "a save that did not finish (the process was killed while "
+                               "writing it, or it is being written now): the run it held "
+                               "is not here; remove the folder once no lab writes to "
+                               f"{folder}") for p in entries if p.name.endswith(PARTIAL_SUFFIX)]
         keep = {}   # real path -> the name it loads under: the folder itself, not a link
         for d in sorted(dirs, key=lambda d: d.is_symlink()):
             keep.setdefault(os.path.realpath(d), d.name)

@@ -11,7 +11,9 @@ from typing import Optional
 
 import pandas as pd
 
+from nbtools.analysis import samples as signal_samples
 from nbtools.analysis import tables
+from nbtools.common.atomic import atomic_folder
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.results import odd_values, torch_trace
 from nbtools.results.views import view
@@ -42,6 +44,11 @@ class Run:
     """One row per rank: step_ms (median, p10, p90), compute_busy, exposed_comm, recompiles, ..."""
     memory: pd.DataFrame = field(default_factory=pd.DataFrame)
     """StepConfig(memory=True): rank, ts_ns, allocated, reserved, graph_pool (bytes)."""
+    samples: pd.DataFrame = field(default_factory=signal_samples.empty, repr=False)
+    """The machine's signals through the run: rank, ts_ns (the events' clock), signal, value
+    (analysis/samples.py SIGNALS: GPU utilisation, SM clock, power, ... on GPUs; the
+    process's CPU and memory and the host's load everywhere). Empty for traces of another
+    job and for runs with sampling off."""
     event_details: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     """rank, ts_ns, name, detail: input shapes, bytes, process group of profiled events."""
     reports: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -116,6 +123,16 @@ class Run:
             return built_by if built_by and built_by != self.run_id else None
         return None
 
+    def why(self):
+        """Why each rank's step takes its time, before anything is proposed: how much of the
+        profiled step the GPU waited and why (host wait, kernel wait, other: as
+        HolisticTraceAnalysis splits it), where the host was while the GPU waited for it
+        (the optimizer, FSDP/DDP hooks, autograd, the forward's Python, the batch, syncs,
+        launches), the kernels' size and how much the profiler stretched the step. One
+        Diagnosis per rank (nbtools.analysis.advice.diagnosis); prints as sentences."""
+        from nbtools.analysis.advice.diagnosis import Why, diagnose
+        return Why(diagnose(self))
+
     def advise(self, compiled_by: Optional["Run"] = None):
         """What this run's tables say to try, best first (nbtools.analysis.advice): each a
         Suggestion with change (StepConfig fields, {} when the fix is in your code),
@@ -154,29 +171,38 @@ class Run:
 
     # -- persistence ---------------------------------------------------------------------
     def save(self, folder) -> Path:
-        """Write the tables (Parquet) and run.json into ``folder``; run.json goes last, so
-        its presence means the run is complete. Returns the folder."""
+        """Write the tables (Parquet) and run.json into ``folder``, whole or not at all: into
+        a hidden folder beside it, renamed to ``folder`` at the end (common.atomic), so a
+        full disk or a Ctrl-C part-way leaves no half-saved run. ``folder`` may be new,
+        empty or this run saved before; a folder holding anything else (another run, your
+        files) is refused (FileExistsError). An OSError is a WriteFailed naming
+        ``folder``. Returns it."""
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in ("steps", "events", "compile_events", "summary"):
-            df = getattr(self, name)
-            df.to_parquet(folder / f"{name}.parquet", index=False)
-        if len(self.reports):
-            _parquet_safe(self.reports).to_parquet(folder / "reports.parquet", index=False)
-        for name in ("memory", "event_details"):
-            if len(getattr(self, name)):
-                getattr(self, name).to_parquet(folder / f"{name}.parquet", index=False)
         meta = dict(config=self.config.to_dict() if self.config else None, env=self.env,
                     status=self.status, errors={str(k): v for k, v in self.errors.items()},
                     flags=list(self.flags), ranks={str(k): v for k, v in self.ranks.items()},
                     run_id=self.run_id, started=self.started, source=self.source)
-        torch_trace.save(self, folder)       # before run.json: it may add a flag
-        meta["flags"] = list(self.flags)
+        with atomic_folder(folder, replaceable=self._saved_in,
+                           foreign="holds other files (another run, or not a run)") as tmp:
+            for name in ("steps", "events", "compile_events", "summary"):
+                getattr(self, name).to_parquet(tmp / f"{name}.parquet", index=False)
+            if len(self.reports):
+                _parquet_safe(self.reports).to_parquet(tmp / "reports.parquet", index=False)
+            for name in ("memory", "event_details", "samples"):
+                if len(getattr(self, name)):
+                    getattr(self, name).to_parquet(tmp / f"{name}.parquet", index=False)
+            torch_trace.save(self, tmp)          # before run.json: it may add a flag
+            meta["flags"] = list(self.flags)
+            (tmp / "run.json").write_text(strict_json(meta))
         self.folder = folder
-        tmp = folder / "run.json.tmp"
-        tmp.write_text(strict_json(meta))
-        tmp.replace(folder / "run.json")     # run.json last: its presence means complete
         return folder
+
+    def _saved_in(self, folder: Path) -> bool:
+        """``folder`` holds this run, saved before (so saving it again replaces it)."""
+        try:
+            return _read_meta(folder / "run.json").get("run_id") == self.run_id
+        except RunDamaged:
+            return False
 
     @classmethod
     def load(cls, folder) -> "Run":
@@ -204,6 +230,12 @@ class Run:
             frames[name], problem = _read_table(folder / f"{name}.parquet", None, required=False)
             if problem:
                 flags.append(f"damaged: {problem}")
+        frames["samples"], problem = _read_table(folder / "samples.parquet",
+                                                 signal_samples.SAMPLE_COLUMNS, required=False)
+        if problem:
+            flags.append(f"damaged: {problem}")
+        elif not len(frames["samples"]):   # saved before samples.parquet: run.json kept a few
+            frames["samples"] = signal_samples.from_machine_reports(_dict(meta, "ranks"))
         status = str(meta.get("status", "ok"))
         # values no run writes: replaced, each said in a flag (results/odd_values.py)
         frames["summary"] = odd_values.check_summary(frames["summary"], status == "ok", flags)

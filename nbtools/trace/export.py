@@ -16,7 +16,8 @@ import pandas as pd
 from nbtools.analysis.collective_flows import collective_flows
 from nbtools.analysis.step_metrics import step_times
 from nbtools.analysis.tables import lane_label
-from nbtools.common.outputs import MARK, output_refusal
+from nbtools.common.atomic import write_file
+from nbtools.common.outputs import KINETO_MARK, MARK, output_refusal
 from nbtools.trace.details import attach, collective_detail
 
 try:
@@ -108,7 +109,9 @@ def kineto_trace(events: pd.DataFrame, rank: int, world_size: int, base_ns: int)
             e["args"] = {"correlation": k}
         out.append(e)
     out += _profiler_steps(ev, rank, base_ns)
-    return {"schemaVersion": 1, "distributedInfo": {"rank": int(rank), "world_size": world_size},
+    # the mark first: a later write_kineto may replace this file, `view` still reads it
+    return {KINETO_MARK: "write_kineto", "schemaVersion": 1,
+            "distributedInfo": {"rank": int(rank), "world_size": world_size},
             "baseTimeNanoseconds": int(base_ns), "traceName": f"rank-{rank}.pt.trace.json",
             "traceEvents": out}
 
@@ -136,18 +139,24 @@ def _profiler_steps(ev: pd.DataFrame, rank: int, base_ns: int) -> list:
                                _us(st["dur_ns"].to_numpy()))]
 
 
-def write_kineto(run, folder, compress: bool = True) -> list:
-    """One ``rank-<r>.pt.trace.json[.gz]`` per rank in ``folder``; returns the paths."""
+def write_kineto(run, folder, compress: bool = True, force: bool = False) -> list:
+    """One ``rank-<r>.pt.trace.json[.gz]`` per rank in ``folder``; returns the paths. Each
+    file is written whole or not at all and carries nbtools' mark; a file of that name
+    nbtools did not write (a rank's own trace) is refused before any is written
+    (FileExistsError naming it) unless ``force``."""
     events, _, _, world = _parts(run)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    ranks = sorted(events["rank"].unique().tolist())
+    paths = [folder / f"rank-{r}.pt.trace.json{'.gz' if compress else ''}" for r in ranks]
+    for path in paths:
+        why = output_refusal(path, "force=True", force=force)
+        if why:
+            raise FileExistsError(why)
     base = _base_ns(events)
-    paths = []
-    for r in sorted(events["rank"].unique().tolist()):
+    for r, path in zip(ranks, paths):
         data = _kineto_bytes(kineto_trace(events, r, world, base))
-        path = folder / f"rank-{r}.pt.trace.json{'.gz' if compress else ''}"
-        path.write_bytes(gzip.compress(data, 6) if compress else data)
-        paths.append(path)
+        write_file(path, gzip.compress(data, 6) if compress else data)
     return paths
 
 
@@ -236,12 +245,14 @@ def _track(table, rank: int, tid: int, base: int, label) -> list:
 def write_perfetto(run, path, force: bool = False) -> Path:
     """to_perfetto written to ``path`` (gzip when it ends with .gz); open in ui.perfetto.dev
     or chrome://tracing. Refused before any work (FileExistsError, one line) where it would
-    replace a notebook, a saved run's file or a profiler trace (``force``: replace it), or
-    where nothing can be written (a device, a folder, no permission)."""
+    replace a file nbtools did not write (a notebook, a saved run's file, a profiler trace,
+    any other; ``force``: replace it), or where nothing can be written (a device, a folder,
+    no permission). Written whole or not at all: a full disk leaves the old file as it was
+    (common.atomic.WriteFailed names the file)."""
     why = output_refusal(path, "force=True", force=force)
     if why:
         raise FileExistsError(why)
     path = Path(path)
     data = _dumps(to_perfetto(run))
-    path.write_bytes(gzip.compress(data, 6) if path.name.endswith(".gz") else data)
+    write_file(path, gzip.compress(data, 6) if path.name.endswith(".gz") else data)
     return path

@@ -80,8 +80,19 @@ class Figure:
         bundle = view._repr_mimebundle_(include=include, exclude=exclude)
         return document_bundle(bundle, view.picture())
 
-    def save(self, path) -> str:
-        """Write the figure as standalone HTML (BokehJS inline, opens offline); returns the path."""
-        from bokeh.io import save
+    def save(self, path, force: bool = False) -> str:
+        """Write the figure as standalone HTML (BokehJS inline, opens offline); returns the
+        path. The page carries nbtools' mark; any other existing file is refused before
+        anything is drawn (FileExistsError naming it) unless ``force``. Written whole or
+        not at all (an OSError naming the file leaves the old one as it was)."""
+        from bokeh.embed import file_html
         from bokeh.resources import INLINE
-        return save(self.layout, filename=str(path), resources=INLINE, title="torch-nbtools")
+        from nbtools.common.atomic import write_file
+        from nbtools.common.outputs import mark_html, output_refusal
+        why = output_refusal(path, "force=True", force=force)
+        if why:
+            raise FileExistsError(why)
+        # a static page by design: the live figure's Python callbacks are left behind
+        page = file_html(self.layout, resources=INLINE, title="torch-nbtools",
+                         suppress_callback_warning=True)
+        return str(write_file(path, mark_html(page, "Figure.save")))

@@ -66,7 +66,8 @@ def ensure_installed(prefix: str | None = None, say=print) -> bool:
             dest.unlink()                     # a link to a clone that moved
         dest.symlink_to(LABEXTENSION, target_is_directory=True)
         conf.parent.mkdir(parents=True, exist_ok=True)
-        conf.write_text(json.dumps(
+        from nbtools.common.atomic import write_file     # whole or not at all
+        write_file(conf, json.dumps(
             {"ServerApp": {"jpserver_extensions": {"nbtools.ui.labext": True}}}, indent=2) + "\n")
     except OSError as e:
         say(f"note: could not install the torch-nbtools JupyterLab extension into {root} ({e}):"

@@ -26,7 +26,7 @@ from nbtools.ui.preset import not_run_yet, opening_run, preset_config
 from nbtools.analysis.metrics import combine
 from nbtools.lab.errors import RunFailed
 from nbtools.config.step_config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,
-                     CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, PARALLEL,
+                     CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, OPTIMIZER_IMPLS, PARALLEL,
                      SEQ_SCHEDULES, SIZES, ConfigError, StepConfig)
 from nbtools.ui.html import describe_error, flags_html, summary_html
 from nbtools.config.scenarios import SCENARIOS
@@ -36,6 +36,7 @@ from nbtools.widgets import panel_checks
 from nbtools.widgets.panel_advice import Advisor
 from nbtools.widgets.panel_compare import Comparer
 from nbtools.widgets.panel_parts import Ticker, button, control, html_widget
+from nbtools.widgets.panel_signals import SignalStrip
 from nbtools.widgets.panel_work import Work, say
 from nbtools.widgets.panel_checks import (DEFAULT, NONE_AS, NUMBER_OR_DEFAULT,  # noqa: F401
                                           config_from_values, values_from_config)
@@ -46,12 +47,12 @@ CHOICES = {
     "cudagraph": CUDAGRAPH, "parallel": (DEFAULT,) + PARALLEL, "cache": CACHE_POLICIES,
     "ddp_wrap": DDP_WRAP, "optimize_ddp": OPTIMIZE_DDP, "fsdp_compile": FSDP_COMPILE,
     "seq_schedule": (DEFAULT,) + SEQ_SCHEDULES,
-    "capture": CAPTURE, "size": SIZES,
+    "capture": CAPTURE, "size": SIZES, "optimizer_impl": OPTIMIZER_IMPLS,
 }
 # Every StepConfig field has a control (tests check this), grouped as a user thinks of them.
 GROUPS = (
-    ("workload", ("scenario", "parallel", "reshard_after_forward", "batch", "seq_len",
-                  "seq_schedule", "size", "seed")),
+    ("workload", ("scenario", "parallel", "reshard_after_forward", "optimizer_impl", "batch",
+                  "seq_len", "seq_schedule", "size", "seed")),
     ("compile", ("compile", "backend", "fullgraph", "dynamic", "cache", "ddp_wrap",
                  "optimize_ddp", "fsdp_compile")),
     ("precision & graphs", ("autocast", "autocast_scope", "cudagraph")),
@@ -111,6 +112,8 @@ class Panel:
                                   icon="play")
         self.auto = W.Checkbox(value=False, description="auto re-run on change", indent=False)
         self.status = html_widget("ready", "nbtools-status")
+        self.signals = SignalStrip()      # each rank's machine signals while a run runs
+        self.signals.watch(lab)
         self.error = html_widget("", "nbtools-error")
         self.restart_button = button("Restart engines", self.restart, button_style="warning",
                                       layout=W.Layout(display="none"))
@@ -160,7 +163,7 @@ class Panel:
         log_box.selected_index = None
         self.widget = _PanelBox([
             W.HBox(groups, layout=W.Layout(flex_flow="row wrap")),
-            W.HBox([self.run_button, self.auto, self.status]),
+            W.HBox([self.run_button, self.auto, self.status]), self.signals.widget,
             W.HBox([self.error, self.restart_button]), self.flags, self.summary,
             self.timeline_view, log_box,
             W.HTML("<b>history</b>"), W.HBox([self.history_list, self.load_button]),
@@ -284,7 +287,7 @@ class Panel:
         try:
             self.lab.restart()
         except Exception as e:  # noqa: BLE001
-            self._set_error(f"restart failed: {type(e).__name__}: {e}")
+            self._set_error(f"restart failed: {type(e).__name__}: {html.escape(str(e))}")
             return
         self.restart_button.layout.display = "none"
         self._set_error("")

@@ -1,18 +1,24 @@
-"""lab.advise(run): what a run's own tables say to try, ranked. Each rule (compile_rules,
-comm_rules, gpu_rules) reads measured signals: compile events and their guards, the engines' compile
-outcome, the summary's communication columns. A rule whose fix is a StepConfig field
-proposes that change; advise keeps it only where it is a valid config for this run (else
-the suggestion keeps its code and says the field did not apply). A run with nothing wrong
-gets an empty list. Advice is a hypothesis until an A/B proves it. Pure: no torch."""
+"""lab.advise(run): what a run's own tables say to try, ranked. It starts from why the step
+takes its time (diagnosis.py: the GPU's waits and where the host was), and each rule
+(host_rules, compile_rules, comm_rules, gpu_rules) proposes the move that fits that reading
+and none that does not. A rule whose fix is a StepConfig field proposes that change; advise
+keeps it only where it is a valid config for this run (else the suggestion keeps its code
+and says the field did not apply). Suggestions about the same thing whose fixes overlap are
+merged; moves the lab has seen fail or lose for this workload are set aside with the reason.
+A run with nothing wrong gets an empty list, and a run that cannot be read says why.
+Advice is a hypothesis until an A/B proves it. Pure: no torch."""
 from __future__ import annotations
 
 import dataclasses
 
-from nbtools.analysis.advice import comm_rules, compile_rules, gpu_rules
+from nbtools.analysis.advice import comm_rules, compile_rules, gpu_rules, host_rules
+from nbtools.analysis.advice.diagnosis import Diagnosis, Why, diagnose  # noqa: F401
 from nbtools.analysis.advice.suggestion import NOTHING, Suggestion, Suggestions  # noqa: F401
 from nbtools.config.step_config import ConfigError
 
-RULES = compile_rules.RULES + comm_rules.RULES + gpu_rules.RULES
+RULES = host_rules.RULES + compile_rules.RULES + comm_rules.RULES + gpu_rules.RULES
+# what recompiles, and so what a recompile-limit hit is a symptom of
+_RECOMPILES = ("recompile-shapes", "module-int-guard", "global-state")
 
 
 def valid_change(cfg, change: dict) -> str | None:
@@ -34,20 +40,92 @@ def valid_change(cfg, change: dict) -> str | None:
 COMPILE_TIME = compile_rules.RULES + (gpu_rules.cudagraph_skips,)
 
 
-def advise(run, compiled_by=None) -> Suggestions:
+def change_key(s) -> tuple:
+    """What makes two suggestions the same move: their field changes and model patch."""
+    return (tuple(sorted((k, repr(v)) for k, v in s.change.items())),
+            tuple(sorted((k, repr(v)) for k, v in s.model_patch.items())))
+
+
+def advise(run, compiled_by=None, seen=None) -> Suggestions:
     """Suggestions for this run, best first (by score: the share of the run's time at
-    stake, as each rule measures it). Empty for a failed run's missing tables, or a run
-    with nothing wrong. ``compiled_by``: the run that compiled the graphs this run reused
-    (Run.compiled_by): its compile-time findings (recompiles, guards, graph breaks,
-    CUDA-graph skips) hold for this run too, and are added, saying where they were seen."""
+    stake, as each rule measures it). ``compiled_by``: the run that compiled the graphs
+    this run reused (Run.compiled_by): its compile-time findings (recompiles, guards, graph
+    breaks, CUDA-graph skips) hold for this run too, and are added, saying where they were
+    seen. ``seen``: {change_key: why} moves this lab already saw fail or lose for this
+    workload from this config (lab.advise fills it): set aside, with the reason."""
+    why_not = unreadable(run)
+    if why_not:
+        return Suggestions(unreadable=why_not)
     out = _apply(run, RULES)
+    note = ""
     if compiled_by is not None and compiled_by.run_id != run.run_id:
         have = {s.rule for s in out}
         out += [dataclasses.replace(s, evidence=f"in run #{compiled_by.run_id}, which compiled "
                                     f"the graphs this run reused: {s.evidence}")
                 for s in _apply(compiled_by, COMPILE_TIME) if s.rule not in have]
+    elif run.compiled_by:
+        note = (f"this run reused graphs compiled by run #{run.compiled_by}, which is not in "
+                "this history: its recompiles, guards and graph breaks cannot be read here "
+                "(run the config again with cache='fresh' on this lab to see them)")
+    out = merge(out)
+    skipped = []
+    if seen:
+        keep = []
+        for s in out:
+            why = seen.get(change_key(s)) if (s.change or s.model_patch) else None
+            (skipped.append((s, why)) if why else keep.append(s))
+        out = keep
     out.sort(key=lambda s: -s.score)
-    return Suggestions(dataclasses.replace(s, rank=i + 1) for i, s in enumerate(out))
+    return Suggestions((dataclasses.replace(s, rank=i + 1) for i, s in enumerate(out)),
+                       not_proposed=host_rules.not_proposed(run), skipped=skipped, note=note)
+
+
+def unreadable(run) -> str:
+    """Why a run's tables cannot be advised on ('' when they can)."""
+    if not run.ok:
+        err = next((e for e in (run.errors or {}).values() if e), "")
+        line = (str(err).strip().splitlines() or [""])[-1][:200]
+        return (f"run #{run.run_id} failed ({line or run.status}): its tables are those of a "
+                "step that did not finish. Fix the error and run it again, then advise that run")
+    tables = (run.summary, run.steps, run.events, run.compile_events)
+    if all(t is None or not len(t) for t in tables):
+        return (f"run #{run.run_id} has no tables: they are gone (deleted from its folder?) "
+                "or it never finished a step. Run the config again, then advise that run")
+    return ""
+
+
+def merge(out: list) -> list:
+    """One suggestion per move: suggestions with the same change or model patch become the
+    higher-scored one with the other's evidence added; a recompile-limit hit folds into the
+    suggestion that removes the recompiles of that frame (its fix removes the hit)."""
+    by_key: dict = {}
+    kept = []
+    for s in sorted(out, key=lambda s: -s.score):
+        k = change_key(s)
+        if (s.change or s.model_patch) and k in by_key:
+            i = by_key[k]
+            kept[i] = dataclasses.replace(
+                kept[i], evidence=f"{kept[i].evidence}; also ({s.rule}): {s.evidence}",
+                ranks=tuple(sorted(set(kept[i].ranks) | set(s.ranks))))
+            continue
+        if s.change or s.model_patch:
+            by_key[k] = len(kept)
+        kept.append(s)
+    limits = [s for s in kept if s.rule == "recompile-limit"]
+    for lim in limits:
+        causes = [s for s in kept if s.rule in _RECOMPILES]
+        same = [s for s in causes if s.about and s.about == lim.about] or \
+            (causes if len(causes) == 1 else [])
+        if not same:
+            continue
+        target = max(same, key=lambda s: s.score)
+        i = kept.index(target)
+        extra = "" if "recompile limit" in target.evidence else (
+            "; and that frame hit the recompile limit: " + lim.evidence)
+        kept[i] = dataclasses.replace(target, evidence=target.evidence + extra,
+                                      score=max(target.score, lim.score))
+        kept.remove(lim)
+    return kept
 
 
 def _apply(run, rules) -> list:

@@ -3,7 +3,7 @@ profiled_window_ms, overlap_pct, measured over the profiled steps) and who waits
 in the captured collectives (analysis/straggler.py). Pure: no torch."""
 from __future__ import annotations
 
-from nbtools.analysis.advice.suggestion import Suggestion
+from nbtools.analysis.advice.suggestion import Suggestion, ab_cost
 from nbtools.analysis.straggler import attribute, sentence
 
 # Exposed communication below this share of the profiled step is not worth a field change:
@@ -52,7 +52,7 @@ def fsdp_reshard(run) -> list[Suggestion]:
               "    fully_shard(block, reshard_after_forward=False)\n"
               "fully_shard(model, reshard_after_forward=False)\n"
               "# memory: + the unsharded parameters of every block until backward"),
-        cost="one A/B (~10 runs); watch peak_mem_mb",
+        cost=ab_cost() + "; watch peak_mem_mb",
         score=min(1.0, share), ranks=ranks)]
 
 
@@ -89,7 +89,7 @@ def straggler(run) -> list[Suggestion]:
              "includes the late rank's delay; the cause is on that rank."),
         code=_STRAGGLER_FIX.get(v["cause"], _STRAGGLER_FIX["host"] + "\n"
                                 + _STRAGGLER_FIX["compute"]),
-        cost="reading its timeline, an edit, then one A/B (~10 runs)",
+        cost=ab_cost("reading its timeline, an edit, then"),
         score=min(1.0, wait / step) if step > 0 else 0.1, ranks=(int(v["rank"]),))]
 
 

@@ -10,7 +10,7 @@ import re
 
 import pandas as pd
 
-from nbtools.analysis.advice.suggestion import Suggestion
+from nbtools.analysis.advice.suggestion import Suggestion, ab_cost
 
 # "tensor 'x' size mismatch at index 1. expected 17, actual 23" (torch 2.11-2.13)
 _SIZE = re.compile(r"tensor '([^']+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
@@ -94,7 +94,7 @@ def recompile_shapes(run) -> list[Suggestion]:
               "# or: model = torch.compile(model, dynamic=True)\n"
               + ("# or pad lengths to a few buckets: StepConfig(seq_schedule='bucketed')"
                  if sequence else "# or pad inputs to a few fixed sizes")),
-        cost="one A/B (a recompile per side; ~5 rounds = 10 runs)",
+        cost=ab_cost("a recompile per side;"), about=_frame(first),
         score=_share(lost, run), ranks=_ranks(hits))]
 
 
@@ -151,7 +151,7 @@ def module_int_guard(run) -> list[Suggestion]:
         why=("torch.compile treats an integer attribute of an nn.Module as a constant and "
              "guards on it, so blocks that differ only in it each need their own graph of "
              "one shared frame, all counted toward one recompile limit."),
-        code=code, cost="an edit to the model, then one A/B (~10 runs)",
+        code=code, cost=ab_cost("an edit to the model, then"), about=_frame(first),
         score=min(1.0, _share(lost, run) + (0.5 if limit else 0.0)), ranks=_ranks(hit))]
 
 
@@ -178,6 +178,7 @@ def recompile_limit(run) -> list[Suggestion]:
               f"torch._dynamo.config.recompile_limit = {n * 8}   # if every variant is wanted\n"
               "# TORCH_LOGS=recompiles python train.py   # every guard failure, as it happens"),
         cost="an edit, then a rerun (more graphs: more compile time and memory)",
+        about=_frame(first),
         score=0.5, ranks=_ranks(hits))]
 
 
@@ -224,7 +225,7 @@ def graph_breaks(run) -> list[Suggestion]:
              "the code becomes several graphs: fewer fusions, more launches, Python between."),
         code="\n".join(fixes + ["model = torch.compile(model, fullgraph=True)   # the first "
                                 "break raises, naming its line (lab: fullgraph=True)"]),
-        cost="an edit, then one A/B (~10 runs)",
+        cost=ab_cost("an edit, then"),
         score=min(0.3, 0.05 * len(sites)), ranks=_ranks(br))]
 
 
@@ -272,7 +273,7 @@ def global_state(run) -> list[Suggestion]:
         why=("Compiled code guards on global state such as autocast and grad mode, so calling "
              "it under another state compiles another graph (counted toward the recompile "
              "limit); state set inside the compiled function is traced instead."),
-        code=code, cost="an edit, then one A/B (~10 runs)",
+        code=code, cost=ab_cost("an edit, then"), about=_frame(first),
         score=_share(lost, run), ranks=_ranks(hits))]
 
 
@@ -314,7 +315,7 @@ def ddp_compile_outside(run) -> list[Suggestion]:
              "DDP compiles the model without DDP's per-bucket split, or nothing at all."),
         code=("model = DDP(torch.compile(model), device_ids=[local_rank])\n"
               "# not torch.compile(DDP(model))"),
-        cost="one A/B (a compile per side; ~10 runs)",
+        cost=ab_cost("a compile per side;"),
         score=1.0 if eager else 0.5, ranks=tuple(sorted(oc)))]
 
 

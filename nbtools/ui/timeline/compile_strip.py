@@ -8,6 +8,8 @@ made-up place on the axis. A field the recorder left empty says why ("first comp
 this frame", "not recorded"), never a blank."""
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pandas as pd
 from bokeh.models import (ColumnDataSource, CustomJSTickFormatter, Div, FixedTicker, HoverTool,
@@ -91,13 +93,14 @@ def strip_data(run, ranks: list) -> tuple[dict, dict, dict, str, dict]:
                  at=np.asarray([f"{v:,.3f} s" for v in c0.tolist()], object))
     has = cdur > 0
     spans = {k: np.asarray(v)[has] for k, v in marks.items()}
-    html = ""
+    note = ""
     if len(lost):
         counts = lost.groupby(["rank", "kind"], observed=True).size()
-        html = ("<span style='font-size:11px;color:#555'>Recorded without a time (counted at the "
+        note = ("<span style='font-size:11px;color:#555'>Recorded without a time (counted at the "
                 "run's end, so not drawn on the axis): " + "; ".join(
-                    f"rank {r}: {n} {k}" for (r, k), n in counts.items()) + "</span>")
-    return steps, spans, marks, html, dict(real=real, axis=axis, cuts=cuts(real, axis))
+                    f"rank {r}: {n} {html.escape(str(k))}" for (r, k), n in counts.items())
+                + "</span>")
+    return steps, spans, marks, note, dict(real=real, axis=axis, cuts=cuts(real, axis))
 
 
 class CompileStrip:
@@ -155,13 +158,13 @@ class CompileStrip:
 
     def update(self, run, ranks: list) -> None:
         """Redraw the strip for ``run``'s ``ranks``: steps, compile spans, marks and axis cuts."""
-        steps, spans, marks, html, ax = strip_data(run, ranks)
+        steps, spans, marks, note, ax = strip_data(run, ranks)
         self.steps_source.data, self.span_source.data = steps, spans
         self.mark_source.data = marks
         self.knots.data = dict(real=ax["real"], axis=ax["axis"])
         self._ticks.args = dict(real=ax["real"].tolist(), axis=ax["axis"].tolist())
         self.cut_source.data = dict(ax["cuts"], y=np.full(len(ax["cuts"]["left"]), -0.5))
-        self.untimed.text = html
+        self.untimed.text = note
         fig = self.figure
         fig.visible = bool(len(steps["left"]) or len(marks["x"]))   # nothing: the notice says
         n = max(len(ranks), 1)

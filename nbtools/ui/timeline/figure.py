@@ -6,9 +6,12 @@ and a few scalar properties, which a live jupyter_bokeh BokehModel turns into sm
 PATCH-DOC messages instead of a re-render. What goes into the sources (the level of detail
 included) is computed in ``data``; search, region table, names and flows are in
 ``interactions`` (BokehJS, so they work in exported HTML too); compiles are in
-``compile_strip``; memory in ``memory``.
+``compile_strip``; memory in ``memory``; why the GPU waits in ``waits``; the machine's
+signals in ``signals``.
 """
 from __future__ import annotations
+
+import html
 
 import numpy as np
 import pandas as pd
@@ -32,7 +35,9 @@ from nbtools.ui.timeline.interactions import (CHAR_PX, Controls, duration_hover,
                                               name_hover, only_if_none, start_hover,
                                               swap_while_moving)
 from nbtools.ui.timeline.memory import MemoryLane
+from nbtools.ui.timeline.waits import WaitsLane
 from nbtools.ui.timeline.region import RegionTable
+from nbtools.ui.timeline.signals import SignalsLane
 from nbtools.ui.timeline.summary_strip import SummaryStrip
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#98df8a", "#9467bd", "#17becf", "#c5b0d5",
@@ -51,7 +56,8 @@ def notice(run) -> str:
     nothing = not (len(run.events) or len(run.steps) or len(run.compile_events))
     style = "<span style='font-size:12px;color:#a50f15'>"
     if not run.ok:
-        why = first_error(run).strip().rstrip(".") or "no rank said why"
+        # the error is the run's text (a step may raise anything): shown, never run
+        why = html.escape(first_error(run).strip().rstrip(".")) or "no rank said why"
         return (f"{style}Run failed ({why}): " + ("nothing was recorded to draw."
                 if nothing else "below is what the ranks recorded before it stopped.")
                 + "</span>")
@@ -81,14 +87,16 @@ class Timeline:
     profiled steps' events first, the compile strip below) or "all" (the whole run first:
     the compile strip, every step and compile in seconds, its axis cut where a long compile
     would squeeze the steps; the events, which only the profiled steps have, below). A
-    failed run, or one with nothing to draw, says so in a line above.
+    failed run, or one with nothing to draw, says so in a line above. ``signals``: the
+    machine signals to draw in their lanes (``signals.py``), default all.
     """
 
     def __init__(self, run=None, *, width: int | None = None, lane_height: int = 18,
                  collapse_cpu: bool = False, backend: str = "canvas", live: bool = True,
                  origin: int | None = None, x_range: Range1d | None = None,
-                 title: str | None = None, window: str = "events"):
+                 title: str | None = None, window: str = "events", signals=None):
         self.width, self.lane_height, self.collapse_cpu = width, lane_height, collapse_cpu
+        self.only_signals = None if signals is None else set(signals)
         self.lod_px = width or LOD_PX
         self._size = (dict(width=width) if width else
                       dict(sizing_mode="stretch_width", min_width=500))
@@ -124,7 +132,10 @@ class Timeline:
         self.strip = CompileStrip(self._size, backend)
         self.compile_source, self.span_source = self.strip.mark_source, self.strip.span_source
         self.memory = MemoryLane(self._size, backend, self.figure.x_range)
-        self.swap_on(self.figure, self.memory.figure)
+        self.waits = WaitsLane(self._size, backend, self.figure.x_range)
+        # the machine's signals through the run, under the streams on the same x range
+        self.signals = SignalsLane(self._size, backend, self.figure.x_range)
+        self.swap_on(self.figure, self.memory.figure, self.waits.figure, self.signals.figure)
         self.summary = SummaryStrip(self._size, backend)
         self.summary_source, self.summary_figure = self.summary.source, self.summary.figure
         c, reg = self.controls, self.region
@@ -133,8 +144,8 @@ class Timeline:
         # window="all": the whole run first, on the strip's axis in seconds (cut where a
         # long compile would squeeze the steps); the profiled steps' events below
         strip = [self.strip.figure, self.strip.untimed]
-        events = [row(c.search, c.search_out, c.flows), self.figure, row(reg.group, reg.out),
-                  reg.table, self.memory.figure]
+        events = [row(c.search, c.search_out, c.flows), self.figure, self.waits.figure,
+                  row(reg.group, reg.out), reg.table, self.memory.figure, self.signals.figure]
         parts = strip + events if window == "all" else events + strip
         self.layout = column(self.notice, *parts, self.summary_figure, **stretch)
         if live:   # works under jupyter_bokeh's BokehModel without a Bokeh server
@@ -279,6 +290,8 @@ class Timeline:
         self.region.update(run.events, t0)
         self.strip.update(run, ranks)
         self.memory.update(getattr(run, "memory", None), ranks, t0)
+        self.waits.update(run.events, ranks, t0)
+        self.signals.update(run, ranks, t0, self.only_signals)
 
         present = set(events["category"].astype(str).unique()) if len(events) else set()
         present |= {"graph"} if len(events) and events["graph"].any() else set()

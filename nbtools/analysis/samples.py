@@ -1,0 +1,216 @@
+"""The machine's signals through a run (``run.samples``): one row per (rank, time, signal),
+what each signal is (name, label, unit, the scale a lane draws it on), and the samples of a
+phase of the run. Pure: tables in, tables out; engine/signals.py samples them.
+
+Every signal once: the timeline's lanes, the panel's live strip, the summary columns
+(analysis/machine.py) and docs/timeline.md read ``SIGNALS``. Times are the events' clock
+(epoch ns, ``time.time_ns()`` on the rank), so a sample lines up with the kernels, steps
+and compiles of its rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from nbtools.analysis import tables
+
+SAMPLE_COLUMNS = {
+    "rank": np.int32,
+    "ts_ns": np.int64,    # epoch ns on the rank, the events' clock
+    "signal": "str",      # a name of SIGNALS
+    "value": np.float64,  # in the signal's unit (a read that gave nothing leaves no row)
+}
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One signal: ``name`` (the table's), ``label`` and ``unit`` for people, ``scale``: the
+    value a lane's full height stands for (a number, the name of a value the rank's machine
+    report holds, e.g. "sm_max_mhz", or "" for the row's own largest value), and what it
+    ``means`` (where it comes from)."""
+    name: str
+    label: str
+    unit: str
+    scale: object
+    means: str
+    live: bool = False        # shown in the panel's live strip
+
+
+SIGNALS = (
+    Signal("gpu_util_pct", "GPU busy", "%", 100.0, "share of NVML's last sample period (1/6 "
+           "to 1 s, by product) in which a kernel ran (nvidia-smi's utilization.gpu)", True),
+    Signal("sm_active_pct", "SM activity", "%", 100.0, "share of the SMs busy between two "
+           "samples (NVML GPM, Hopper and newer): a kernel on few SMs reads low here and "
+           "high in GPU busy"),
+    Signal("tensor_active_pct", "tensor cores", "%", 100.0, "share of time the SMs ran "
+           "tensor-core instructions between two samples (NVML GPM)"),
+    Signal("dram_bw_pct", "DRAM bandwidth", "%", 100.0, "DRAM bandwidth used between two "
+           "samples, of the device's peak (NVML GPM)"),
+    Signal("gpu_mem_util_pct", "memory busy", "%", 100.0, "share of NVML's last sample period "
+           "in which device memory was read or written"),
+    Signal("sm_clock_mhz", "SM clock", "MHz", "sm_max_mhz", "the SM clock now (NVML)", True),
+    Signal("gpu_power_w", "power", "W", "power_limit_w", "board power draw (NVML: the "
+           "instant reading where the device has one, else its power usage)", True),
+    Signal("gpu_temp_c", "temperature", "°C", 100.0, "GPU core temperature (NVML)"),
+    Signal("gpu_mem_used_mb", "GPU memory used", "MB", "gpu_mem_total_mb", "device memory "
+           "in use by every process on the GPU (NVML), not only PyTorch's allocations"),
+    Signal("throttle", "clock reasons", "", 1.0, "NVML's clock event reasons as a bit mask "
+           "(power cap, thermal or hardware slowdown, power brake, ...): the lane marks the "
+           "samples with a throttling reason"),
+    Signal("pcie_tx_mbps", "PCIe out", "MB/s", "", "bytes sent over PCIe since the last "
+           "sample (NVML counters)"),
+    Signal("pcie_rx_mbps", "PCIe in", "MB/s", "", "bytes received over PCIe since the last "
+           "sample (NVML counters)"),
+    Signal("nvlink_tx_mbps", "NVLink out", "MB/s", "", "data bytes sent over the GPU's active "
+           "NVLinks since the last sample (NVML counters)"),
+    Signal("nvlink_rx_mbps", "NVLink in", "MB/s", "", "data bytes received over the GPU's "
+           "active NVLinks since the last sample (NVML counters)"),
+    Signal("cpu_pct", "process CPU", "%", "", "CPU time of the rank's process (all its "
+           "threads) since the last sample, per wall time: 100 = one core busy", True),
+    Signal("rss_mb", "process memory", "MB", "", "resident memory of the rank's process"),
+    Signal("host_cpu_pct", "host CPU", "%", 100.0, "share of all the host's cores busy, every "
+           "process counted (/proc/stat, over 0.25 s or more: it counts 10 ms ticks)"),
+    Signal("host_load", "host load", "/core", "", "runnable tasks per core on the host now "
+           "(/proc/stat procs_running over the cores): above 1 a thread waits for a core"),
+)
+BY_NAME = {s.name: s for s in SIGNALS}
+# NVML clock event reasons (nvml.h nvmlClocksEventReason*) -> words
+REASONS = {0x1: "GPU idle", 0x2: "applications clocks setting", 0x4: "power cap",
+           0x8: "hardware slowdown", 0x10: "sync boost", 0x20: "software thermal slowdown",
+           0x40: "hardware thermal slowdown", 0x80: "power brake", 0x100: "display clock"}
+# the reasons that slow a working GPU down (idle, a clock setting, sync boost: not throttling)
+THROTTLING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+SLACK_NS = 50_000_000   # a sample up to 50 ms after a step's end still speaks of it (NVML's
+                        # values are averages over the time before the read)
+
+
+def empty() -> pd.DataFrame:
+    """A samples table with no rows (a run without signals: ``load_traces``, sampling off)."""
+    return tables.empty(SAMPLE_COLUMNS)
+
+
+def reason_words(bits: int) -> list:
+    """NVML's clock event reason bits as words (e.g. "power cap"), in REASONS' order."""
+    return [w for b, w in REASONS.items() if int(bits) & b]
+
+
+def from_wire(rank: int, wire: dict) -> pd.DataFrame:
+    """One rank's samples as the engine sends them (``ts_ns`` and one array per signal,
+    engine/signals.py) -> the long table."""
+    ts = np.asarray(wire.get("ts_ns", ()), np.int64)
+    values = {k: np.asarray(v, np.float64) for k, v in (wire.get("values") or {}).items()
+              if len(v) == len(ts)}
+    if not len(ts) or not values:
+        return empty()
+    names = list(values)
+    n = len(ts)
+    codes = np.repeat(np.arange(len(names), dtype=np.int32), n)
+    value = np.concatenate([values[k] for k in names])
+    # NaN: nothing was read there (a failed read, a signal taken every few samples)
+    keep = np.isfinite(value)
+    return pd.DataFrame({
+        "rank": np.full(int(keep.sum()), rank, np.int32),
+        "ts_ns": np.tile(ts, len(names))[keep],
+        "signal": pd.Categorical.from_codes(codes[keep],
+                                            categories=pd.Index(names, dtype=object)),
+        "value": value[keep]})
+
+
+def table(reports: dict) -> pd.DataFrame:
+    """Every rank's samples, one table (ranks that sent none add nothing)."""
+    frames = [from_wire(r, rep["signals"]) for r, rep in sorted(reports.items())
+              if isinstance(rep, dict) and rep.get("signals")]
+    return tables.concat(frames, SAMPLE_COLUMNS)
+
+
+# runs saved before the samples table kept a few signals in run.json, at 10 or 2 per second
+_OLD = {"procs_running": "host_load", "sm_mhz": "sm_clock_mhz", "temp_c": "gpu_temp_c",
+        "power_w": "gpu_power_w", "reasons": "throttle"}
+
+
+def from_machine_reports(ranks: dict) -> pd.DataFrame:
+    """The samples of a run saved before ``samples.parquet`` existed: what each rank's
+    ``machine`` report kept over the timed steps (host load, SM clock, temperature, power,
+    reasons), so an old run still draws its lanes and keeps its columns."""
+    frames = []
+    for r, m in sorted(ranks.items()):
+        m = (m or {}).get("machine") if isinstance(m, dict) else None
+        smp = (m or {}).get("samples") if isinstance(m, dict) else None
+        if not isinstance(smp, dict) or not len(smp.get("ts_ns") or ()):
+            continue
+        values = {new: smp[old] for old, new in _OLD.items() if old in smp}
+        if "host_load" in values:
+            values["host_load"] = np.asarray(values["host_load"], float) / float(m.get("cores") or 1)
+        try:
+            frames.append(from_wire(int(r), dict(ts_ns=smp["ts_ns"], values=values)))
+        except (TypeError, ValueError):
+            continue     # a damaged old report loses its lanes, not the run
+    return tables.concat(frames, SAMPLE_COLUMNS)
+
+
+def series(samples: pd.DataFrame, rank: int, signal: str) -> tuple[np.ndarray, np.ndarray]:
+    """(ts_ns, values) of one rank's signal, in time order."""
+    if samples is None or not len(samples):
+        return np.zeros(0, np.int64), np.zeros(0)
+    s = samples[(samples["rank"] == rank) & (samples["signal"] == signal)]
+    s = s.sort_values("ts_ns", kind="stable")
+    return s["ts_ns"].to_numpy(np.int64), s["value"].to_numpy(np.float64)
+
+
+def step_of(ts: np.ndarray, steps: pd.DataFrame, phases=("measured", "profiled"),
+            slack_ns: int = SLACK_NS) -> np.ndarray:
+    """Each sample's step among ``steps`` of ``phases`` (one rank's): the last such step that
+    started at or before it, if the sample falls before that step's end plus ``slack_ns``;
+    -1 for samples outside them."""
+    st = steps[steps["phase"].astype(str).isin(list(phases))] if len(steps) else steps
+    if not len(st):
+        return np.full(len(ts), -1)
+    st = st.sort_values("ts_ns")
+    pos = np.searchsorted(st["ts_ns"].to_numpy(np.int64), ts, side="right") - 1
+    end = (st["ts_ns"] + st["dur_ns"]).to_numpy(np.int64)
+    idx = st["step"].to_numpy(np.int64)
+    at = np.clip(pos, 0, None)
+    inside = (pos >= 0) & (ts <= end[at] + slack_ns)
+    return np.where(inside, idx[at], -1)
+
+
+def during(samples: pd.DataFrame, steps: pd.DataFrame, rank: int, signal: str,
+           phases=("measured",)) -> tuple[np.ndarray, np.ndarray]:
+    """(values, their steps) of one rank's signal sampled during its steps of ``phases``.
+    Steps shorter than the sampling interval may hold no sample: then the first sample
+    after the last of them stands for them (NVML's and /proc's readings cover the time
+    before the read), counted as that step's."""
+    ts, v = series(samples, rank, signal)
+    st = steps[steps["rank"] == rank] if len(steps) else steps
+    step = step_of(ts, st, phases) if len(ts) else np.zeros(0, np.int64)
+    keep = step >= 0
+    if not keep.any() and len(ts) and len(st):
+        st = st[st["phase"].astype(str).isin(list(phases))]
+        if len(st):
+            last = st.loc[st["ts_ns"].idxmax()]
+            after = np.flatnonzero(ts >= int(last["ts_ns"]))
+            if len(after):
+                return v[after[:1]], np.array([int(last["step"])])
+    return v[keep], step[keep]
+
+
+def scale_of(signal: str, values: np.ndarray, machine: dict | None) -> float:
+    """What a lane's full height stands for: the signal's fixed scale, the limit the rank's
+    machine report gives (SM clock maximum, power limit, memory), else the largest value
+    (at least 1, so an idle row stays flat)."""
+    s = BY_NAME.get(signal)
+    fixed = s.scale if s is not None else ""
+    if isinstance(fixed, (int, float)):
+        return float(fixed)
+    finite = values[np.isfinite(values)] if len(values) else values
+    top = float(finite.max()) if len(finite) else 0.0
+    if fixed and isinstance(machine, dict):
+        try:
+            lim = float(machine.get(fixed))
+        except (TypeError, ValueError):
+            lim = float("nan")
+        if np.isfinite(lim) and lim > 0:
+            return max(lim, top)
+    return max(top, 1.0)

@@ -1,0 +1,157 @@
+"""lab.explore's A/Bs: running one (screen or proof) through lab.ab with the budget's stop,
+each run's wall seconds recorded for the prices, a failing or stopped A/B said in the row;
+and what a screen round reads (its text, B over A as a gain, clearly worse or not)."""
+from __future__ import annotations
+
+import math
+import time
+
+from nbtools.analysis import metrics
+from nbtools.config.workload import patch_text
+from nbtools.lab import ab as ab_rounds
+from nbtools.results.exploration import change_text
+
+
+class Runs:
+    """The A/B-running half of lab.explore's _Explorer (it holds the lab, the exploration,
+    the options, the prices, the budget's deadline and the callbacks)."""
+
+    def ab(self, c, rounds, screen: bool = False, max_rounds=None):
+        """lab.ab of c's sides (unprofiled for a screen), each run's wall recorded for the
+        prices, a run that would end past the budget not started; (Comparison or None
+        when it failed to start, the time it began)."""
+        a, b = c.a, c.b
+        if screen:
+            a, b = unprofiled(a), unprofiled(b)
+        self.budget_hit = False
+        ends = Ends(self, c)
+        what = change_text(c.change) if c.change else patch_text(c.patch)
+        events = self.events(c, ends, what, screen)
+        t = time.perf_counter()
+        try:
+            cmp = ab_rounds.ab(self.lab, a, b, rounds=rounds, metric=c.metric,
+                               timeout=self.opts["timeout"], on_run=events, stop=ends,
+                               max_rounds=max_rounds or self.opts["rounds"], width=self.width,
+                               equivalence=None if screen else self.opts["equivalence"])
+        except KeyboardInterrupt:
+            self.ex.note = f"interrupted (Ctrl-C) during the A/B of {what}"
+            raise
+        except Exception as e:  # noqa: BLE001 - a change that fails is recorded and skipped
+            c.row["runs"] += ends.runs
+            if self.stop is not None and self.stop.is_set() and ends.failed is None:
+                self.add(c.row, f"stopped: not kept ({ends.runs} run(s))")
+                self.ex.note = f"stopped during the A/B of {c.row['change']}"
+            else:
+                self.add(c.row, f"failed: {type(e).__name__}: {one_line(e)}")
+            return None, t
+        if ends.failed is not None:
+            c.row["runs"] += ends.runs
+            self.add(c.row, f"failed: {first_error(ends.failed)}")
+            return None, t
+        self.budget_hit = ends.budget
+        if cmp.note.startswith("interrupted") or (cmp.note.startswith("stopped")
+                                                   and not ends.budget):
+            how = cmp.note.split(" after")[0]
+            c.row["runs"] += ends.runs
+            self.add(c.row, f"{how}: not kept ({cmp.verdict.rounds} round(s))")
+            self.ex.note = f"{how} during the {'screen' if screen else 'A/B'} of " \
+                           f"{c.row['change']}"
+            return None, t
+        return cmp, t
+
+    def events(self, c, ends, what, screen):
+        """lab.ab's on_run: each run's wall seconds into the prices, a failed B run ends
+        the A/B, the event on to the caller's on_run and the live line."""
+        began: dict = {}
+        k = len(self.ex.comparisons) + 1
+
+        def event(ev):
+            if ev["phase"] == "start":
+                began[ev["index"]] = time.perf_counter()
+            else:
+                ends.runs += 1
+                if ev["index"] in began:
+                    self.prices.record(c.ka if ev["side"] == "A" else c.kb,
+                                       time.perf_counter() - began.pop(ev["index"]), ev["run"])
+                if ev["side"] == "B" and not ev["run"].ok and ends.failed is None:
+                    ends.failed = ev["run"]
+            if self.on_run is not None:
+                self.on_run(dict(ev, change=dict(c.change) or {"model": patch_text(c.patch)},
+                                 screen=screen))
+            if self.line and ev["phase"] == "start":
+                self.line.say(f"explore {'screen' if screen else f'A/B {k}'}: {what} · round "
+                              f"{ev['round']} of {ev['rounds']} · {ev['side']} (run "
+                              f"{ev['index']} of {ev['of']}) · {self.left():.0f} s of the "
+                              "budget left")
+        return event
+
+
+class Ends:
+    """lab.ab's ``stop``: the caller's stop, the first failed run of B (its other runs would
+    fail too, or compare a broken config), or a next run that would end past the budget."""
+
+    def __init__(self, x, c):
+        self.x, self.c, self.failed, self.runs, self.budget = x, c, None, 0, False
+
+    def is_set(self) -> bool:
+        """True once the A/B should end before its next run (lab.ab asks before each)."""
+        if self.failed is not None or (self.x.stop is not None and self.x.stop.is_set()):
+            return True
+        if self.x.prices.longest_run(self.c.ka, self.c.kb) > self.x.left():
+            self.budget = True
+            return True
+        return False
+
+
+def screen_text(cmp, metric: str) -> str:
+    """What one screen round read: B/A and each side's two runs."""
+    va, vb = cmp.round_values(metric)
+    unit = metrics.unit(metric)
+    nums = lambda xs: ", ".join(f"{x:.3g}" for x in xs)  # noqa: E731
+    v = cmp.verdict
+    ratio = f"B/A {v.ratio:.2f}" if v.ratio == v.ratio else "no ratio"
+    if not va:
+        return ratio
+    return f"{ratio} in one round ({metric}: A {nums(va[0])} {unit}; B {nums(vb[0])} {unit})"
+
+
+def gain(ratio: float, metric: str) -> float:
+    """B over A as how many times better B is (>1: better)."""
+    if not (ratio == ratio and ratio > 0):
+        return 0.0
+    return 1 / ratio if metrics.better(metric) != "higher" else ratio
+
+
+def clearly_worse(cmp, metric: str, bound) -> bool:
+    """Both B runs worse than both A runs, by more than twice the round's own spread (the
+    larger of the two sides' run-to-run difference) and more than the equivalence bound."""
+    va, vb = cmp.round_values(metric)
+    if not va or not vb or not all(x == x and x > 0 for x in va[0] + vb[0]):
+        return False
+    lower = metrics.better(metric) != "higher"
+    a, b = va[0], vb[0]
+    apart = min(b) > max(a) if lower else max(b) < min(a)
+    spread = max(math.log(max(a) / min(a)), math.log(max(b) / min(b)))
+    gap = abs(math.log(_geo(b) / _geo(a)))
+    return apart and gap > max(2 * spread, math.log1p(bound or 0.02))
+
+
+def _geo(xs) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def unprofiled(side):
+    """A side (a config or a (workload, config) pair) with its profiled steps off."""
+    if isinstance(side, tuple):
+        return side[0], side[1].replace(profiled=0)
+    return side.replace(profiled=0)
+
+def first_error(run) -> str:
+    """A failed run's last error line (its status when it has none)."""
+    msg = next((m for m in (run.errors or {}).values() if m), run.status)
+    return (msg.strip().splitlines() or [run.status])[-1][:200]
+
+
+def one_line(e) -> str:
+    """An exception's first line, for a table cell."""
+    return (str(e).strip().splitlines() or [""])[0][:200]
