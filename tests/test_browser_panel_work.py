@@ -13,7 +13,7 @@ import pytest
 
 from browser import link_labext
 from test_browser_saved_notebook import _pictures
-from test_jupyterlab import _CLIPPED, _Page, _serve, _wait_status, _write
+from test_jupyterlab import _CLIPPED, _panel_page, _serve, _wait_status
 
 pytestmark = pytest.mark.slow
 
@@ -46,13 +46,8 @@ def test_the_panel_does_one_thing_at_a_time_and_says_it_where_it_was_asked(
 
     def test(browser, server):
         name = "work.ipynb"
-        _write(server.root / name, CELLS)
-        page = _Page(browser, server, name, width=1280)
+        page, run = _panel_page(browser, server, name, CELLS, width=1280)
         pg = page.page
-        page.run_cell(0)
-        page.run_cell(1)
-        run = pg.locator("button.nbtools-run").first
-        run.wait_for(timeout=150_000)
         other = re.search(r"\b([0-9a-f]{8})\b", page.outputs()[0]).group(1)
         # preset to a config not run yet: said, and not another config's run
         summary = _text(pg, ".nbtools-summary")

@@ -7,39 +7,21 @@ from __future__ import annotations
 
 import base64
 import io
-import time
 
 from nbtools import StepConfig
 from nbtools.widgets.panel import Panel
 
 from lab_steps import SMALL  # noqa: E402  (tests/ is on sys.path)
+from test_panel_compare import _two_runs  # noqa: E402
 
 LAB = "shared"     # the worker's lab (tests/conftest.py)
 A = StepConfig(scenario="tp-mlp-infer", **SMALL)
-
-
-def _wait_for(cond, what: str, limit_s: float = 300):
-    """Until ``cond()`` (a wait, not a timing assertion: the limit only ends a hang)."""
-    deadline = time.monotonic() + limit_s
-    while not cond():
-        assert time.monotonic() < deadline, f"still waiting for {what}"
-        time.sleep(0.05)
 
 
 def _plain(widget) -> str:
     import html
     import re
     return html.unescape(re.sub(r"<[^>]+>", "", widget.value))
-
-
-def _two_runs(lab, panel):
-    runs = []
-    for seed in (0, 1):
-        panel.controls["seed"].value = seed
-        runs.append(panel.run())
-    assert all(r is not None and r.ok for r in runs), panel.error.value
-    panel.compare_a.value, panel.compare_b.value = runs[0].run_id, runs[1].run_id
-    return runs
 
 
 def ones_step(ctx):
