@@ -177,7 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds per run before the lab gives up (default 600)")
         p.add_argument("--html", default=None, metavar="FILE.html",
                        help="write an offline HTML report of the sweep")
-        p.add_argument("--quiet", action="store_true", help="do not echo engine output")
+        p.add_argument("--quiet", action="store_true",
+                       help="the lab prints nothing of its own (engine output, library log "
+                            "lines, progress); the runs and the table still print")
         p.add_argument("--force", action="store_true",
                        help="let --html replace a file nbtools did not write (a README, a "
                        "notebook, a saved run's file, a trace: refused otherwise; its own "
