@@ -182,3 +182,14 @@ def test_the_machines_signals_back_a_host_bound_reading_without_the_profiler():
     unprofiled = dict(rank=0, device="gpu", step_ms=92.0, gpu_util_pct=18.0, cpu_pct=99.0)
     d = diagnose(run_of(FSDP, [unprofiled]))[0]
     assert d.bound == "unknown" and "the host is the bottleneck there too" in d.text
+
+
+def test_a_run_on_graphs_compiled_elsewhere_says_its_compile_findings_cannot_be_read():
+    """issue 44: a run loaded into another lab reused graphs compiled by a run this history
+    lacks; advice says so instead of 'nothing shows a known problem'."""
+    run = run_of(StepConfig(scenario="custom", compile="default"),
+                 [dict(rank=0, device="cpu", step_ms=1.0)])
+    run.ranks = {0: {"built_by": "0123abcd", "train": True}}
+    assert run.compiled_by == "0123abcd"
+    text = str(advise(run))
+    assert "reused graphs compiled by run #0123abcd, which is not in this history" in text

@@ -36,7 +36,7 @@ def test_suggest_try_and_explore_land_in_the_panel_and_print_nothing(lab, capfd,
     adv.explore_button.click()
     adv.wait()
     res = adv.result.value
-    assert "nbtools-steps" in res and "over budget" in res and "as code" in res, res
+    assert "nbtools-steps" in res and "lack of budget" in res and "as code" in res, res
     assert panel.exploration is adv.exploration and adv.exploration.rows
     # the saved picture carries what the advice part shows (issue 44: it dropped it)
     import base64
@@ -49,6 +49,6 @@ def test_suggest_try_and_explore_land_in_the_panel_and_print_nothing(lab, capfd,
     panel.export_runs.value = tuple(v for _, v in panel.export_runs.options)[:1]
     assert panel.export() is not None
     page = (tmp_path / "f.html").read_text()
-    assert "Explorations" in page and "over budget" in page
+    assert "Explorations" in page and "lack of budget" in page
     got = capfd.readouterr()
     assert got.out == "" and got.err == "", (got.out[-500:], got.err[-500:])

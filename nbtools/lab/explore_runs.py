@@ -9,7 +9,7 @@ import time
 from nbtools.analysis import metrics
 from nbtools.config.workload import patch_text
 from nbtools.lab import ab as ab_rounds
-from nbtools.results.exploration import change_text
+from nbtools.results.exploration import OVER_BUDGET, change_text
 
 
 class Runs:
@@ -41,6 +41,10 @@ class Runs:
             if self.stop is not None and self.stop.is_set() and ends.failed is None:
                 self.add(c.row, f"stopped: not kept ({ends.runs} run(s))")
                 self.ex.note = f"stopped during the A/B of {c.row['change']}"
+            elif ends.budget and ends.failed is None:
+                # its next run would have ended past the budget before both sides ran
+                self.add(c.row, f"{OVER_BUDGET}: the budget ran out after {ends.runs} of its "
+                         "runs")
             else:
                 self.add(c.row, f"failed: {type(e).__name__}: {one_line(e)}")
             return None, t

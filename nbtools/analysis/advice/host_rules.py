@@ -244,6 +244,8 @@ def eager_start(run) -> list[Suggestion]:
     cfg = run.config
     if cfg is None or cfg.compile != "off" or cfg.cudagraph != "off" or not len(run.summary):
         return []
+    if any(isinstance(m, dict) and m.get("own_step") for m in run.ranks.values()):
+        return []     # a step function of your own compiles what it passes to ctx.compile
     ops = _ops_per_step(run)
     ds = diagnose(run)
     d = worst(ds)
