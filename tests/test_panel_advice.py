@@ -44,7 +44,7 @@ def test_suggest_try_and_explore_land_in_the_panel_and_print_nothing(lab, capfd,
     from PIL import Image
     text = Image.open(io.BytesIO(base64.b64decode(panel.repicture.current()))).info["Description"]
     assert f"explore from {adv.exploration.start.label()}" in text, text[-2000:]
-    assert "over budget" in text and "the winner as code for your script:" in text
+    assert "lack of budget" in text and "the winner as code for your script:" in text
     panel.export_path.value = str(tmp_path / "f.html")
     panel.export_runs.value = tuple(v for _, v in panel.export_runs.options)[:1]
     assert panel.export() is not None
