@@ -241,6 +241,17 @@ def next_steps() -> str:
             f"(after `{rel}/bin/python -m pip install -e '.[lab]'`)")
 
 
+def check_imports(lint_imports, config) -> int:
+    """The layering (.importlinter), before the tests: seconds, and a broken contract
+    explains itself. Quiet when every contract is kept (its banner and list are noise
+    above the tests' own output); its whole report, on stdout, when one is broken."""
+    r = subprocess.run([str(lint_imports), str(config)], cwd=ROOT, capture_output=True,
+                       text=True)
+    if r.returncode:
+        print(r.stdout + r.stderr, end="", flush=True)
+    return r.returncode
+
+
 def main(argv) -> int:
     if not argv or argv[0] not in ("demo", "test", "setup"):
         print(__doc__)
@@ -258,9 +269,7 @@ def main(argv) -> int:
     py = ensure_venv("test,docs")
     if cmd == "setup":
         return 0
-    # the layering (.importlinter) first: seconds, and a broken contract explains itself
-    rc = subprocess.call([str(py.parent / "lint-imports"), "--config", str(ROOT / ".importlinter")],
-                         cwd=ROOT)
+    rc = check_imports(py.parent / "lint-imports", ROOT / ".importlinter")
     if rc:
         return rc
     if fast_tier(rest):

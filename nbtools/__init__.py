@@ -38,3 +38,8 @@ def __getattr__(name):
         from nbtools.report.html import export_html
         return export_html
     raise AttributeError(f"module 'nbtools' has no attribute {name!r}")
+
+
+def __dir__():
+    # the lazy names too: dir(nbtools) and tab completion list Lab, Workload, Run, ...
+    return sorted(set(globals()) | set(__all__))

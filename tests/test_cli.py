@@ -454,3 +454,84 @@ def test_view_of_two_traces_compares_them_with_a_verdict(tmp_path):
         e = nbtools_cli("view", *args, cwd=tmp_path)
         assert e.returncode == 2 and len(e.stderr.strip().splitlines()) == 1, e.stderr
         assert says in e.stderr and "Traceback" not in e.stderr
+
+
+def test_run_checks_the_ranks_device_before_the_lab_starts(tmp_path):
+    """issue 44: `run --cudagraph manual` on CPU ranks started the lab (engines, a process
+    group) before refusing. Every rule a config can be checked for here is checked first:
+    no `lab:` line, one line of error."""
+    cpu = "import os; os.environ['CUDA_VISIBLE_DEVICES'] = ''; "
+    for args, says in ((["--cudagraph", "manual"], "cudagraph='manual' needs CUDA"),
+                       (["--compile", "default", "--backend", "cudagraphs"],
+                        "backend='cudagraphs' needs CUDA"),
+                       (["--compile", "off,default", "--autocast", "fp16"],
+                        "autocast='fp16' on CPU ranks")):
+        r = nbtools_cli("run", *args, cwd=tmp_path, pre=cpu)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert "lab:" not in r.stdout and r.stdout == "", r.stdout
+        assert len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr
+
+
+def test_rounds_below_one_names_rounds(tmp_path):
+    """issue 44: `run --rounds 0` answered about --repeats (the option's old spelling)."""
+    for n in ("0", "-3"):
+        r = nbtools_cli("run", "--rounds", n, cwd=tmp_path)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == ""
+        assert r.stderr.startswith(f"nbtools run: --rounds {n}: give a whole number >= 1"), \
+            r.stderr
+        assert "--repeats" not in r.stderr
+
+
+def test_lab_help_says_whether_its_extra_is_here(tmp_path):
+    """issue 44: `lab --help` said "Needs the [lab] extra" with the extra installed."""
+    r = nbtools_cli("lab", "--help", cwd=tmp_path)
+    assert r.returncode == 0 and "Needs the [lab] extra" not in r.stdout, r.stdout
+    assert "[lab] extra (JupyterLab, ipywidgets, jupyter_bokeh) is installed" in words(r.stdout)
+    r = nbtools_cli("lab", "--help", cwd=tmp_path, pre="sys.modules['jupyter_bokeh'] = None; ")
+    assert r.returncode == 0 and "is installed" not in r.stdout, r.stdout
+    assert "Needs the [lab] extra" in r.stdout and "needs jupyter_bokeh" in r.stdout, r.stdout
+
+
+def test_dir_of_the_package_lists_its_lazy_names():
+    """issue 44: dir(nbtools) (and tab completion) omitted Lab, Workload and the rest."""
+    shown = dir(nbtools)
+    assert set(nbtools.__all__) <= set(shown), set(nbtools.__all__) - set(shown)
+    for name in ("Lab", "Workload", "Run", "History", "load_traces", "export_html"):
+        assert name in shown and getattr(nbtools, name) is not None
+
+
+def _two_runs_of_one_config(folder):
+    import pandas as pd
+    from nbtools.results.history import History
+    from nbtools.results.run import Run
+    h = History(folder)
+    cfg = config.StepConfig(compile="default")
+    for t, ms in ((1_780_000_000.0, 2.5), (1_780_000_061.0, 2.7)):
+        h.add(Run(config=cfg, started=t, summary=pd.DataFrame({"rank": [0], "step_ms": [ms]})))
+    return h
+
+
+def test_view_names_each_run_of_one_config_by_id_and_time(tmp_path):
+    """issue 44: `view` listed the runs of one config (rounds, a config run again) under the
+    same label, with nothing to tell them apart or find one with."""
+    h = _two_runs_of_one_config(tmp_path / "runs")
+    r = nbtools_cli("view", "runs", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    heads = [ln for ln in r.stdout.splitlines() if ln.startswith("tp-mlp-infer")]
+    assert len(heads) == 2 and heads[0] != heads[1], r.stdout
+    import time
+    for head, run in zip(heads, h.runs):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started))
+        assert head.endswith(f"(#{run.run_id}, {when})"), head
+
+
+def test_view_of_a_folder_without_runs_says_how_to_make_some(tmp_path):
+    """issue 44: "no runs in X" and nothing more."""
+    (tmp_path / "empty").mkdir()
+    for args, where in ((["view", "empty"], "empty"), (["view"], "nbtools-runs")):
+        r = nbtools_cli(*args, cwd=tmp_path)
+        assert r.returncode in (1, 2) and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        hist = "" if where == "nbtools-runs" else f" --history {where}"
+        assert f"`python -m nbtools run{hist}`" in r.stderr, r.stderr
+        assert f"Lab(history='{where}')" in r.stderr and "profiler traces" in r.stderr

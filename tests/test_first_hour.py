@@ -141,6 +141,24 @@ def test_dev_py_tells_the_fast_tier_from_the_full_run():
         assert not dev.fast_tier(args), args
 
 
+def test_dev_py_checks_the_imports_quietly_and_says_all_when_one_breaks(tmp_path, capfd):
+    """issue 44: every test run began with import-linter's banner and its list of kept
+    contracts. Kept: nothing printed. Broken: its whole report, and the run stops."""
+    dev = _dev()
+    lint = Path(sys.executable).parent / "lint-imports"
+    assert dev.check_imports(lint, ROOT / ".importlinter") == 0
+    out = capfd.readouterr()
+    assert out.out == "" and out.err == "", out
+    broken = tmp_path / "broken.importlinter"
+    broken.write_text("[importlinter]\nroot_package = nbtools\n\n"
+                      "[importlinter:contract:x]\nname = the cli never imports config\n"
+                      "type = forbidden\nsource_modules =\n    nbtools.cli\n"
+                      "forbidden_modules =\n    nbtools.config\n")
+    assert dev.check_imports(lint, broken) != 0
+    said = capfd.readouterr().out
+    assert "the cli never imports config BROKEN" in said and "nbtools.cli" in said, said
+
+
 def test_dev_py_reads_the_accepted_torch_range_from_pyproject():
     """One place for the range (issue 34: the newest releases were refused)."""
     dev = _dev()

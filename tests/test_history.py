@@ -249,3 +249,29 @@ def test_lab_opens_a_damaged_history_and_keeps_saving(tmp_path, base_run):
     again = History.load(folder)
     assert [r.run_id for r in again] == ["r1", run.run_id] and len(again.damaged) == 1
     assert len(again[run.run_id].events) == len(run.events) > 0
+
+
+def test_a_key_that_names_no_run_says_which_ones_there_are():
+    """issue 44: History[None] raised a bare TypeError, History[99] "list index out of
+    range"; each now names the ids there are (and an empty history says so)."""
+    import pytest
+    from nbtools.results.history import History
+    from nbtools.results.run import Run
+    h = History(None)
+    with pytest.raises(IndexError, match=r"History\[0\]: this history is empty: lab.run"):
+        h[0]
+    for i in range(15):
+        h.add(Run(config=None, run_id=f"{i:08x}"))
+    assert h[-1].run_id == "0000000e" and [r.run_id for r in h[1:3]] == ["00000001", "00000002"]
+    with pytest.raises(TypeError, match=r"History\[None\]: give a run's id \(a str\) or its "
+                                        r"position .*ids, oldest first: 00000000, 00000001, "
+                                        r"00000002, \.\.\. \(3 more\), 00000006"):
+        h[None]
+    with pytest.raises(IndexError, match=r"History\[99\]: this history holds 15 run\(s\), at "
+                                         r"positions 0 to 14 \(or -1 to -15 from the newest\)"
+                                         r".*0000000e$"):
+        h[99]
+    with pytest.raises(KeyError, match="no run with id 'nope' in this history; ids"):
+        h["nope"]
+    with pytest.raises(TypeError, match=r"History\[2.0\]"):
+        h[2.0]

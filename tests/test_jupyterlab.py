@@ -232,11 +232,11 @@ class _Page:
         self.page.screenshot(path=str(ARTIFACTS / f"{self.name.split('.')[0]}-{stage}.png"))
 
 
-def _panel_page(browser, server, name: str, cells: list):
+def _panel_page(browser, server, name: str, cells: list, width: int = 1500):
     """A fresh page on a new notebook of ``cells``, its first two run (they start the Lab
     and show the panel); returns the _Page and the panel's Run button once it is drawn."""
     _write(server.root / name, cells)
-    page = _Page(browser, server, name)
+    page = _Page(browser, server, name, width=width)
     page.run_cell(0)
     page.run_cell(1)
     run_button = page.page.locator("button.nbtools-run").first

@@ -38,6 +38,13 @@ def test_suggest_try_and_explore_land_in_the_panel_and_print_nothing(lab, capfd,
     res = adv.result.value
     assert "nbtools-steps" in res and "lack of budget" in res and "as code" in res, res
     assert panel.exploration is adv.exploration and adv.exploration.rows
+    # the saved picture carries what the advice part shows (issue 44: it dropped it)
+    import base64
+    import io
+    from PIL import Image
+    text = Image.open(io.BytesIO(base64.b64decode(panel.repicture.current()))).info["Description"]
+    assert f"explore from {adv.exploration.start.label()}" in text, text[-2000:]
+    assert "lack of budget" in text and "the winner as code for your script:" in text
     panel.export_path.value = str(tmp_path / "f.html")
     panel.export_runs.value = tuple(v for _, v in panel.export_runs.options)[:1]
     assert panel.export() is not None

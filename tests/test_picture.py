@@ -174,3 +174,34 @@ def test_a_live_figures_repr_names_it_without_its_data():
     assert not re.search(r"[A-Za-z0-9+/=]{40,}", text), text
     view.close()
     view.close()                          # again, as __del__ does: nothing raised
+
+
+def _ink_columns(img) -> np.ndarray:
+    """Which pixel columns hold any dark ink (text)."""
+    rgb = np.asarray(img.convert("L"), np.int16)
+    return np.nonzero((rgb < 128).any(axis=0))[0]
+
+
+def test_a_wide_table_widens_the_picture_instead_of_being_cut():
+    """issue 44: the panel's saved picture clipped its summary table at 900 px."""
+    head = tuple(f"column_{i}_ms" for i in range(16))
+    row = tuple(f"{1000 + i}.5" for i in range(16))
+    img = picture.picture(figure(width=400, height=120), header=[head, row],
+                          sections=[(["compare: A vs B", ("metric", "a", "b"),
+                                      ("step_ms", "1", "2")], None)])
+    font = picture._font()
+    need = sum(font.getlength(c) for c in head) + 14 * (len(head) - 1) + 8
+    assert img.width >= need > picture.DEFAULT_W, (img.width, need)
+    assert _ink_columns(img).max() < img.width - 4          # its last column drawn inside
+    assert "compare: A vs B" in img.info["text"] and "step_ms  1  2" in img.info["text"]
+
+
+def test_characters_the_font_lacks_are_drawn_as_stand_ins():
+    """Pillow's own font has no "×", "—" or "µ": a ratio read "1.05" and a box."""
+    from nbtools.ui.picture_labels import drawable
+    font = picture._font()
+    assert drawable("1.05× (0.98–1.10) — 12 µs", font) == "1.05x (0.98-1.10) - 12 us"
+    assert drawable("2 ranks · 300 events …", font) == "2 ranks · 300 events …"    # it has these
+    a = picture.picture(figure(width=300, height=80), header=[("ratio",), ("1.05×",)])
+    b = picture.picture(figure(width=300, height=80), header=[("ratio",), ("1.05x",)])
+    assert np.array_equal(np.asarray(a), np.asarray(b))

@@ -14,28 +14,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
-# What "Your own model in 10 lines" leaves to the reader: a net with `layers` of blocks
-# named `up` and `down` (the snippet's blocks= and tp_plan name them), 512 features in.
-MY_NET = '''
-import torch
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.up, self.down = torch.nn.Linear(512, 256), torch.nn.Linear(256, 512)
-    def forward(self, x):
-        return x + self.down(torch.relu(self.up(x)))
-class MyNet(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = torch.nn.ModuleList(Block() for _ in range(2))
-        self.head = torch.nn.Linear(512, 1)
-    def forward(self, x):
-        for block in self.layers:
-            x = block(x)
-        return self.head(x)
-'''
-
-
 def python_blocks(text: str = README) -> list[tuple[str, str]]:
     """(the heading above it, its code) for every ```python block of the README (or text)."""
     out, heading = [], ""
@@ -74,21 +52,40 @@ def test_every_python_block_of_the_readme_and_its_guide_pages_compiles():
         compile(code, f"{name} ({heading})", "exec")
 
 
-def test_every_name_the_notebook_snippet_uses_is_defined_in_it():
-    """Without running anything: each variable the snippet reads is assigned or imported
-    above that line (lab.panel(cfg) once read a cfg that no line made)."""
+@pytest.mark.parametrize("heading", ["In a notebook", "Your own model",
+                                     "Traces of your own job"])
+def test_every_name_a_snippet_uses_is_defined_in_it(heading):
+    """Without running anything: each variable the snippet reads is assigned, imported or
+    defined above that line (lab.panel(cfg) once read a cfg that no line made; "Your own
+    model" used a MyNet it never defined)."""
     import ast
     import builtins
-    tree = ast.parse(block("In a notebook"))
+    tree = ast.parse(block(heading))
     defined = set(dir(builtins))
     for stmt in tree.body:
+        # what the statement binds for itself: its targets, with/for names, arguments
+        bound = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)
+                 and isinstance(n.ctx, ast.Store)} | {n.arg for n in ast.walk(stmt)
+                                                       if isinstance(n, ast.arg)}
         used = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-        assert used <= defined, f"line {stmt.lineno} reads {sorted(used - defined)} before any line sets it"
-        for n in ast.walk(stmt):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                defined.add(n.id)
-            elif isinstance(n, (ast.Import, ast.ImportFrom)):
-                defined |= {(a.asname or a.name).split(".")[0] for a in n.names}
+        missing = used - defined - bound
+        assert not missing, f"{heading}: line {stmt.lineno} reads {sorted(missing)} before any line sets it"
+        if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+            defined.add(stmt.name)        # its body's names are its own
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            defined |= {(a.asname or a.name).split(".")[0] for a in stmt.names}
+        else:
+            defined |= bound
+
+
+def test_the_readme_names_every_tutorial():
+    """issue 44: its list stopped at 06 while 07-ask-the-lab shipped."""
+    section = README[README.index("## Notebooks"):]
+    section = section[:section.index("\n## ", 1)]
+    stems = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert len(stems) >= 8, stems
+    missing = [s for s in stems if f"`{s}`" not in section]
+    assert not missing, f"README's Notebooks section does not name {missing}"
 
 
 @pytest.mark.slow
@@ -108,11 +105,30 @@ def test_the_in_a_notebook_snippet_runs_as_written(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_own_model_snippet_runs_with_a_net_of_ones_own(tmp_path):
-    r = run_as_user(MY_NET + block("Your own model in 10 lines")
+def test_the_own_model_snippet_runs_as_written(tmp_path):
+    """issue 44: it used a MyNet it never defined; now it runs pasted as it stands."""
+    r = run_as_user(block("Your own model")
                     + "\nassert run.ok, run.errors\nprint('status', run.status)\nlab.close()\n",
                     tmp_path)
     assert "status ok" in r.stdout
+
+
+@pytest.mark.slow
+def test_the_traces_snippet_makes_traces_view_reads(tmp_path):
+    """issue 44: `view traces/` needed traces the README never said how to get."""
+    run_as_user(block("Traces of your own job"), tmp_path)
+    made = list((tmp_path / "traces").glob("*.json"))
+    assert len(made) == 1, made
+    r = subprocess.run([sys.executable, "-m", "nbtools", "view", "traces/"], cwd=tmp_path,
+                       env=_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    row = next(ln.split() for ln in r.stdout.splitlines() if ln.split()[:1] == ["0"])
+    assert row[-1] == "ok" and float(row[1]) > 0, r.stdout      # its profiled step's window
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 
 
 # Commands of the README's shell blocks that are not run here, and why: each would start a
@@ -177,17 +193,18 @@ def test_the_readme_shows_the_commands_this_test_runs():
 def test_every_nbtools_command_of_the_readme_runs_as_written(tmp_path):
     """issue 34: after the quickstart (the venv active, so `python` is this interpreter),
     each command the README and its guide pages show, in their order, in one folder: `view` finds the
-    runs the demo and `run` saved; the trace commands read a job's traces (the committed
-    2 x H200 ones) in traces/, before/ and after/."""
+    runs the demo and `run` saved; the trace commands read the traces the README's own
+    snippet makes in traces/, and a job's (the committed 2 x H200 ones) in before/ and
+    after/."""
     import shutil
     from nbtools.common.package_data import h200_traces_dir
     src = h200_traces_dir()
-    for folder, mode in (("traces", "off"), ("before", "off"), ("after", "reduce-overhead")):
+    run_as_user(block("Traces of your own job"), tmp_path)      # traces/, as the README says
+    for folder, mode in (("before", "off"), ("after", "reduce-overhead")):
         (tmp_path / folder).mkdir()
         for f in src.glob(f"tp_{mode}_rank*.json.gz"):
             shutil.copy(f, tmp_path / folder)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env = _env()
     ran = []
     cmds = readme_commands()
     # the bare `view` reads what the demo saved: here, after every run and demo

@@ -29,6 +29,28 @@ def one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
+def need_rounds(n: int) -> None:
+    """`run --rounds N`: a whole number of rounds, at least one (the option's old spelling
+    --repeats still works, but the message names the one --help shows)."""
+    if n < 1:
+        raise UserError(f"--rounds {n}: give a whole number >= 1 (each round runs every "
+                        "config twice, A B B A; --rounds 1 runs each config once)")
+
+
+def need_device(cfgs, engines: str, n) -> None:
+    """A config's rules for the ranks' device, before any engine starts wherever the
+    device is known up front: local engines run one per visible GPU, else on CPU
+    (``cudagraph='manual'`` on CPU ranks was refused only after the lab had started).
+    Other launchers' engines say their device when they join; the lab checks there,
+    before the first run (Lab.check)."""
+    if engines != "local":
+        return
+    from nbtools.lab.placement import count
+    device = "cuda" if count(engines, n)[1] else "cpu"
+    for cfg in cfgs:
+        cfg.check_device(device)
+
+
 def need_folder(path, what: str, must_exist: bool) -> None:
     """UserError unless ``path`` can be a folder ``what``: it exists when ``must_exist``, and
     is not a file or a broken link (said as such rather than "no such")."""

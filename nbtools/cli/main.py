@@ -14,6 +14,7 @@ from nbtools.config.field_docs import DEFAULT_WORD, OPTIONAL, allowed_values, he
 
 from nbtools.cli.checks import (UserError, lab_places, need_folder, need_notebook, need_outputs,
                                 need_space, one_line, one_line_warnings, say)
+from nbtools.cli.checks import need_device, need_rounds
 from nbtools.cli.demo import demo_ab, demo_configs, demo_verdict
 from nbtools.cli.table import TABLE_LEGEND, format_table  # noqa: F401  (tests and benchmarks read them here)
 
@@ -166,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds per run before the lab gives up (default 600)")
         p.add_argument("--html", default=None, metavar="FILE.html",
                        help="write an offline HTML report of the sweep")
-        p.add_argument("--quiet", action="store_true", help="do not echo engine output")
+        p.add_argument("--quiet", action="store_true",
+                       help="the lab prints nothing of its own (engine output, library log "
+                            "lines, progress); the runs and the table still print")
         p.add_argument("--force", action="store_true",
                        help="let --html replace a file nbtools did not write (a README, a "
                        "notebook, a saved run's file, a trace: refused otherwise; its own "
@@ -330,13 +333,12 @@ def _cmd_run(args) -> int:
     if args.cmd == "run":
         values = {k: getattr(args, k) for k in _FIELDS if getattr(args, k) is not None}
         cfgs = sweep(values)                       # validate everything before starting engines
-        if args.repeats < 1:
-            say(f"--repeats {args.repeats}: give a whole number >= 1", err=True)
-            return 2
+        need_rounds(args.repeats)
         # each round forward then back (A B B A): a linear drift lands on every config alike
         if args.repeats > 1:
             cfgs = [c for _ in range(args.repeats) for c in round_order(cfgs)]
         check_extras(cfgs)
+        need_device(cfgs, args.engines, args.n)   # the ranks' device, where known before the lab
     t = time.perf_counter()
     try:
         lab = Lab(n=args.n, engines=args.engines, history=args.history, timeout=args.timeout,

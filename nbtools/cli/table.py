@@ -42,7 +42,7 @@ def format_table(runs, header: bool = True) -> str:
             + f"  {end}")
 
     for run in runs:
-        lines.append(run.title if run.config else _trace_head(run))
+        lines.append(_run_head(run) if run.config else _trace_head(run))
         s = run.summary
         if not len(s):   # the reason is the row: a bare "failed:" said nothing
             lines.append(line("-", None, "failed: " + ("; ".join(
@@ -75,6 +75,17 @@ def format_comparison(cmp) -> str:
     v = cmp.verdict
     lines.append(f"verdict ({METRICS[v.metric].label}): {v.text}")
     return "\n".join(lines)
+
+
+def _run_head(run) -> str:
+    """A lab run: its config's label, then its id and start time, so the runs of one config
+    (rounds, a config run again) each have a name (``History[id]``, `view` lists them)."""
+    import math
+    import time
+    t = run.started
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t and math.isfinite(t) \
+        else "start time unknown"
+    return f"{run.title}  (#{run.run_id}, {when})"
 
 
 def _trace_head(run) -> str:

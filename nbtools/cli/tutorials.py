@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from nbtools.common import package_data as pd_
-from nbtools.common.extras import MissingExtra, install_command, require
+from nbtools.common.extras import MissingExtra, require
 from nbtools.cli.kernelspec import ensure_kernel
 from nbtools.cli.checks import say
 from nbtools.common.atomic import write_file
@@ -116,7 +116,7 @@ docs/ work. From an installed package it first copies the tutorials into DIR (de
 
 Every other option goes to `jupyter lab` as written, e.g. --no-browser, --port 8899,
 --ServerApp.token=... (see `jupyter lab --help`). As root (GPU containers often are) it
-passes --allow-root, and says so. Needs the [lab] extra: {{install}}"""
+passes --allow-root, and says so. {{extra}}"""
 
 
 def lab_main(argv: list[str]) -> int:
@@ -124,11 +124,12 @@ def lab_main(argv: list[str]) -> int:
     them with the torch-nbtools kernel; other arguments go to JupyterLab. Returns the exit
     status; without the ``lab`` extra, MissingExtra with the pip command."""
     if any(a in ("-h", "--help") for a in argv):
-        print(LAB_HELP.format(install=install_command("lab")))
-        try:
-            require("jupyterlab", why="`nbtools lab`")
+        try:     # what it needs, checked as the command itself checks it
+            require("jupyterlab", "ipywidgets", "jupyter_bokeh", why="`nbtools lab`")
+            extra = "Its [lab] extra (JupyterLab, ipywidgets, jupyter_bokeh) is installed."
         except MissingExtra as e:
-            print(f"\nnote: {e}")
+            extra = f"Needs the [lab] extra, not all here:\n{e}"
+        print(LAB_HELP.format(extra=extra))
         return 0
     try:
         argv, dest = _pop_option(argv, "--notebooks-dir")

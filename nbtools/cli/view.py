@@ -35,8 +35,13 @@ def view(args) -> int:
                         "theirs (distributedInfo, or rank-<N> in the name)")
     if traces:
         return _view_traces(args.folder, args)
-    need_folder(args.folder, "history folder or trace file (.json, .json.gz)",
-                must_exist=True)
+    try:
+        need_folder(args.folder, "history folder or trace file (.json, .json.gz)",
+                    must_exist=True)
+    except UserError as e:
+        if ": no such " not in str(e):
+            raise
+        raise UserError(f"{e}; {_where_runs_come_from(args.folder)}") from None
     if args.perfetto:
         raise UserError(f"--perfetto: {args.folder} is a history folder; --perfetto takes "
                         "trace files. A saved run writes its own: History.load(folder)"
@@ -59,12 +64,22 @@ def view(args) -> int:
             if f.startswith("odd value: "):   # loaded, but not as it was saved: said here too
                 say(f"run {r.run_id}: {f}", err=True)
     if not len(h):
-        say(f"no runs in {args.folder}", err=True)
+        say(f"no runs in {args.folder}: {_where_runs_come_from(args.folder)}", err=True)
         return 1
     say(format_table(h.runs), TABLE_LEGEND if args.explain else EXPLAIN)
     if args.html:
         write_html(args.html, h.runs)
     return 0
+
+
+def _where_runs_come_from(folder) -> str:
+    """The next step from a folder with nothing to show: what would have put runs (or
+    traces) there."""
+    h = "" if str(folder).rstrip("/") == "nbtools-runs" else f" --history {folder}"
+    return (f"save runs here with `python -m nbtools run{h}` (or `demo{h}`, or "
+            f"Lab(history={str(folder)!r}) in Python); for your own job's profiler traces "
+            "(a .json or .json.gz per rank) give their folder: `python -m nbtools view "
+            "FOLDER`")
 
 
 def _holds_traces(path) -> bool:

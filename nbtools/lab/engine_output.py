@@ -1,21 +1,34 @@
-"""What the engines print, sorted for a person: library warnings apart from the rest.
+"""What the engines print, sorted for a person: library log lines apart from the rest.
 
 DDP's "Grad strides do not match bucket view strides" (every compiled ddp-train run, every
 rank) and its kind are not errors; shown as red stderr blocks per rank they bury what is.
 Python warnings raised during a run come back as data (engine.run records them); c10's
-own warning lines are picked out of stderr here. Both are shown folded under the run, one
-line per kind with its count (a ``<details>`` block in a notebook, which also survives an
-HTML export; the full texts are in ``lab.engine_warnings``); everything else on stderr —
-tracebacks, errors, a user's prints — stays in view. Pure text in, text out, except ``show``.
+own log lines (warnings, and info where TORCH_CPP_LOG_LEVEL=INFO asks for it) are picked
+out of stderr here. Both are folded: one line per kind with its count, each kind said once
+per lab, the first time a run meets it (a ``<details>`` block in a notebook, which also
+survives an HTML export); the full texts are in ``lab.engine_log`` (every run) and
+``lab.engine_warnings`` (the last run). Everything else on stderr — tracebacks, errors,
+a user's prints — stays in view. Pure text in, text out, except ``show``.
 """
 from __future__ import annotations
 
 import html
+import os
 import re
+import sys
+from typing import Optional
 
-# c10's TORCH_WARN / torch._logging at WARNING: "[W1201 00:12:13.45 ...] ..." and
-# "W1201 00:12:13 ...". INFO lines (c10d's "DDP Initialized with:" block) stay in view.
-_GLOG_WARNING = re.compile(r"^\[?W\d{4} \d\d:\d\d:\d\d")
+# c10's log lines: "[W1201 00:12:13.45 file.cpp:12] ..." and "W1201 00:12:13 ...", once the
+# process group is up prefixed with the rank ("[rank0]:[W1204 ...]"). Warnings (W) and
+# info (I: TORCH_CPP_LOG_LEVEL=INFO, c10d's "[c10d] The debug level is set to INFO.") fold;
+# errors (E, F) stay in view.
+_LOG_LINE = re.compile(r"^(\[rank\d+\]:)?\[?[IW]\d{4} \d\d:\d\d:\d\d")
+# A log line that announces a list (c10d's "DDP Initialized with:") owns the "key: value"
+# lines under it (lower-case keys: "broadcast_buffers: 1"), up to the blank line that ends
+# the list; any other line (a traceback, "RuntimeError: ...", a print) ends it and is read
+# as itself
+_OPENS_LIST = re.compile(r":\s*$")
+_LIST_ITEM = re.compile(r"^[a-z_][a-z0-9_]*:( |$)")
 
 
 # Kineto's line on the first profiled run of an engine: torch registered its profiler client
@@ -33,14 +46,53 @@ KINETO_NOTE = ("Kineto (the profiler's library) notes that torch was imported on
 
 
 def split(lines: list) -> tuple[list, list]:
-    """(lines to show, warning lines) of one rank's stderr."""
-    show, warn = [], []
-    for line in lines:
-        if _KINETO_THREAD.match(line):
-            warn.append(KINETO_NOTE)
-        else:
-            (warn if _GLOG_WARNING.match(line) else show).append(line)
-    return show, warn
+    """(lines to show, log records) of one rank's stderr lines, read at once."""
+    splitter = Splitter()
+    show, _ = splitter.feed(lines)
+    splitter.close()
+    return show, splitter.records
+
+
+class Splitter:
+    """One rank's stderr, read as it arrives: each line goes to the person (``show``) or is a
+    library log record (folded). A record announcing a list takes the lines under it, even
+    when they arrive in a later read, up to the blank line that ends it."""
+
+    def __init__(self):
+        self.records: list = []       # every record so far, in full
+        self._open: Optional[list] = None
+
+    def feed(self, lines) -> tuple[list, list]:
+        """(lines to show, records completed by these lines)."""
+        show, done = [], []
+        for line in lines:
+            if self._open is not None:
+                if _LIST_ITEM.match(line):
+                    self._open.append(line)
+                    continue
+                done.append("\n".join(self._open))
+                self._open = None
+                if not line.strip():
+                    continue          # the blank line that ends the list is the record's
+            if _KINETO_THREAD.match(line):
+                done.append(KINETO_NOTE)
+            elif _LOG_LINE.match(line):
+                if _OPENS_LIST.search(line):
+                    self._open = [line]
+                else:
+                    done.append(line)
+            else:
+                show.append(line)
+        self.records.extend(done)
+        return show, done
+
+    def close(self) -> list:
+        """The run ended: a list left open is a record as it stands."""
+        if self._open is None:
+            return []
+        last, self._open = "\n".join(self._open), None
+        self.records.append(last)
+        return [last]
 
 
 def from_report(rows) -> list:
@@ -50,14 +102,21 @@ def from_report(rows) -> list:
 
 
 def kind(text: str) -> str:
-    """A warning's kind: its first line with numbers, addresses and quoted names folded
-    (DDP's "Grad strides" warning differs per parameter in its shapes; the profiler's
-    "record function ... will be ignored" in the function's name)."""
+    """A log line's kind: its first line with the log header, numbers, addresses and quoted
+    names folded (DDP's "Grad strides" warning differs per parameter in its shapes; the
+    profiler's "record function ... will be ignored" in the function's name; every c10 line
+    in its time and, once the group is up, its rank)."""
     first = text.strip().splitlines()[0] if text.strip() else ""
+    first = _HEADER.sub("", first)
     first = re.sub(r"\s+\([^()]*:\d+\)$", "", first)           # " (file.py:829)" of from_report
     first = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", "…", first)
     first = re.sub(r"0x[0-9a-fA-F]+|-?\d+(\.\d+)?", "N", first)
     return first
+
+
+# "[rank0]:[W1204 20:25:52.871576553 reducer.cpp:132] " (the source line stays: it names
+# where the message comes from; its number goes with the other numbers)
+_HEADER = re.compile(r"^(\[rank\d+\]:)?(\[?)([IWEF])\d{4} [\d:.]+( +\d+)? ")
 
 
 def _kinds(by_rank: dict) -> dict:
@@ -73,14 +132,70 @@ def _kinds(by_rank: dict) -> dict:
     return {k: (ranks, n[0], list(full)) for k, (ranks, n, full) in out.items()}
 
 
+class EngineLog:
+    """Every library log line of a lab's runs, by kind (``lab.engine_log``): what the
+    folded lines after each run stand for. Each kind is said once per lab, the first time
+    a run meets it; later runs only count it here. Shown (``print(lab.engine_log)``, or a
+    cell): every kind with its count, ranks, runs and distinct full texts."""
+
+    KEEP = 20       # distinct full texts kept per kind (a kind repeats with new numbers)
+
+    def __init__(self):
+        self.kinds: dict = {}     # kind -> dict(ranks, n, texts, runs)
+
+    def add(self, by_rank: dict, run_id: str = "") -> dict:
+        """Count a run's log lines (rank -> texts); returns rank -> texts of the kinds this
+        lab had not met before (what is said after the run)."""
+        new: dict = {}
+        for k, (ranks, n, full) in _kinds(by_rank).items():
+            seen = self.kinds.get(k)
+            if seen is None:
+                seen = self.kinds[k] = dict(ranks=[], n=0, texts=[], runs=[])
+                for r, texts in by_rank.items():
+                    new.setdefault(r, []).extend(t for t in texts or () if kind(t) == k)
+            seen["n"] += n
+            seen["ranks"] = sorted(set(seen["ranks"]) | set(ranks))
+            seen["texts"] += [t for t in full if t not in seen["texts"]][
+                :max(0, self.KEEP - len(seen["texts"]))]
+            if run_id and run_id not in seen["runs"]:
+                seen["runs"].append(run_id)
+        return {r: t for r, t in new.items() if t}
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    def __str__(self) -> str:
+        if not self.kinds:
+            return "no library log lines from the engines"
+        return "\n\n".join(
+            f"[rank {', '.join(map(str, k['ranks']))}] {k['n']} x in {len(k['runs'])} run(s)"
+            f" ({', '.join(k['runs'][-5:])}):\n" + "\n".join(k["texts"])
+            for k in self.kinds.values())
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        if not self.kinds:
+            return "<i>no library log lines from the engines</i>"
+        return "".join(
+            f"<details><summary><b>rank {', '.join(map(str, k['ranks']))}</b> {k['n']} x "
+            f"{html.escape(_short(k['texts'][0]))} ({len(k['runs'])} run(s))</summary>"
+            + "".join(f"<pre style='white-space:pre-wrap;font-size:11px;margin:2px 0'>"
+                      f"{html.escape(t)}</pre>" for t in k["texts"]) + "</details>"
+            for k in self.kinds.values())
+
+
 def _short(text: str, width: int = 110) -> str:
+    """A log text's first line, its time and rank prefix left out (its level and source
+    stay: "[I reducer.cpp:132] Reducer initialized ..."), cut to ``width``."""
     first = text.strip().splitlines()[0] if text.strip() else ""
+    first = _HEADER.sub(lambda m: f"{m.group(2)}{m.group(3)} ", first)
     more = len(first) > width or len(text.strip().splitlines()) > 1
     return (first[:width].rstrip() + " …") if more else first
 
 
 def warnings_html(by_rank: dict) -> str:
-    """rank -> warning texts, as one folded block: a line per kind with its count, the full
+    """rank -> log texts, as one folded block: a line per kind with its count, the full
     texts under each."""
     kinds = _kinds(by_rank)
     if not kinds:
@@ -93,14 +208,13 @@ def warnings_html(by_rank: dict) -> str:
         + "</details>"
         for ranks, n, full in kinds.values())
     return (f"<details class='nbtools-engine-warnings'><summary style='color:#666'>engine "
-            f"output: {len(kinds)} library warning(s), not errors (click to show)</summary>"
-            f"{body}</details>")
+            f"output: {len(kinds)} library warning(s), not errors, each kind said once per "
+            f"lab; all of them: lab.engine_log (click to show)</summary>{body}</details>")
 
 
 def warnings_text(by_rank: dict) -> str:
     """The same for a terminal: one line per kind with its count; the full texts are kept
-    for ``lab.engine_warnings`` (or NBTOOLS_WARNINGS=full prints them)."""
-    import os
+    in ``lab.engine_log`` (or NBTOOLS_WARNINGS=full prints them)."""
     kinds = _kinds(by_rank)
     if not kinds:
         return ""
@@ -109,8 +223,15 @@ def warnings_text(by_rank: dict) -> str:
                        for ranks, n, full in kinds.values() for t in full)
     lines = [f"[rank {', '.join(map(str, ranks))}] {n} x {_short(full[0])}"
              for ranks, n, full in kinds.values()]
-    return ("\n".join(lines) + "\n   (library warnings, not errors; full text: "
-            "lab.engine_warnings, or NBTOOLS_WARNINGS=full)\n")
+    return ("\n".join(lines) + "\n   (library log lines, not errors; each kind is said once "
+            "per lab: lab.engine_log has them all, NBTOOLS_WARNINGS=full prints them)\n")
+
+
+def to_say(log: EngineLog, by_rank: dict, run_id: str = "") -> dict:
+    """Count a run's log lines (rank -> texts) in the lab's ``log``; returns what to say
+    after the run: the kinds the lab had not met yet (NBTOOLS_WARNINGS=full: all of them)."""
+    new = log.add(by_rank, run_id)
+    return by_rank if os.environ.get("NBTOOLS_WARNINGS") == "full" else new
 
 
 def show(by_rank: dict) -> None:
@@ -126,5 +247,6 @@ def show(by_rank: dict) -> None:
         from IPython.display import HTML, display
         display(HTML(warnings_html(by_rank)))
     else:
-        import sys
+        from nbtools.lab.progress_view import clear_line
+        clear_line()
         sys.stderr.write(warnings_text(by_rank))

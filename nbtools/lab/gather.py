@@ -20,7 +20,7 @@ def wait(lab, ars: dict, timeout: float, run_id: str = ""):
     a poll, not when ipyparallel's heartbeats give up on it."""
     deadline = time.monotonic() + timeout
     shown = {r: [0, 0] for r in ars}
-    warned = {r: [] for r in ars}
+    warned = {r: engine_output.Splitter() for r in ars}
     failed_at, dead = None, {}
     view = _progress_view(lab, ars, run_id)
     live = _live(lab, ars, run_id)
@@ -76,18 +76,26 @@ def wait(lab, ars: dict, timeout: float, run_id: str = ""):
                 f"{grace:.0f} s after it; its engine is replaced"))
         lab._replace |= set(waiting)
         waiting = []
-    # every rank's warnings of this run, in full: what the folded lines stand for
-    lab.engine_warnings = {r: warned[r] + engine_output.from_report(
+    # every rank's log lines of this run, in full: what the folded lines stand for
+    for splitter in warned.values():
+        splitter.close()          # a list the run's last lines left open
+    lab.engine_warnings = {r: warned[r].records + engine_output.from_report(
         reports.get(r, {}).get("warnings")) for r in ars}
+    said = engine_output.to_say(lab.engine_log, lab.engine_warnings, run_id)
     if lab.echo:
-        engine_output.show(lab.engine_warnings)
+        engine_output.show(said)
     return reports, waiting
 
 def _progress_view(lab, ars, run_id):
+    """A callable progress (the panel's status, explore's line) gets the text; else the
+    lab's own view, unless it was told to be quiet (Lab(echo=False), lab.progress=False)."""
     if not lab.progress:
         return None
-    sink = lab.progress if callable(lab.progress) else None
-    return progress_view.View(list(ars), run_id, sink=sink)
+    if callable(lab.progress):
+        return progress_view.View(list(ars), run_id, sink=lab.progress)
+    if not getattr(lab, "echo", True):
+        return None
+    return progress_view.View(list(ars), run_id)
 
 def _live(lab, ars, run_id):
     """The run's live signals where something shows them (the panel's strip)."""
@@ -108,8 +116,8 @@ def _show_live(lab, live, ars, finished: bool = False) -> None:
 
 def echo(lab, ars, shown, warned=None) -> None:
     """Engine output (prints, warnings, NCCL_DEBUG lines written to the fds) reaches the
-    notebook tagged by rank, as it arrives. c10's warning lines on stderr are set aside
-    in ``warned`` (rank -> lines) and shown folded after the run."""
+    notebook tagged by rank, as it arrives. c10's log lines on stderr are set aside in
+    ``warned`` (rank -> engine_output.Splitter) and shown folded after the run."""
     if not lab.echo:
         return
     for r, ar in ars.items():
@@ -120,9 +128,10 @@ def echo(lab, ars, shown, warned=None) -> None:
                 new = new[:new.rindex("\n") + 1]
                 lines = [ln for ln in new.splitlines() if not ln.startswith(_NOISE)]
                 if k == 1 and warned is not None:
-                    lines, w = engine_output.split(lines)
-                    warned[r].extend(w)
-                target.write("".join(f"[rank {r}] {line}\n" for line in lines))
+                    lines, _ = warned[r].feed(lines)
+                if lines:
+                    progress_view.clear_line()      # not after a progress line's text
+                    target.write("".join(f"[rank {r}] {line}\n" for line in lines))
                 shown[r][k] += len(new)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from nbtools.lab import hub
+from nbtools.lab.progress_view import say
 
 STARTUP = ("import nbtools.engine.lifeline as _nbf; _nbf.start(); "
            "import nbtools.engine.liveness as _nbl; _nbl.start()")
@@ -306,8 +307,7 @@ class Hosts:
                     f"({why}) and could not be restarted there ({e}); check the host "
                     f"(`ssh {old.host}`), then lab.restart() for fresh engines on every host, "
                     "or start a new Lab without that host. The history is kept.") from None
-            print(f"rank {rank} on {old.host}: {why}; restarted its engine there",
-                  file=sys.stderr)
+            say(lab, f"rank {rank} on {old.host}: {why}; restarted its engine there")
             ids[rank] = new
         lab._join([ids[r] for r in sorted(ids)])
 

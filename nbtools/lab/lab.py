@@ -3,7 +3,6 @@ torch.distributed job that stays up while the notebook toggles configs."""
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from nbtools.engine import process_group, runner as engine
-from nbtools.lab import gather, hosts, start, preload as preloading
+from nbtools.lab import engine_output, gather, hosts, progress_view, start, preload as preloading
 from nbtools.lab.assemble import first_error, keep
 from nbtools.lab import arguments, reaper
 from nbtools.lab.arguments import Checked, resolve_run
@@ -46,14 +45,14 @@ class Lab:
             starts warm); default ``$NBTOOLS_COMPILE_CACHE``, else a new, cold one per lab.
         compile_cache_per: "host" (a host's ranks share one folder; inductor locks each
             kernel's build) or "rank" (``DIR/rank0``, ...: cold compiles per rank).
-        echo: say what the lab does on stderr. ``progress`` (attribute): each rank's phase
-            while a run runs; False for none, or a callable that gets the text.
-
+        echo: False: the lab prints nothing (True: engine output, library log lines once per
+            kind, progress as one line in place on a terminal). ``progress`` (attribute):
+            each rank's phase while a run runs; False for none, or a callable taking the text.
         preload: engines import a Workload's modules in the background as soon as the lab
             sees it (lab/preload.py); ``lab.preloads()`` says what, and how long it took.
 
-    ``engine_warnings`` holds the last run's library warnings per rank in full (the run folds
-    them to one line per kind); "host busy" is said once per lab (``notes``, ``said_once``).
+    ``engine_warnings`` holds the last run's library log lines per rank in full, ``engine_log``
+    every run's by kind; "host busy" is said once per lab (``notes``, ``said_once``).
 
     Example:
         >>> from nbtools import Lab, StepConfig
@@ -95,6 +94,7 @@ class Lab:
         self.placements: list = []
         self._pg_broken = False
         self.engine_warnings: dict = {}     # rank -> the last run's library warnings, in full
+        self.engine_log = engine_output.EngineLog()   # every run's, by kind
         self.notes: list = []               # what the lab said once (analysis.machine)
         self.said_once: set = set()         # ids of the once-per-lab flags said (host-busy)
         try:
@@ -118,7 +118,7 @@ class Lab:
                 ids = start.launch(self, ipp)
             self._join(ids)
             if len({p.host for p in self.placements}) > 1 or self._external is not None:
-                print(hosts.describe(self.placements), file=sys.stderr)
+                progress_view.say(self, hosts.describe(self.placements))
             if self.pool is not None:
                 self.pool.fill_spares(max(p.local_world for p in self.placements))
                 self.pool.ready(self.client, self.start_timeout)

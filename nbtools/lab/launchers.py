@@ -164,7 +164,11 @@ def start_controller(ipp, engines, workdir: Path, guard, **cluster_kw):
     """A cluster with no engines yet and its controller started under the lab's liveness
     watchdog (it ends when the client's pid does); the guard watches it too. The one place
     a lab makes its controller, on one host or several (``controller_ip=`` there)."""
-    cluster = ipp.Cluster(n=0, engines=engines, log_level=40,
+    # shutdown_atexit off: the lab's guard ends its processes and folders when this process
+    # goes (lab/reaper.py); ipyparallel's own exit hook, stopping the same cluster again,
+    # printed "Stopping cluster ..." into the script's stderr (and a kernel's: JupyterLab's
+    # Log Console), and raced the guard for the controller's log ("Failed to remove ...")
+    cluster = ipp.Cluster(n=0, engines=engines, log_level=40, shutdown_atexit=False,
                           cluster_id=f"nbtools-{uuid.uuid4().hex[:6]}",
                           profile_dir=str(workdir / "ipython"),
                           controller_args=HEARTBEAT + cluster_kw.pop("controller_args", []),

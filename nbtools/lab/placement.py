@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from nbtools.config.step_config import ConfigError
+from nbtools.lab.progress_view import say
 
 # Launchers' local-rank variables, most specific first.
 LOCAL_RANK_VARS = ("NBTOOLS_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -129,14 +130,13 @@ def say_oversubscribed(lab, threads: dict, cpus: dict) -> None:
     """Once per lab, on CPU: where the ranks on a host have more threads than the cores they
     share (engine id -> threads per rank; rank -> cores), say it on stderr and in
     ``lab.notes``; runs then leave their own host-busy flag out (lab.said_once)."""
-    import sys
     from nbtools.analysis import machine
     if "host-busy" in lab.said_once:
         return
     shared = {p.host: (p.local_world, threads[p.engine_id], cpus[p.rank] or 1)
               for p in lab.placements}
     for note in machine.oversubscribed(shared):
-        print(note, file=sys.stderr)
+        say(lab, note)
         lab.notes.append(note)
         lab.said_once.add("host-busy")
 

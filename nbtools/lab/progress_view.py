@@ -1,5 +1,7 @@
 """Client side: show where a run is while Lab.run waits — a progress widget in a live
-kernel, text lines on a terminal, in a notebook export, or a callback (the panel's status).
+kernel, a text line in a notebook export, one line rewritten in place on a terminal (nothing
+when stderr is a file or a pipe), or a callback (the panel's status). ``Lab(echo=False)``
+shows none of it; a callback still gets the text.
 
 The state per rank comes from progress.publish on the engines (``ar.data``). Elapsed times
 are measured here, when a rank is first seen in a phase, so engine clocks do not matter.
@@ -7,16 +9,15 @@ are measured here, when a rank is first seen in a phase, so engine clocks do not
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 import time
 from typing import Callable, Optional
 
 from nbtools.common.display_mode import static_mode
+from nbtools.common.text import terminal_text
 from nbtools.results.views import view
 from nbtools.engine.progress import KEY, PHASES
-
-_HEARTBEAT_S = 10.0        # text mode: a line at least this often while nothing changes
-
 
 def read(ars: dict) -> dict:
     """rank -> the latest published state (or None before the first) from AsyncResults."""
@@ -107,12 +108,14 @@ class View:
     """Where the progress goes. ``sink``: a callable taking text (the panel's status).
     Else, in a kernel, one output updated in place: a bar per rank in a live front end,
     a text line in an export (NBTOOLS_STATIC); either way it ends as the one summary
-    line, so a saved notebook keeps no stale bar. On a terminal: lines on stderr."""
+    line, so a saved notebook keeps no stale bar. On a terminal: one line on stderr
+    rewritten in place and wiped when the run ends (the script's own output then starts
+    on a clean line); stderr redirected to a file or a pipe: nothing."""
 
     def __init__(self, ranks, run_id: str = "", sink: Optional[Callable[[str], None]] = None):
         self.tracker, self.run_id, self.sink = Tracker(ranks), run_id, sink
-        self.bars = self.handle = None
-        self._last_line, self._last_phase = 0.0, None
+        self.bars = self.handle = self.line = None
+        self._last_line = 0.0
         if sink is None and in_kernel():
             if _widgets():
                 # a bar per rank: the widgets room draws it (nbtools/widgets/progress.py)
@@ -120,10 +123,12 @@ class View:
             else:
                 from IPython.display import display
                 self.handle = display(TextLine(f"run {run_id}: start"), display_id=True)
+        elif sink is None:
+            self.line = TerminalLine()
 
     def update(self, states: dict) -> None:
-        """Show the ranks' new states: to the sink, the progress bars, a line updated in place,
-        or (a terminal) a line per phase and a heartbeat."""
+        """Show the ranks' new states: to the sink, the progress bars, a line updated in place
+        in a kernel or on a terminal."""
         now = time.monotonic()
         changed = self.tracker.update(states, now)
         text = f"run {self.run_id}: {self.tracker.text(now)}"
@@ -135,13 +140,12 @@ class View:
             if changed or now - self._last_line >= 1.0:      # in place: every change
                 self.handle.update(TextLine(text))
                 self._last_line = now
-        elif self.tracker.phase() != self._last_phase or now - self._last_line >= _HEARTBEAT_S:
-            # a terminal keeps every line: one per phase of the run, and a heartbeat
-            print(text, file=sys.stderr, flush=True)
-            self._last_line, self._last_phase = now, self.tracker.phase()
+        elif self.line is not None:
+            self.line.show(text)
 
     def close(self, outcome: str) -> str:
-        """Leave one line saying how the run went (in place of the bars). Returns it."""
+        """Leave one line saying how the run went (in place of the bars; a terminal's line
+        is wiped: the run's outcome is the caller's to say). Returns it."""
         self.tracker.finish()
         line = f"run {self.run_id}: {self.tracker.line(outcome)}"
         if self.sink is not None:
@@ -151,9 +155,72 @@ class View:
             self.bars = None
         elif self.handle is not None:
             self.handle.update(TextLine(line))
-        else:
-            print(line, file=sys.stderr, flush=True)
+        elif self.line is not None:
+            self.line.clear()
         return line
+
+
+class TerminalLine:
+    """One line of progress on a terminal's stderr, rewritten in place ("\\r", erase line),
+    cut to the terminal's width (a wrapped line cannot be rewritten). Where stderr is not a
+    terminal (a file, a pipe, a CI log) it writes nothing: a log keeps no progress.
+
+    One line per process: every TerminalLine draws the same line, and ``clear_line()``
+    wipes it before other output (an engine's line, a result) is written to the terminal;
+    the next ``show`` draws it again below that output."""
+
+    _shown: Optional[str] = None      # what is on the terminal's line now (None: nothing)
+
+    def __init__(self, stream=None):
+        self.stream = stream if stream is not None else sys.stderr
+        self.live = _is_terminal(self.stream)
+
+    def show(self, text: str) -> None:
+        """Put ``text`` on the line, in place of what was there (one line: cut to fit)."""
+        if not self.live:
+            return
+        width = max(20, shutil.get_terminal_size((80, 24)).columns - 1)
+        text = " ".join(terminal_text(text).split())
+        if len(text) > width:
+            text = text[:width - 1] + "…"
+        if text != TerminalLine._shown:
+            self.stream.write("\r\x1b[2K" + text)
+            self.stream.flush()
+            TerminalLine._shown = text
+
+    def clear(self) -> None:
+        """Wipe the line (the run ended)."""
+        if self.live:
+            clear_line(self.stream)
+
+
+def say(lab, text: str) -> None:
+    """What the lab does, on stderr (a restart, where the ranks landed, a busy host), on a
+    line of its own; nothing from a quiet lab (``Lab(echo=False)``)."""
+    if getattr(lab, "echo", True):
+        clear_line()
+        print(text, file=sys.stderr, flush=True)
+
+
+def clear_line(stream=None) -> None:
+    """Wipe the progress line, if one is on the terminal, so what is written next starts
+    on a clean line."""
+    if TerminalLine._shown is None:
+        return
+    stream = stream if stream is not None else sys.stderr
+    try:
+        stream.write("\r\x1b[2K")
+        stream.flush()
+    except (OSError, ValueError):     # a closed stream: nothing left to wipe
+        pass
+    TerminalLine._shown = None
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 class TextLine:

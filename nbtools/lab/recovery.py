@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 
 from nbtools.common.interrupts import held
 from nbtools.engine import process_group
 from nbtools.lab.assemble import assemble
+from nbtools.lab.progress_view import say
 
 # After a rank's engine died, how long its peers may still run: a peer blocked in a
 # collective with a dead process does not come back (NCCL) or errors at once (gloo).
@@ -117,7 +117,7 @@ def before_run(lab) -> None:
     if lab.needs_restart and lab._external is not None:
         _external_dead(lab)
     if lab.needs_restart:
-        print("restarting the engines after the last run's fault", file=sys.stderr)
+        say(lab, "restarting the engines after the last run's fault")
         lab.restart()
         return
     if lab._replace or (lab._pg_broken and lab.device_type == "cuda"):
@@ -127,8 +127,7 @@ def before_run(lab) -> None:
         try:
             heal(lab, ranks)
         except Exception as e:
-            print(f"swapping in spare engines failed ({e}); restarting all engines",
-                  file=sys.stderr)
+            say(lab, f"swapping in spare engines failed ({e}); restarting all engines")
             lab.restart()
             return
     elif lab._pg_broken:

@@ -15,6 +15,7 @@ import pandas as pd
 from nbtools.config.grid import grid
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.lab.keep_going import run_or_keep
+from nbtools.lab.progress_view import clear_line
 from nbtools.analysis import metrics
 from nbtools.analysis.counts import ItemsNotReported, collectives, tokens_per_s
 from nbtools.analysis.units import fmt_number
@@ -95,14 +96,16 @@ def round_order(todo: list) -> list:
 
 def run_one(lab, what: str, checked, tag: str, timeout=None, echo: bool = True):
     """One run of a sweep or of a round (a failed one kept, see ``run_or_keep``); with
-    ``echo``, one line: ``tag``, ``what`` and its step time or its error."""
+    ``echo``, one line: ``tag``, ``what`` and its step time or its error (none from a quiet
+    lab: ``Lab(echo=False)`` or ``lab.progress = False``)."""
     t = time.perf_counter()
     run = run_or_keep(lab, checked, timeout=timeout)
-    if echo and getattr(lab, "progress", True) is not False:   # progress off: silent
+    if echo and getattr(lab, "echo", True) and getattr(lab, "progress", True) is not False:
         s = run.summary
         step = metrics.combine(s, "step_ms", run.config) if run.ok else float("nan")
         ms = f", {fmt_number(step)} ms/step" if step == step else ""
-        print(f"{what}{tag}: {run.status}{ms} ({time.perf_counter() - t:.1f} s)")
+        clear_line()          # a terminal's progress line makes way for the result
+        print(f"{what}{tag}: {run.status}{ms} ({time.perf_counter() - t:.1f} s)", flush=True)
     return run
 
 

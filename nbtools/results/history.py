@@ -176,12 +176,36 @@ class History:
         return h
 
     def __getitem__(self, key):
+        """A run by its id (``h["9fcee8c5"]``) or position (``h[0]`` the oldest, ``h[-1]``
+        the newest; a slice: a list). A key that names no run says which ones there are."""
+        import numbers
         if isinstance(key, str):   # by run id
             for r in self.runs:
                 if r.run_id == key:
                     return r
-            raise KeyError(f"no run with id {key!r}; ids: {[r.run_id for r in self.runs]}")
+            raise KeyError(f"no run with id {key!r} in this history; {self._ids()}")
+        if isinstance(key, slice):
+            return self.runs[key]
+        if isinstance(key, bool) or not isinstance(key, numbers.Integral):
+            raise TypeError(f"History[{key!r}]: give a run's id (a str) or its position (an "
+                            f"int, -1 for the newest); {self._ids()}")
+        n = len(self.runs)
+        if not -n <= key < n:
+            raise IndexError(f"History[{key}]: " + (
+                f"this history holds {n} run(s), at positions 0 to {n - 1} (or -1 to -{n} "
+                f"from the newest); {self._ids()}" if n else self._ids()))
         return self.runs[key]
+
+    def _ids(self, most: int = 12) -> str:
+        """The ids there are, for an error (the oldest and the newest where there are many)."""
+        ids = [r.run_id for r in self.runs]
+        if not ids:
+            return ("this history is empty: lab.run(...) adds runs, History.load(folder) "
+                    "reads saved ones")
+        if len(ids) > most:
+            return (f"ids, oldest first: {', '.join(ids[:3])}, ... ({len(ids) - most} more), "
+                    f"{', '.join(ids[3 - most:])}")
+        return f"ids, oldest first: {', '.join(ids)}"
 
     def compiled_by(self, run: Run) -> Optional[Run]:
         """The run of this history that compiled the graphs ``run`` reused

@@ -150,8 +150,17 @@ class LiveBokehModel(BokehModel):
     def close(self) -> None:
         """Idempotent: jupyter_bokeh's close removes its document callback unguarded, so
         a closed widget's ``__del__`` (which closes again) raised ``KeyError`` with the
-        whole render bundle in its message (a 438 KB kernel traceback)."""
+        whole render bundle in its message (a 438 KB kernel traceback).
+
+        The messages its views had already sent land quietly: a figure's view sends its
+        size, ranges and refitted names as it draws, and the kernel reads them only when
+        free (after a whole Run All, or the Compare that replaced the figure). Messages to
+        a comm it no longer knows are logged "No such comm" on its stderr, which
+        JupyterLab shows in its Log Console; an inert comm keeps the id."""
+        comm = self.comm
         super(BokehModel, self).close()          # the widget's own close, not BokehModel's
+        if comm is not None:
+            _keep_id_quiet(comm.comm_id)
         doc = self._document
         if doc is not None:
             try:
@@ -168,3 +177,18 @@ class LiveBokehModel(BokehModel):
         ensure_loaded()
         self.refresh()
         return super()._repr_mimebundle_(**kwargs)
+
+
+CLOSED_TARGET = "nbtools.closed"   # no front end opens or lists comms of this target
+
+
+def _keep_id_quiet(comm_id: str) -> None:
+    """Register a comm that takes and drops messages under a closed widget's id (it sends
+    nothing, not even its opening: the page's model is already gone)."""
+    try:
+        from comm import create_comm, get_comm_manager
+        late = create_comm(comm_id=comm_id, primary=False, target_name=CLOSED_TARGET)
+        get_comm_manager().register_comm(late)
+    except Exception:  # noqa: BLE001 - a quieter log is not worth a failed close
+        pass
+

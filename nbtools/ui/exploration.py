@@ -76,27 +76,45 @@ def ratio_words(row: dict) -> str:
                                else "")
 
 
+HEADS = ("#", "change", "rule", "screen", "B / A (95 %)", "verdict", "cost", "outcome")
+
+
+def step_cells(ex) -> list:
+    """One tuple of cell texts per change considered (HEADS' columns): what the table shows,
+    in HTML or in a picture. The change says what its A/B was judged on where that is not
+    step_ms; the outcome carries the row's note (how it was measured)."""
+    out = []
+    for i, r in enumerate(ex.rows):
+        metric = r.get("metric") or "step_ms"
+        change = r["change"] + ("" if metric == "step_ms" else f" (judged on {metric})")
+        runs, secs = int(r.get("runs") or 0), float(r.get("seconds") or 0.0)
+        cost = f"{runs} runs, {secs:.0f} s" if runs else ""
+        outcome = r["outcome"] + (f"; {r['note']}" if r.get("note") else "")
+        out.append((str(i + 1), change, str(r.get("rule") or ""), r.get("screen") or "",
+                    ratio_words(r), r.get("verdict") or "", cost, outcome))
+    return out
+
+
 def steps_html(ex) -> str:
     """The exploration's steps as an HTML table: change, rule, what its screen round read,
     B / A with its interval, the verdict, the runs and seconds it cost, and the outcome (with
     how it was measured, where the lab changed that)."""
     e = html.escape
-    head = "".join(f"<th>{h}</th>" for h in ("#", "change", "rule", "screen", "B / A (95 %)",
-                                               "verdict", "cost", "outcome"))
-    body = []
-    for i, r in enumerate(ex.rows):
-        num = ratio_words(r)
-        colour = COLOURS[_kind(r["outcome"])]
-        runs, secs = int(r.get("runs") or 0), float(r.get("seconds") or 0.0)
-        cost = f"{runs} runs, {secs:.0f} s" if runs else ""
-        note = f"<br><i>{e(r['note'])}</i>" if r.get("note") else ""
-        metric = r.get("metric") or "step_ms"
-        what = "" if metric == "step_ms" else f"<br><i>judged on {e(metric)}</i>"
-        body.append(f"<tr><td>{i + 1}</td><td><code>{e(r['change'])}</code>{what}</td>"
-                    f"<td>{e(str(r.get('rule') or ''))}</td>"
-                    f"<td>{e(r.get('screen') or '')}</td><td>{num}</td>"
-                    f"<td>{e(r.get('verdict') or '')}</td><td>{cost}</td>"
-                    f"<td style='color:{colour}'>{e(r['outcome'])}{note}</td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in HEADS)
+    body = [f"<tr><td>{n}</td><td><code>{e(change)}</code></td><td>{e(rule)}</td>"
+            f"<td>{e(screen)}</td><td>{num}</td><td>{e(verdict)}</td><td>{cost}</td>"
+            f"<td style='color:{COLOURS[_kind(outcome)]}'>{e(outcome)}</td></tr>"
+            for n, change, rule, screen, num, verdict, cost, outcome in step_cells(ex)]
     if not body:
         body = [f"<tr><td colspan='8'><i>{e(ex.verdict.text)}</i></td></tr>"]
     return f"<table class='tbl nbtools-steps'><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def exploration_lines(ex) -> list:
+    """The exploration as a static picture says it (ui/picture.py): where it started, its
+    verdict, the steps table (a tuple per row), the winner's code."""
+    rows = step_cells(ex)
+    return ([f"explore from {ex.start.label()}: {summary_line(ex)}", ex.budget_text]
+            + ([f"note: {ex.note}"] if ex.note else [])
+            + ([HEADS] + rows if rows else [ex.verdict.text])
+            + ["the winner as code for your script:"] + ex.code().splitlines())

@@ -120,14 +120,16 @@ def compared_html(cmp) -> str:
 
 class StaticPanel:
     """What ``lab.panel(cfg)`` shows in an export (NBTOOLS_STATIC): no widgets to drive, so
-    the run the panel would open with — the newest run of ``cfg``, else the newest run —
-    as its summary and timeline, with the config the reader would start from."""
+    the run the live panel would open with (ui/preset.py: the newest run of ``cfg`` and
+    ``workload``, or none yet; not preset, the newest run) as its summary and timeline,
+    with the config the reader would start from."""
 
-    def __init__(self, lab, cfg=None):
-        self.cfg = cfg
-        runs = [r for r in lab.history if r.ok]
-        same = [r for r in runs if cfg is not None and r.config == cfg]
-        self.run = (same or runs or [None])[-1]
+    def __init__(self, lab, cfg=None, workload=None):
+        from nbtools.ui.preset import not_run_yet, opening_run, preset_config
+        preset = cfg is not None or workload is not None
+        self.cfg = cfg = preset_config(cfg, workload)
+        self.run = opening_run(lab.history, cfg, workload, preset)
+        self.empty = not_run_yet(cfg) if preset else "no run yet"
 
     def _repr_html_(self) -> str:
         e = html.escape
@@ -136,6 +138,6 @@ class StaticPanel:
                 + (f" (preset: <code>{e(self.cfg.label())}</code>)" if self.cfg else "")
                 + "<br>")
         if self.run is None:
-            return head + "<i>no run yet</i></div>"
+            return head + f"<i>{e(self.empty)}</i></div>"
         figure = self.run.plot()._repr_mimebundle_().get("text/html", "")
         return head + summary_html(self.run) + figure + "</div>"

@@ -171,7 +171,8 @@ def _draw_glyph(draw, glyph, data, X, Y, font, skipped):
         colors = s("text_color", "#444")
         for x, y, t, c in zip(s("x"), s("y"), s("text"), colors):
             if t is not None and math.isfinite(X(x)) and math.isfinite(Y(y)):
-                draw.text((X(x) + 2, Y(y)), str(t), fill=_rgba(c or "#444"), font=font,
+                draw.text((X(x) + 2, Y(y)), picture_labels.drawable(t, font),
+                          fill=_rgba(c or "#444"), font=font,
                           anchor="lm")
     elif kind in ("Scatter", "Circle"):
         sizes = s("size", 6) if kind == "Scatter" else [None] * n
@@ -212,8 +213,9 @@ def _legend(draw, fig, x, font):
         color = getattr(glyph, "fill_color", None) if glyph is not None else None
         rgba = _rgba(color) if isinstance(color, str) else (128, 128, 128, 255)
         draw.rectangle([x, 13, x + 8, 20], fill=rgba)
-        draw.text((x + 11, 17), str(label), fill="#444", font=font, anchor="lm")
-        x += 18 + int(draw.textlength(str(label), font=font))
+        label = picture_labels.drawable(label, font)
+        draw.text((x + 11, 17), label, fill="#444", font=font, anchor="lm")
+        x += 18 + int(draw.textlength(label, font=font))
 
 
 def _ticks(lo, hi, n=6):
@@ -275,13 +277,16 @@ def _draw_figure(fig, width, font, skipped, labels: list) -> Image.Image:
             draw.text((px, y1 + 6), label(t), fill="#444", font=font, anchor="mt")
     else:
         for f, v in X.factors.items():
-            draw.text((X(v), y1 + 6), str(f)[:14], fill="#444", font=font, anchor="mt")
+            draw.text((X(v), y1 + 6), picture_labels.drawable(str(f)[:14], font), fill="#444",
+                      font=font, anchor="mt")
     for t, label in ylabels.items():
-        draw.text((x0 - 4, Y(t)), label, fill="#444", font=font, anchor="rm")
+        draw.text((x0 - 4, Y(t)), picture_labels.drawable(label, font), fill="#444",
+                  font=font, anchor="rm")
     _legend(draw, fig, x0, font)
     if Y.factors is not None:
         for f, v in Y.factors.items():
-            draw.text((x0 - 4, Y(v)), str(f)[:10], fill="#444", font=font, anchor="rm")
+            draw.text((x0 - 4, Y(v)), picture_labels.drawable(str(f)[:10], font),
+                      fill="#444", font=font, anchor="rm")
     return img
 
 
@@ -316,61 +321,64 @@ def _notices(model) -> list:
 
 
 LINE_H = 16
+MAX_W = 3000      # px: a picture widens to show a table whole, up to this
 
 
-def picture(layout, width: int = DEFAULT_W, header=()) -> Image.Image:
+def picture(layout, width: int = DEFAULT_W, header=(), sections=()) -> Image.Image:
     """The layout's figures stacked top to bottom under ``header`` (lines of text: the
-    panel's run, config and summary), and a footer saying it is static. ``info``: what was
-    left out ("skipped"), each box label's layout ("labels"), the text ("text")."""
+    panel's run, config and summary; a tuple is a table row, its cells lined up with the
+    rows next to it), then each of ``sections`` ((lines, layout or None): the panel's
+    comparison, its exploration) the same way, and a footer saying it is static. The
+    picture is as wide as its widest figure or table (up to MAX_W), so no table is cut.
+    ``info``: what was left out ("skipped"), each box label's layout ("labels"), the text
+    ("text")."""
     font, skipped, labels = _font(), set(), []
-    leaves = _figures_in(layout)
-    figs = []
-    for i, f in enumerate(leaves):
-        first = len(labels)
-        figs.append(_draw_figure(f, width, font, skipped, labels))
-        for lab in labels[first:]:
-            lab["figure"] = i
-    lines = _notices(layout) + [NOTE] + ([f"(not drawn here: {', '.join(sorted(skipped))})"]
-                                         if skipped else [])
-    w = max([f.width for f in figs] + [width])
-    top = LINE_H * len(header) + (8 if header else 0)
-    h = top + sum(f.height for f in figs) + LINE_H * len(lines) + 8
+    blocks, leaves, notices = [], [], []
+    for lines, model in [(list(header), layout)] + [(list(ln), m) for ln, m in sections]:
+        figs = []
+        for f in (_figures_in(model) if model is not None else []):
+            first = len(labels)
+            figs.append(_draw_figure(f, width, font, skipped, labels))
+            for lab in labels[first:]:
+                lab["figure"] = len(leaves)
+            leaves.append(f)
+        notices += _notices(model) if model is not None else []
+        blocks.append((lines, picture_labels.columns(lines, font), figs))
+    footer = notices + [NOTE] + ([f"(not drawn here: {', '.join(sorted(skipped))})"]
+                                 if skipped else [])
+    tables = [starts[-1] + widths[-1] + 8 for _, rows, _ in blocks
+              for starts, widths in rows.values()]
+    w = int(min(MAX_W, max([f.width for _, _, figs in blocks for f in figs] + [width]
+                           + tables)))
+    h = sum(LINE_H * len(lines) + (8 if lines else 0) + sum(f.height for f in figs)
+            for lines, _, figs in blocks) + LINE_H * len(footer) + 8
     out = Image.new("RGB", (w, h), "white")
     draw = ImageDraw.Draw(out)
-    cells = [ln for ln in header if isinstance(ln, tuple)]      # table rows: lined up
-    ncol = max(map(len, cells), default=0)
-    widths = [max((font.getlength(r[i]) for r in cells if i < len(r)), default=0)
-              for i in range(ncol)]
-    starts = [8 + sum(widths[:i]) + 14 * i for i in range(ncol)]
-    for k, line in enumerate(header):
-        y0 = 4 + LINE_H * k
-        if isinstance(line, tuple):
-            for i, c in enumerate(line):       # numbers right-aligned under their header
-                draw.text((starts[i] + widths[i], y0), c, fill="#222", font=font, anchor="ra")
-            continue
-        draw.text((8, y0), picture_labels.elide(str(line), w - 16, font) or "",
-                  fill="#222", font=font)
-    y, tops = top, []
-    for f in figs:
-        out.paste(f.convert("RGB"), (0, y))
-        tops.append(y)
-        y += f.height
+    y, tops = 0, []
+    for lines, rows, figs in blocks:
+        picture_labels.draw_lines(draw, lines, rows, y + 4, w, font, LINE_H)
+        y += LINE_H * len(lines) + (8 if lines else 0)
+        for f in figs:
+            out.paste(f.convert("RGB"), (0, y))
+            tops.append(y)
+            y += f.height
     for lab in labels:
         lab["top"] = tops[lab["figure"]]
-    for line in lines:
-        draw.text((LEFT, y + 4), line, fill="#666", font=font)
+    for line in footer:
+        draw.text((LEFT, y + 4), picture_labels.drawable(line, font), fill="#666", font=font)
         y += LINE_H
     titles = [getattr(getattr(f, "title", None), "text", "") or "" for f in leaves]
+    text = [ln if isinstance(ln, str) else "  ".join(map(str, ln))
+            for lines, _, _ in blocks for ln in lines]
     out.info.update(skipped=sorted(skipped), labels=labels,
-                    text="\n".join([ln if isinstance(ln, str) else "  ".join(ln)
-                                    for ln in header] + [t for t in titles if t]))
+                    text="\n".join(text + [t for t in titles if t]))
     return out
 
 
-def png(layout, width: int = DEFAULT_W, header=()) -> bytes:
-    """The picture as PNG bytes; its text (header and titles) also in a tEXt chunk, so a
-    program can tell which run a saved picture shows."""
-    img = picture(layout, width, header)
+def png(layout, width: int = DEFAULT_W, header=(), sections=()) -> bytes:
+    """The picture as PNG bytes; its text (header, sections and titles) also in a tEXt
+    chunk, so a program can tell which run a saved picture shows."""
+    img = picture(layout, width, header, sections)
     meta = PngInfo()
     meta.add_text("Description", img.info["text"])
     buf = io.BytesIO()

@@ -1,4 +1,5 @@
-"""Names inside their boxes in a static picture (ui/picture.py), fitted the way BokehJS fits
+"""Text in a static picture (ui/picture.py): the lines above a figure, their table rows lined
+up, and names inside their boxes, fitted the way BokehJS fits
 them in the page: the live view refits a box's name whenever the plot's width or x range
 changes (timeline/interactions.py, LABELS_JS), so the names a figure's label source holds
 were fitted for the page's width, not the picture's. The picture refits them with its own
@@ -18,9 +19,41 @@ BOX_GLYPHS = ("Quad", "HBar")
 PAD_PX = 4            # as LABELS_JS: 2 px inside the box's left edge, 2 before its right
 
 
+# What a character the picture's font lacks is drawn as (Pillow's own font, the one every
+# install has, has no "×", "—" or "µ": a table of ratios read "1.05▯", a time "12 ▯s")
+_STAND_INS = {"×": "x", "—": "-", "–": "-", "µ": "u", "μ": "u", "✗": "x", "✓": "v", "→": "->",
+              "←": "<-", "≤": "<=", "≥": ">=", "≈": "~", "−": "-", "’": "'", "“": '"', "”": '"'}
+_HAS: dict = {}
+
+
+def _has_glyph(font, ch: str) -> bool:
+    key = (id(font), ch)
+    if key not in _HAS:
+        from PIL import Image, ImageDraw
+
+        def ink(c):
+            im = Image.new("L", (32, 24), 0)
+            ImageDraw.Draw(im).text((2, 2), c, font=font, fill=255)
+            return im.tobytes()
+        _HAS[key] = ink(ch) != ink("\uffff")       # the font's "no such glyph" box
+    return _HAS[key]
+
+
+def drawable(text: str, font) -> str:
+    """``text`` with each character the font cannot draw replaced by its stand-in ("×" ->
+    "x", "µ" -> "u", ...), else "?"."""
+    text = str(text)
+    if text.isascii():
+        return text
+    return "".join(c if c.isascii() or _has_glyph(font, c) else _STAND_INS.get(c, "?")
+                   for c in text)
+
+
 def elide(text: str, room_px: float, font) -> str:
     """``text`` whole if it fits ``room_px``, else its longest start + "…" that does; ""
-    where fewer than three characters would show."""
+    where fewer than three characters would show. Characters the font lacks are drawn as
+    their stand-ins (``drawable``)."""
+    text = drawable(text, font)
     if font.getlength(text) <= room_px:
         return text
     lo, hi = 0, len(text)
@@ -113,3 +146,39 @@ def draw(draw_, glyph, boxes, X, Y, font, colour, max_labels: int = 4000) -> lis
         if len(out) >= max_labels:
             break
     return out
+
+
+def columns(lines, font) -> dict:
+    """Each run of table rows (tuples) among ``lines`` lined up on its own (the summary's
+    columns are not the comparison's): line index -> (left edge, width) of every column."""
+    out, i = {}, 0
+    while i < len(lines):
+        if not isinstance(lines[i], tuple):
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and isinstance(lines[j], tuple):
+            j += 1
+        rows = lines[i:j]
+        ncol = max(map(len, rows))
+        widths = [max((font.getlength(drawable(r[k], font)) for r in rows if k < len(r)),
+                      default=0) for k in range(ncol)]
+        starts = [8 + sum(widths[:k]) + 14 * k for k in range(ncol)]
+        for k in range(i, j):
+            out[k] = (starts, widths)
+        i = j
+    return out
+
+
+def draw_lines(draw, lines, rows: dict, top: float, width: int, font, line_h: int) -> None:
+    """``lines`` from ``top`` down: text cut to ``width`` with "…", table rows' cells
+    right-aligned in their columns (``rows``: ``columns``'s answer)."""
+    for k, line in enumerate(lines):
+        y = top + line_h * k
+        if isinstance(line, tuple):        # numbers right-aligned under their header
+            starts, widths = rows[k]
+            for i, c in enumerate(line):
+                draw.text((starts[i] + widths[i], y), drawable(c, font), fill="#222",
+                          font=font, anchor="ra")
+            continue
+        draw.text((8, y), elide(str(line), width - 16, font) or "", fill="#222", font=font)

@@ -21,8 +21,12 @@ DELAY_S = 1.0
 
 def b64png(layout, header=()) -> str:
     """The layout's static picture as base64 PNG, for a widget's saved state."""
-    from nbtools.ui.picture import png
-    return base64.b64encode(png(layout, header=header)).decode("ascii")
+    return base64.b64encode(_png(layout, header=header)).decode("ascii")
+
+
+def _png(layout, header=(), sections=()) -> bytes:
+    from nbtools.ui.picture import png      # PIL and numpy, on first use
+    return png(layout, header=header, sections=sections)
 
 
 class Repicture:
@@ -68,8 +72,10 @@ class Repicture:
         return self._value
 
 
-def panel_b64png(layout, run) -> str:
-    """The panel's picture: the run it shows (config, flags, summary) above its timeline."""
+def panel_b64png(layout, run, sections=(), empty: str = "no run yet: press Run") -> str:
+    """The panel's picture: the run it shows (config, flags, summary) above its timeline
+    (``empty`` where it shows none), then ``sections`` ((lines, layout or None): the
+    comparison and the exploration it shows), each whole."""
     from nbtools.ui.summary_view import picture_header
-    return b64png(layout, header=picture_header(run) if run is not None
-                  else ["no run yet: press Run"])
+    return base64.b64encode(_png(layout, header=picture_header(run) if run is not None
+                                 else [empty], sections=sections)).decode("ascii")

@@ -194,3 +194,17 @@ def picture_header(run) -> list:
         changed = cfg.label().split(" ")[1:]
         lines.append(f"config: scenario={cfg.scenario} " + (" ".join(changed) or "(defaults)"))
     return lines + [f"flag: {f}" for f in run.flags or ()] + text_rows(run.summary)
+
+
+COMPARED = ("a", "b", "delta", "ratio", "interval")
+
+
+def comparison_lines(cmp) -> list:
+    """A comparison as a static picture says it (ui/picture.py): the pair, the verdict, the
+    compared metrics (a tuple per row, their numbers as the panel's table shows them)."""
+    v = cmp.verdict
+    rows = [(m,) + tuple(_signed(c, m, r.get(c), r) for c in COMPARED)
+            for m, r in ((r["metric"], r) for r in cmp.table.to_dict("records"))]
+    return ([f"compare: A {cmp.a.label} vs B {cmp.b.label}",
+             f"verdict ({v.metric}, B over A, 95 % interval): {v.text}"]
+            + ([("metric",) + COMPARED] + rows if rows else []))

@@ -22,6 +22,7 @@ from traitlets import Unicode  # noqa: E402
 from nbtools.ui.bokehjs import LiveBokehModel, ensure_loaded
 from nbtools.ui.display import document_bundle
 from nbtools.ui.saved_picture import PICTURE, Repicture, panel_b64png
+from nbtools.ui.preset import not_run_yet, opening_run, preset_config
 from nbtools.analysis.metrics import combine
 from nbtools.analysis.units import fmt_number
 from nbtools.lab.errors import RunFailed
@@ -37,6 +38,7 @@ from nbtools.widgets.panel_advice import Advisor
 from nbtools.widgets.panel_compare import Comparer
 from nbtools.widgets.panel_parts import Ticker, button, control, html_widget
 from nbtools.widgets.panel_signals import SignalStrip
+from nbtools.widgets.panel_work import Work, say
 from nbtools.widgets.panel_checks import (DEFAULT, NONE_AS, NUMBER_OR_DEFAULT,  # noqa: F401
                                           config_from_values, values_from_config)
 
@@ -91,15 +93,15 @@ class Panel:
                  step_fn: Optional[Callable] = None, export_path="nbtools-findings.html",
                  width: Optional[int] = None):
         self.lab, self.step_fn, self.width = lab, step_fn, width
+        preset = cfg is not None or step_fn is not None     # else: the newest run, any config
         choices = dict(CHOICES)
         if step_fn is not None:
-            cfg = (cfg or StepConfig(scenario="custom")).replace(scenario="custom")
             choices["scenario"] = ("custom",)
         elif cfg is not None and cfg.scenario == "custom":
             raise ConfigError("scenario='custom' needs your step: Panel(lab, cfg, step_fn=f)")
-        cfg = cfg or StepConfig()
+        cfg = preset_config(cfg, step_fn)
         self._quiet = False        # True while the panel sets controls itself (no auto-run)
-        self._busy = False
+        self.work = Work(self)     # what runs now (Run, Compare, Try, Explore): one at a time
         self.shown = None          # the Run in the timeline
         self.controls = {name: control(name, value, choices)
                          for name, value in values_from_config(cfg).items()}
@@ -153,7 +155,7 @@ class Panel:
         self.export_button = button("Export HTML", self.export, icon="download")
         self.perfetto_button = button("Save Perfetto trace", self.save_perfetto, icon="share",
                                        layout=W.Layout(width="auto", flex="0 0 auto"))
-        self.export_status = html_widget()
+        self.export_status = html_widget("", "nbtools-export-status")    # Export's own line
         self.export_runs, self.mine = panel_checks.export_list(), []   # runs of this panel
 
         groups = [W.VBox([W.HTML(f"<b>{title}</b>")] + [self.controls[n] for n in names])
@@ -172,17 +174,33 @@ class Panel:
             W.HTML("<b>advice</b>"), self.advisor.box,
             W.HTML("<b>export</b>"), self.export_runs,
             W.HBox([self.export_path, self.export_button, self.perfetto_button]),
-            self.export_notes, self.export_status])
+            self.export_status, self.export_notes])
         self.widget.panel = self    # lab.panel() returns the widget; the Panel stays reachable
-        # what a saved notebook shows: redrawn after each run the timeline shows
-        self.repicture = Repicture(lambda: panel_b64png(self.timeline.layout, self.shown),
-                                   lambda v: setattr(self.widget, PICTURE, v))
+        # what a saved notebook shows: redrawn after each run the timeline shows, and each
+        # comparison or exploration the panel shows below it
+        self.repicture = Repicture(self._picture, lambda v: setattr(self.widget, PICTURE, v))
         self.compared = None        # the (A, B) pair the comparison on screen shows
         self.guard = panel_checks.Guard(self, choices, self._refused)
         self._refresh_history()
-        last = next((r for r in reversed(list(lab.history)) if r.ok), None)
-        if last is not None:
-            self.show(last)
+        first = opening_run(lab.history, cfg, step_fn, preset)
+        self.empty = not_run_yet(cfg) if preset else "no run yet: press Run"
+        if first is not None:
+            self.show(first)
+            if preset:
+                self.status.value = (f"showing run #{first.run_id}, the newest run of this "
+                                     "config in the history")
+        else:
+            self.summary.value = f"<i>{html.escape(self.empty)}</i>"
+
+    @property
+    def _busy(self) -> bool:
+        return self.work.what is not None
+
+    def _picture(self) -> str:
+        """The panel's picture: the run it shows above its timeline, then the comparison
+        and the advice's result it shows (a saved notebook shows them all)."""
+        return panel_b64png(self.timeline.layout, self.shown, self.comparer.sections()
+                            + self.advisor.sections(), empty=self.empty)
 
     # -- controls ------------------------------------------------------------------------
     def values(self) -> dict:
@@ -219,7 +237,7 @@ class Panel:
     def run(self):
         """What the Run button does. Returns the Run, or None when nothing (valid) ran;
         every error lands in the error box, and the panel stays usable."""
-        if self._busy:
+        if self.work.busy(self.status, "Run"):
             return None
         self._set_error("")
         try:
@@ -228,8 +246,10 @@ class Panel:
             self.status.value = "not run: the config is invalid"
             self._set_error(f"<b>ConfigError</b>: {html.escape(str(e))}")
             return None
-        self._busy, self.run_button.disabled = True, True
-        self.log.clear_output()
+        self.work.begin("Run")
+        # the engine output of this run alone; set, not Output.clear_output(): outside a
+        # kernel (a script clicking Run) IPython's clear_output writes "\x1b[2K\r" to stdout
+        self.log.outputs = ()
         run, err, said = None, None, None
         try:
             with Ticker(self.status, RUNNING) as tick, self.log:
@@ -250,7 +270,7 @@ class Panel:
                         else f"failed after {tick.elapsed:.1f} s")
                 self._set_error(describe_error(err))
         finally:
-            self._busy, self.run_button.disabled = False, bool(self.guard.reason)
+            self.work.end()
             done = run or getattr(err, "run", None)
             if done is not None:
                 self.mine.append(done.run_id)
@@ -338,10 +358,13 @@ class Panel:
     def export(self):
         """export_html of the runs picked in the export list (plus the current A/B pair,
         when both are among them) to the path given; the status counts the seconds."""
+        if self.work.busy(self.export_status, "Export"):
+            return None
         path = Path(self.export_path.value).expanduser()
         ids = list(self.export_runs.value)
         if not ids:
-            self._set_error("pick the runs to export in the list above the Export button")
+            say(self.export_status, "pick the runs to export in the list above the Export "
+                "button", error=True)
             return None
         runs = [self.lab.history[r] for r in ids]
         pair = (self.compare_a.value, self.compare_b.value)
@@ -352,9 +375,8 @@ class Panel:
                                   comparisons=[self.comparison] if self.comparison is not None
                                   else [pair] if both else (),
                                   explorations=[self.exploration] if self.exploration else ())
-        except Exception as e:  # noqa: BLE001
-            self.export_status.value = ""
-            self._set_error(f"export failed: {type(e).__name__}: {html.escape(str(e))}")
+        except Exception as e:  # noqa: BLE001 - said beside the button, the panel goes on
+            say(self.export_status, f"export failed: {type(e).__name__}: {e}", error=True)
             return None
         self.export_status.value = (f"wrote {html.escape(str(out))} ({out.stat().st_size / 1e6:.1f}"
                                     f" MB, {len(runs)} runs, {tick.elapsed:.1f} s)")
@@ -363,9 +385,16 @@ class Panel:
     def save_perfetto(self):
         """The run in the timeline as one Chrome-trace JSON beside the export path (open it at
         ui.perfetto.dev: Open trace file)."""
+        if self.work.busy(self.export_status, "Save Perfetto trace"):
+            return None
         path = Path(self.export_path.value).expanduser().with_suffix(".perfetto.json")
         if self.shown is None:
-            return self._set_error("no run in the timeline yet: run or pick one first")
-        out = self.shown.to_perfetto(path)
+            return say(self.export_status, "no run in the timeline yet: run or pick one first",
+                       error=True)
+        try:
+            out = self.shown.to_perfetto(path)
+        except Exception as e:  # noqa: BLE001 - said beside the button, the panel goes on
+            return say(self.export_status, f"Perfetto trace not written: {type(e).__name__}: "
+                       f"{e}", error=True)
         self.export_status.value = f"wrote {html.escape(str(out))}: open it at ui.perfetto.dev"
         return out

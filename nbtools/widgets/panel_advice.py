@@ -14,13 +14,12 @@ import ipywidgets as W
 
 from nbtools.lab.explore import explore
 from nbtools.results.exploration import Exploration, change_text
-from nbtools.ui.exploration import exploration_html, steps_html
+from nbtools.ui.exploration import exploration_html, exploration_lines, steps_html
 from nbtools.ui.html import comparison_html
+from nbtools.ui.summary_view import comparison_lines
 from nbtools.widgets.panel_parts import Ticker, button, html_widget
+from nbtools.widgets.panel_work import ERROR_STYLE, say
 from nbtools.widgets.thread_output import Stoppable, captured
-
-ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;padding:4px 8px;"
-               "white-space:pre-wrap;font-family:monospace;font-size:12px")
 
 
 class Advisor(Stoppable):
@@ -60,21 +59,26 @@ class Advisor(Stoppable):
         self._stop = threading.Event()
         self.exploration: Optional[Exploration] = None
         self.comparison = None
+        self.shown = None          # what ``result`` shows: a Try's Comparison or an Exploration
 
     # -- Suggest ---------------------------------------------------------------------------
     def suggest(self):
         """lab.advise of the run on screen: the table (evidence, why, code) and the picker
         of those that change a field (Try runs one). Returns the Suggestions."""
         p = self.panel
-        if p.shown is None:
-            p._set_error("no run on screen: run or pick one first, then Suggest")
+        if p.work.busy(self.progress, "Suggest"):
             return None
+        if p.shown is None:
+            say(self.progress, "Suggest reads the run on screen: run this config or pick a run "
+                "in the history first", error=True)
+            return None
+        self.progress.value = ""
         advice = p.lab.advise(p.shown)
         self.suggestions = [s for s in advice if s.change]
         self.pick.options = [(f"{s.rank}. {s.title} ({change_text(s.change)})", i)
                              for i, s in enumerate(self.suggestions)]
         self.pick.value = 0 if self.suggestions else None     # the first: the best ranked
-        self.try_button.disabled = p._busy or not self.suggestions
+        self.try_button.disabled = not self.suggestions
         self.advice.value = (f"<p><b>advice for run #{html.escape(p.shown.run_id)}</b> "
                              f"({len(advice)}; Try runs one that changes a field)</p>"
                              + advice._repr_html_())
@@ -85,7 +89,11 @@ class Advisor(Stoppable):
         """The chosen suggestion as an A/B: the shown run's config (A) against it with the
         change (B), ``rounds`` rounds. Returns the Comparison when ``wait``."""
         p = self.panel
-        if p._busy or p.shown is None or self.pick.value is None:
+        if p.work.busy(self.progress, "Try"):
+            return None
+        if p.shown is None or self.pick.value is None:
+            say(self.progress, "Try runs a suggestion: press Suggest first (it reads the run "
+                "on screen)", error=True)
             return None
         s = self.suggestions[self.pick.value]
         cfg = p.shown.config
@@ -99,7 +107,7 @@ class Advisor(Stoppable):
                 if ev["run"] is not None:
                     p.mine.append(ev["run"].run_id)
             cmp = p.lab.ab(a, b, rounds=rounds, on_run=on_run, stop=self._stop)
-            self.comparison = p.comparison = cmp
+            self.comparison = p.comparison = self.shown = cmp
             self.result.value = (f"<p><b>Try {html.escape(change_text(s.change))}</b> "
                                  f"({html.escape(s.title)})</p>" + comparison_html(cmp))
             return cmp
@@ -110,7 +118,7 @@ class Advisor(Stoppable):
         ``rounds`` a side per A/B, within ``budget`` seconds; the table grows per A/B.
         Returns the Exploration when ``wait``."""
         p = self.panel
-        if p._busy:
+        if p.work.busy(self.progress, "Explore"):
             return None
         cfg = p.shown.config if p.shown is not None and p.shown.config is not None \
             else p.config()
@@ -133,7 +141,7 @@ class Advisor(Stoppable):
                     p.mine.append(ev["run"].run_id)
             ex = explore(p.lab, target, start, budget_s=budget, rounds=rounds,
                          on_step=on_step, on_run=on_run, stop=self._stop)
-            self.exploration = p.exploration = ex
+            self.exploration = p.exploration = self.shown = ex
             self.table.value = ""
             self.result.value = exploration_html(ex)
             return ex
@@ -144,9 +152,11 @@ class Advisor(Stoppable):
 
     def _start(self, what: str, work, wait: bool):
         p = self.panel
-        p._set_error("")
+        self.result.value = ""        # the last result is not this one's
+        self.progress.value = f"<b>⏳ {what}: starting</b>"     # said at once
+        self.shown = None
         self._stop.clear()
-        self._set_busy(True)
+        self._set_busy(True, what)
         out: dict = {}
 
         def body():
@@ -174,6 +184,7 @@ class Advisor(Stoppable):
                 if done:
                     self.progress.value = done
                 p._refresh_history()
+                p.repicture.poke()        # the saved picture shows the result too
         self.thread = threading.Thread(target=body, name=f"nbtools-{what.lower()}", daemon=True)
         self.thread.start()
         if not wait:
@@ -181,14 +192,18 @@ class Advisor(Stoppable):
         self.thread.join()
         return out.get("result")
 
-    def _set_busy(self, busy: bool) -> None:
+    def sections(self) -> list:
+        """What ``result`` shows, for the panel's picture: a Try's comparison or an
+        exploration, as lines."""
+        if isinstance(self.shown, Exploration):
+            return [(exploration_lines(self.shown), None)]
+        if self.shown is not None:
+            return [(comparison_lines(self.shown), None)]
+        return []
+
+    def _set_busy(self, busy: bool, what: str = "") -> None:
         p = self.panel
-        p._busy = busy
-        for w in (self.suggest_button, self.explore_button, self.pick, self.rounds,
-                  self.budget, p.compare_button):
-            w.disabled = busy
-        self.try_button.disabled = busy or not self.suggestions
-        p.run_button.disabled = busy or bool(p.guard.reason)
+        p.work.begin(what) if busy else p.work.end()   # every other action waits
         self.stop_button.disabled = False
         self.stop_button.description = "Stop"
         self.stop_button.layout.display = "" if busy else "none"

@@ -131,11 +131,9 @@ class Guard:
         if change is not None and p._quiet:
             return
         if getattr(p, "compared", None) not in (None, (p.compare_a.value, p.compare_b.value)):
+            p.comparer.clear()      # its verdict no longer describes the pair on screen
             p.compare_html.value = ("<i>A or B changed: press Compare A / B to compare "
                                     "them</i>")
-            p.comparer.show_view(None)
-            p.compared = None
-            p.comparison = None     # its verdict no longer describes the pair on screen
 
 
 def export_list() -> W.SelectMultiple:

@@ -14,12 +14,11 @@ import ipywidgets as W
 
 from nbtools.ui.bokehjs import LiveBokehModel
 from nbtools.ui.html import comparison_html
+from nbtools.ui.summary_view import comparison_lines
 from nbtools.ui.timeline import compare_figure
 from nbtools.widgets.panel_parts import button, html_widget, Ticker
+from nbtools.widgets.panel_work import ERROR_STYLE, say
 from nbtools.widgets.thread_output import Stoppable, captured
-
-ERROR_STYLE = ("border:1px solid #d62728;background:#fdecea;color:#a40000;padding:4px 8px;"
-               "white-space:pre-wrap;font-family:monospace;font-size:12px")
 STOP_TIP = "end the rounds after the run in progress; the finished rounds are compared"
 
 
@@ -37,7 +36,7 @@ class Comparer(Stoppable):
         self.thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self.result = None         # the last Comparison made (None after a failed one)
-        self._retired: list = []   # views taken off the page, closed at the next change
+        self.shown = None          # (Comparison, its figure's layout) on screen, or None
 
     # -- the button and the Python call ------------------------------------------------
     def compare(self, wait: bool = True):
@@ -45,18 +44,19 @@ class Comparer(Stoppable):
         (None when it failed: the reason is in the panel); else (the button) start them in
         a thread and return None at once."""
         p = self.panel
-        if p._busy:
+        if p.work.busy(self.progress, "Compare"):
             return None
         a, b, rounds = p.compare_a.value, p.compare_b.value, p.compare_rounds.value
         if not a or not b:
-            p._set_error("pick two runs (A and B) to compare")
+            say(self.progress, "pick two runs (A and B) to compare", error=True)
             return None
-        p._set_error("")
-        self.failures.value = ""
+        self.clear()             # the last verdict goes at once: it is not this one's
         if rounds == 1:          # no runs: the two runs' steps as they are
-            return self._finish(a, b, lambda: p.lab.compare(a, b))
+            return self._at_once(a, b)
         self._stop.clear()
         self._set_busy(True)
+        # in words before the thread's first tick: the click's answer is immediate
+        self.progress.value = f"<b>⏳ Compare: round 1 of {rounds}</b> starting"
         self.thread = threading.Thread(target=self._rounds, args=(a, b, rounds),
                                        name="nbtools-compare", daemon=True)
         self.thread.start()
@@ -65,6 +65,28 @@ class Comparer(Stoppable):
         self.thread.join()
         return self.result
 
+    def clear(self) -> None:
+        """Take the comparison on screen away (verdict, table, timelines, failed runs)."""
+        p = self.panel
+        self.failures.value = self.progress.value = p.compare_html.value = ""
+        self.show_view(None)
+        self.shown = p.comparison = p.compared = None
+        p.repicture.poke()
+
+    def _at_once(self, a, b):
+        """One round: the two runs compared as they are, in the click handler; the line
+        says so from the first moment (the verdict took seconds to come, with no word)."""
+        p = self.panel
+        p.work.begin("Compare")
+        try:
+            with Ticker(self.progress, f"Compare: #{a} against #{b}") as tick:
+                cmp = self._finish(a, b, lambda: p.lab.compare(a, b))
+        finally:
+            p.work.end()
+        self.progress.value = (f"compared #{a} and #{b} in {tick.elapsed:.1f} s"
+                               if cmp is not None else "")
+        return cmp
+
     # -- the rounds (in the thread) --------------------------------------------------------
     def _rounds(self, a, b, rounds) -> None:
         p, said = self.panel, None
@@ -72,8 +94,7 @@ class Comparer(Stoppable):
             with captured(p.log.append_stdout):
                 said = self._run_rounds(a, b, rounds)
         except BaseException as e:  # noqa: BLE001 - a thread's error has nowhere else to go
-            p._set_error(f"compare failed: {type(e).__name__}: {html.escape(str(e))}")
-            self.progress.value = ""
+            say(self.progress, f"compare failed: {type(e).__name__}: {e}", error=True)
         finally:
             self._set_busy(False)
             # last: a person (or a page test) who reads "compared" finds the buttons back
@@ -118,15 +139,16 @@ class Comparer(Stoppable):
         try:
             cmp = make()
             text = comparison_html(cmp)
-            view = LiveBokehModel(compare_figure(cmp.a, cmp.b, width=p.width))
+            layout = compare_figure(cmp.a, cmp.b, width=p.width)
+            view = LiveBokehModel(layout)
         except Exception as e:  # noqa: BLE001 - every failure is shown in the panel
             self.result = None
             msg = str(e).splitlines()[0] if str(e) else ""
             text = f"compare failed: {type(e).__name__}: {html.escape(msg)}"
-            p._set_error(text)
             p.compare_html.value = f"<div style='{ERROR_STYLE}'>{text}</div>"
             return None
         self.result = p.comparison = cmp
+        self.shown = (cmp, layout)
         # what the comparison shows is this panel's too: Export offers it by default
         shown = [cmp.a, cmp.b] + list(cmp.runs_a or []) + list(cmp.runs_b or [])
         p.mine += [r.run_id for r in shown if r.run_id not in p.mine]
@@ -134,27 +156,29 @@ class Comparer(Stoppable):
         p._refresh_history()
         p.compare_html.value = text
         self.show_view(view)      # a new pair is a new figure: rebuilt, not patched
+        p.repicture.poke()        # the saved picture shows the comparison too
         return cmp
 
+    def sections(self) -> list:
+        """The comparison on screen for the panel's picture: its lines and timelines."""
+        if self.shown is None:
+            return []
+        cmp, layout = self.shown
+        return [(comparison_lines(cmp), layout)]
+
     def show_view(self, view) -> None:
-        """Put ``view`` (None: nothing) where the comparison's timelines go. The view it
-        replaces is closed at the next replacement, not now: as the page takes it down,
-        BokehJS sends it a burst of document changes, and a comm already closed here
-        answers each with "No such comm" on the kernel's stderr (the Log Console)."""
+        """Put ``view`` (None: nothing) where the comparison's timelines go, and close the
+        view it replaces (what the page still sends it lands quietly: LiveBokehModel.close;
+        the page sends nothing from a view it took off: ui/labextension)."""
         p = self.panel
         old, p.compare_view = p.compare_box.children, view
         p.compare_box.children = (view,) if view is not None else ()
-        for w in self._retired:
+        for w in old:
             w.close()
-        self._retired = list(old)
 
     def _set_busy(self, busy: bool) -> None:
         p = self.panel
-        p._busy = busy
-        # the pair and its rounds stay as they are while the rounds run
-        for w in (p.compare_button, p.compare_a, p.compare_b, p.compare_rounds):
-            w.disabled = busy
-        p.run_button.disabled = busy or bool(p.guard.reason)
+        p.work.begin("Compare") if busy else p.work.end()   # every other action waits
         self.stop_button.disabled = False
         self.stop_button.description = "Stop"
         self.stop_button.layout.display = "" if busy else "none"

@@ -36,8 +36,15 @@ def control(name: str, value, choices: dict) -> W.Widget:
 
 
 def button(description: str, action: Callable, cls: str = "", **kw) -> W.Button:
-    """A button that calls ``action()`` on click, with CSS class ``cls``."""
-    b = W.Button(description=description, **kw)
+    """A button that calls ``action()`` on click, with CSS class ``cls``. As wide as its
+    label and never shrunk by its row, so the label stays whole (a Stop button in a full row
+    was cut to "S…"; so is any label longer than ipywidgets' fixed 148 px)."""
+    layout = kw.pop("layout", None) or W.Layout()
+    if layout.width is None:
+        layout.width = "auto"
+    if layout.flex is None:
+        layout.flex = "0 0 auto"
+    b = W.Button(description=description, layout=layout, **kw)
     b.on_click(lambda _: action())
     if cls:
         b.add_class(cls)

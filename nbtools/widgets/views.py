@@ -12,7 +12,7 @@ def lab_panel(lab, cfg=None, workload=None):
     them, so the panel is its static summary and timeline instead."""
     if static_mode():
         from nbtools.ui.html import StaticPanel
-        return StaticPanel(lab, cfg)
+        return StaticPanel(lab, cfg, workload)
     from nbtools.widgets.panel import Panel
     return Panel(lab, cfg, step_fn=workload).widget
 

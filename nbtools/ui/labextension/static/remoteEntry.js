@@ -14,7 +14,7 @@
  *   every static picture, and redrawn after each change), so the saved file shows the
  *   figure as last seen and a panel its last run, with its config and summary.
  * - A jupyter_bokeh view whose kernel is gone drops its messages instead of throwing
- *   "Cannot send" from every resize.
+ *   "Cannot send" from every resize; a view taken off the page sends nothing.
  * - A live panel whose kernel stopped says so and disables its controls.
  */
 var _JUPYTERLAB;
@@ -243,16 +243,27 @@ var _JUPYTERLAB;
   // jupyter_bokeh 4.1's view sends every document change to the kernel; once the kernel is
   // gone its comm throws "Cannot send" from each resize or tab switch. The figure keeps
   // what it drew; the message has nowhere to go.
+  // A view taken off the page (the panel's comparison replaced) keeps its Bokeh document,
+  // which reacts to its own collapse (heights 0, every name refitted to no room): dozens of
+  // messages that describe no figure a person sees, sent to a widget the kernel may close
+  // meanwhile ("No such comm" on the kernel's stderr: JupyterLab's Log Console). A removed
+  // view sends nothing.
   function quietBokehView(mod) {
     var View = mod && mod.BokehView;
     if (!View || View.prototype.__nbtools_quiet) return;
     var base = Object.getPrototypeOf(View.prototype).send;
     View.prototype.send = function () {
+      if (this.__nbtools_removed) return undefined;
       try { return base.apply(this, arguments); }
       catch (e) {
         if (e && /Cannot send/.test(e.message)) return undefined;
         throw e;
       }
+    };
+    var remove = View.prototype.remove;
+    View.prototype.remove = function () {
+      this.__nbtools_removed = true;
+      return remove.apply(this, arguments);
     };
     View.prototype.__nbtools_quiet = true;
   }
