@@ -58,10 +58,11 @@ def test_suggest_and_explore_in_the_panel_of_a_fresh_page(tmp_path):
         advice.scroll_into_view_if_needed()
         _shot(page, "advice-suggest")
 
-        _set(pg, "nbtools-advice-rounds", "2")
+        pg.locator(".nbtools-advice-rounds select").first.select_option("2")
         _set(pg, "nbtools-advice-budget", "150")
         pg.locator("button.nbtools-explore").first.click()
-        pg.wait_for_function("() => /Explore .+: round \\d of 2 · [AB] \\(run \\d+ of 8\\)/"
+        pg.wait_for_function("() => /Explore, A\\/B of .+: round \\d of 2 · [AB] \\(run \\d+ "
+                             "of 8\\) · \\d+ s of the 150 s budget left/"
                              ".test(document.querySelector('.nbtools-advice-status')"
                              ".textContent)", timeout=300_000)
         for name in ("explore", "suggest", "run", "compare"):
@@ -80,7 +81,11 @@ def test_suggest_and_explore_in_the_panel_of_a_fresh_page(tmp_path):
         result = pg.locator(".nbtools-advice-result").first
         shown = result.inner_text()
         assert "dynamic='dynamic'" in shown and "as code" in shown, shown
-        assert re.search(r"kept|not resolved faster|over budget", shown), shown
+        assert re.search(r"kept|not resolved faster|lack of budget|no difference bigger|"
+                         r"resolved worse|dropped in the screen", shown), shown
+        # issue 43.6: the screen, the cost of each step and the budget spent are shown
+        assert "screen" in shown and re.search(r"\d+ runs, \d+ s", shown), shown
+        assert re.search(r"spent \d+ s of a 150 s budget", shown), shown
         assert "nan" not in shown.lower().split(), shown
         assert not pg.locator("button.nbtools-advice-stop").first.is_visible()
         assert not pg.locator("button.nbtools-explore").first.is_disabled()

@@ -60,7 +60,8 @@ def test_a_tiny_budget_stops_before_any_ab_and_says_over_budget(lab, capsys):
     assert ex.rows and all(r["outcome"].startswith("not tried for lack of budget")
                            for r in ex.rows if r["change"] != "(in your code)")
     assert ex.comparisons == [] and ex.best == SLOW and not ex.kept
-    assert sum(r["runs"] for r in ex.rows) == 0           # nothing ran after the start
+    # at most one run past the budget (a screen priced inside it may meet a slower run)
+    assert sum(r["runs"] for r in ex.rows) <= 1
     # "nothing tried was resolved faster" would say an A/B was tried: none was
     assert ex.verdict.text.startswith("nothing tried: the budget (0 s) was spent before the "
                                       "first A/B (the start run took ")

@@ -53,6 +53,11 @@ class Runs:
             self.add(c.row, f"failed: {first_error(ends.failed)}")
             return None, t
         self.budget_hit = ends.budget
+        if ends.budget and not cmp.rounds:
+            c.row["runs"] += ends.runs
+            self.add(c.row, f"{OVER_BUDGET}: the budget ran out after {ends.runs} of its "
+                     "runs, before a whole round")
+            return None, t
         if cmp.note.startswith("interrupted") or (cmp.note.startswith("stopped")
                                                    and not ends.budget):
             how = cmp.note.split(" after")[0]

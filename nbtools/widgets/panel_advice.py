@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import threading
+import time
 from typing import Optional
 
 import ipywidgets as W
@@ -20,6 +21,9 @@ from nbtools.ui.summary_view import comparison_lines
 from nbtools.widgets.panel_parts import Ticker, button, html_widget
 from nbtools.widgets.panel_work import ERROR_STYLE, say
 from nbtools.widgets.thread_output import Stoppable, captured
+
+ROUND_CHOICES = ("auto", 2, 3, 5, 8, 12)
+"""Rounds per A/B in Try and Explore: "auto" (the default) runs as many as it takes."""
 
 
 class Advisor(Stoppable):
@@ -37,8 +41,10 @@ class Advisor(Stoppable):
                                   icon="flask", disabled=True)
         self.explore_button = button("Explore", lambda: self.explore(wait=False),
                                       "nbtools-explore", icon="search")
-        self.rounds = W.BoundedIntText(value=3, min=2, max=50, description="rounds",
-                                       layout=W.Layout(width="130px"))
+        # "auto": as many rounds as it takes, ending when the verdict is resolved or says no
+        # difference bigger than 2 % (lab.ab's equivalence bound)
+        self.rounds = W.Dropdown(options=ROUND_CHOICES, value="auto", description="rounds",
+                                 layout=W.Layout(width="150px"))
         self.budget = W.BoundedIntText(value=600, min=1, max=86_400, description="budget s",
                                        layout=W.Layout(width="160px"))
         self.rounds.add_class("nbtools-advice-rounds")
@@ -128,15 +134,18 @@ class Advisor(Stoppable):
         self.table.value = ""
 
         def work(tick):
-            rows = []
+            rows, t0 = [], time.perf_counter()
 
             def on_step(row):
                 rows.append(row)
                 self.table.value = steps_html(_Rows(rows))
 
             def on_run(ev):
-                tick.text = (f"Explore {change_text(ev['change'])}: round {ev['round']} of "
-                             f"{ev['rounds']} · {ev['side']} (run {ev['index']} of {ev['of']})")
+                left = max(budget - (time.perf_counter() - t0), 0)
+                tick.text = (f"Explore, {'screen' if ev.get('screen') else 'A/B'} of "
+                             f"{change_text(ev['change'])}: round {ev['round']} of "
+                             f"{ev['rounds']} · {ev['side']} (run {ev['index']} of {ev['of']})"
+                             f" · {left:.0f} s of the {budget} s budget left")
                 if ev["run"] is not None:
                     p.mine.append(ev["run"].run_id)
             ex = explore(p.lab, target, start, budget_s=budget, rounds=rounds,
