@@ -71,6 +71,9 @@ def fmt_range(low, high, fmt=fmt_ratio, none: str = "—") -> str:
     if missing(low) or missing(high):
         return none
     lo, hi = fmt(low), fmt(high)
+    if lo == hi and fmt is fmt_ratio and 0.1 <= abs(float(low)) < 100 and low != high:
+        # a narrow interval (an equivalence verdict's 0.996-1.004) is never "1.00-1.00"
+        lo, hi = f"{float(low):.3f}", f"{float(high):.3f}"
     return f"{lo} to {hi}" if lo.startswith("-") or hi.startswith("-") else f"{lo}-{hi}"
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from scipy import stats
 
 from nbtools.analysis import metrics
-from nbtools.analysis.units import fmt_ratio as _f
+from nbtools.analysis.units import fmt_range, fmt_ratio as _f
 
 CONFIDENCE = 0.95
 RESAMPLES = 9999
@@ -317,7 +317,7 @@ def _make(metric, ratio, low, high, rounds, failed, how: str) -> Verdict:
                      f"interval could be made ({how})", ratio)
     resolved = bool(low > 1 or high < 1)
     if not resolved:
-        text = f"no difference resolved: B/A within {_f(low)}-{_f(high)} ({how})"
+        text = f"no difference resolved: B/A within {fmt_range(low, high)} ({how})"
     else:
         text = _direction(metric, ratio, low, high, how)
     return Verdict(metric, ratio, low, high, resolved, rounds, text, failed)
@@ -336,4 +336,4 @@ def _direction(metric: str, ratio: float, low: float, high: float, how: str) -> 
             (f" ({'better' if up == (way == 'higher') else 'worse'})" if way else "")
     f, lo, hi = (ratio, low, high) if up else (1 / ratio, 1 / high, 1 / low)
     what = "" if metric == "step_ms" else f"'s {metric}"
-    return f"B{what} is {_f(f)}x {word} ({_f(lo)}-{_f(hi)}, {how})"
+    return f"B{what} is {_f(f)}x {word} ({fmt_range(lo, hi)}, {how})"

@@ -7,6 +7,7 @@ import math
 import time
 
 from nbtools.analysis import metrics
+from nbtools.analysis.units import fmt_ratio
 from nbtools.config.workload import patch_text
 from nbtools.lab import ab as ab_rounds
 from nbtools.results.exploration import OVER_BUDGET, change_text
@@ -118,7 +119,7 @@ def screen_text(cmp, metric: str) -> str:
     unit = metrics.unit(metric)
     nums = lambda xs: ", ".join(f"{x:.3g}" for x in xs)  # noqa: E731
     v = cmp.verdict
-    ratio = f"B/A {v.ratio:.2f}" if v.ratio == v.ratio else "no ratio"
+    ratio = f"B/A {fmt_ratio(v.ratio)}" if v.ratio == v.ratio else "no ratio"
     if not va:
         return ratio
     return f"{ratio} in one round ({metric}: A {nums(va[0])} {unit}; B {nums(vb[0])} {unit})"
