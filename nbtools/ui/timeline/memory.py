@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, Range1d
-from bokeh.plotting import figure
+from bokeh.models import ColumnDataSource, HoverTool
 
 from nbtools.analysis.units import fmt_bytes
+from nbtools.ui.timeline.lane import Lane
 
 MAX_POINTS = 3000       # per rank: steps are kept at their maxima (a peak never disappears)
 FIELDS = ("left", "right", "bottom", "top", "pool_top", "res_top", "rank", "alloc_mb",
@@ -64,22 +64,15 @@ def _sizes(v: np.ndarray, none: str = "not measured") -> np.ndarray:
     return np.asarray([fmt_bytes(u, none) for u in uniq.tolist()], object)[inv.ravel()]
 
 
-class MemoryLane:
+class MemoryLane(Lane):
     """One figure on the timeline's x range; ``update`` replaces its data."""
 
     def __init__(self, size: dict, backend: str, x_range):
         self.source = ColumnDataSource({k: [] for k in FIELDS})
-        # Hidden, the lane keeps a range of its own: on the timeline's, BokehJS re-measured
-        # the hidden figure's layout on every wheel tick (10 to 30 ms a tick at 1M events)
-        self._shared, self._own = x_range, Range1d(0, 1)
-        fig = figure(height=100, output_backend=backend, **size, x_range=self._own,
-                     y_range=Range1d(0.5, -0.5), name="memory-lane",
-                     title="memory · allocated (filled), reserved (line), CUDA-graph pools (dark)",
-                     tools="xpan,reset", toolbar_location=None,
-                     x_axis_label="ms since the first profiled event")
-        fig.ygrid.grid_line_color = None
-        fig.yaxis.ticker = FixedTicker(ticks=[])
-        fig.yaxis.major_label_text_font_size = "8pt"
+        super().__init__(size, backend, x_range, name="memory-lane", height=100,
+                         title="memory · allocated (filled), reserved (line), CUDA-graph "
+                               "pools (dark)", x_axis_label="ms since the first profiled event")
+        fig = self.figure
         alloc = fig.quad(left="left", right="right", bottom="bottom", top="top",
                          fill_color="#74c476", fill_alpha=0.8, line_color=None,
                          source=self.source, name="memory-allocated")
@@ -92,17 +85,8 @@ class MemoryLane:
         fig.add_tools(HoverTool(renderers=[alloc], tooltips=[
             ("rank", "@rank"), ("at", "@when"), ("allocated", "@alloc"),
             ("reserved", "@res"), ("in CUDA-graph pools", "@pool")]))
-        fig.visible = False
-        self.figure = fig
 
     def update(self, mem, ranks: list, t0: int) -> None:
         """Redraw the memory lane for ``ranks`` from ``t0``; hidden when nothing was recorded."""
         self.source.data, labels = memory_data(mem, ranks, t0)
-        fig = self.figure
-        fig.visible = bool(labels)
-        fig.x_range = self._shared if labels else self._own
-        n = max(len(ranks), 1)
-        fig.height = 70 + 40 * n
-        fig.y_range.start, fig.y_range.end = n - 0.5, -0.5
-        fig.yaxis.ticker.ticks = sorted(labels)
-        fig.yaxis.major_label_overrides = labels
+        self.show_rows(labels, len(ranks), 40)

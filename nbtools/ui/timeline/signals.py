@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from bokeh.models import (ColumnDataSource, CustomJSHover, FixedTicker, HoverTool, Range1d)
-from bokeh.plotting import figure
+from bokeh.models import ColumnDataSource, CustomJSHover, HoverTool
 from bokeh.transform import linear_cmap
 
 from nbtools.analysis import samples as S
 from nbtools.ui.timeline.compile_strip import PHASE_COLOUR, untimed
+from nbtools.ui.timeline.lane import Lane
 
 MAX_POINTS = 1000      # bins per row: past it, each keeps its lowest and highest sample
 FIELDS = ("left", "right", "bottom", "top", "band", "value", "row", "sig", "text")
@@ -143,7 +143,7 @@ def _bands(bands: dict, run, r: int, top: float, bottom: float, t0: int) -> None
         bands["color"].append(color)
 
 
-class SignalsLane:
+class SignalsLane(Lane):
     """One figure on the timeline's x range; ``update`` replaces its data."""
 
     def __init__(self, size: dict, backend: str, x_range):
@@ -151,17 +151,11 @@ class SignalsLane:
         self.band_source = ColumnDataSource({k: [] for k in BAND_FIELDS})
         self.rows_source = ColumnDataSource(dict(label=[]))
         self.texts_source = ColumnDataSource(dict(text=[]))
-        # hidden, a range of its own (the memory lane's reason: no re-layout per wheel tick)
-        self._shared, self._own = x_range, Range1d(0, 1)
-        fig = figure(height=120, output_backend=backend, **size, x_range=self._own,
-                     y_range=Range1d(0.5, -0.5), name="signals-lane",
-                     title="machine signals · each rank's GPU and host, sampled through the "
-                           "run (phases and compiles shaded behind)",
-                     tools="xpan,reset", toolbar_location=None,
-                     x_axis_label="ms since the first profiled event")
-        fig.ygrid.grid_line_color = None
-        fig.yaxis.ticker = FixedTicker(ticks=[])
-        fig.yaxis.major_label_text_font_size = "8pt"
+        super().__init__(size, backend, x_range, name="signals-lane", height=120,
+                         title="machine signals · each rank's GPU and host, sampled through the "
+                               "run (phases and compiles shaded behind)",
+                         x_axis_label="ms since the first profiled event")
+        fig = self.figure
         fig.quad(left="left", right="right", bottom="bottom", top="top", fill_color="color",
                  fill_alpha=0.25, line_color=None, source=self.band_source,
                  name="signals-phases")
@@ -179,8 +173,6 @@ class SignalsLane:
                 "return String(rows.data.label[value] ?? '');")),
                 "@value": CustomJSHover(args=dict(src=self.source, texts=self.texts_source,
                                                   units=units), code=VALUE_JS)}))
-        fig.visible = False
-        self.figure = fig
 
     def update(self, run, ranks: list, t0: int, only=None) -> None:
         """Redraw the lanes for ``ranks`` from ``t0``; hidden when the run has no samples."""
@@ -189,14 +181,7 @@ class SignalsLane:
         self.rows_source.data = dict(label=[labels.get(i, "") for i in range(len(labels))])
         self.band_source.data = bands
         self.source.data = data
-        fig = self.figure
-        fig.visible = bool(labels)
-        fig.x_range = self._shared if labels else self._own
-        n = max(len(labels), 1)
-        fig.height = 70 + ROW_PX * n
-        fig.y_range.start, fig.y_range.end = n - 0.5, -0.5
-        fig.yaxis.ticker.ticks = sorted(labels)
-        fig.yaxis.major_label_overrides = labels
+        self.show_rows(labels, len(labels), ROW_PX)
 
 
 def signal_rows(samples: pd.DataFrame) -> list:

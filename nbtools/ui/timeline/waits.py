@@ -6,11 +6,10 @@ was. Renderers are named ``waits-...``; hidden for runs without GPU ranks."""
 from __future__ import annotations
 
 import numpy as np
-from bokeh.models import (ColumnDataSource, FixedTicker, HoverTool, Legend, LegendItem,
-                          Range1d)
-from bokeh.plotting import figure
+from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
 
 from nbtools.analysis.idle import CAUSE_WORDS, gaps
+from nbtools.ui.timeline.lane import Lane
 
 KINDS = {"host_wait": ("host wait", "#8c564b"), "kernel_wait": ("kernel wait", "#ffbb78"),
          "other": ("other", "#9e9e9e")}
@@ -59,19 +58,14 @@ def _short(name: str) -> str:
     return name if len(name) <= MAX_NAME else name[:MAX_NAME - 1] + "…"
 
 
-class WaitsLane:
+class WaitsLane(Lane):
     """One figure on the timeline's x range; ``update`` replaces its data."""
 
     def __init__(self, size: dict, backend: str, x_range):
         self.source = ColumnDataSource({k: [] for k in FIELDS})
-        self._shared, self._own = x_range, Range1d(0, 1)   # hidden: a range of its own
-        fig = figure(height=90, output_backend=backend, **size, x_range=self._own,
-                     y_range=Range1d(0.5, -0.5), name="waits-lane",
-                     title="why the GPU waits: every gap in its work, by what ended it",
-                     tools="xpan,reset", toolbar_location=None)
-        fig.ygrid.grid_line_color = None
-        fig.yaxis.ticker = FixedTicker(ticks=[])
-        fig.yaxis.major_label_text_font_size = "8pt"
+        super().__init__(size, backend, x_range, name="waits-lane", height=90,
+                         title="why the GPU waits: every gap in its work, by what ended it")
+        fig = self.figure
         bars = fig.hbar(y="y", left="left", right="right", height=0.7, fill_color="colour",
                         line_color="colour", line_width=1, source=self.source,
                         name="waits-gaps")
@@ -83,17 +77,8 @@ class WaitsLane:
             fig.hbar(fill_color=colour, **nan)]) for label, colour in KINDS.values()],
             orientation="horizontal", label_text_font_size="8pt", glyph_width=14, spacing=4,
             padding=2, margin=2), "above")
-        fig.visible = False
-        self.figure = fig
 
     def update(self, events, ranks: list, t0: int) -> None:
         """Redraw for ``ranks`` from ``t0``; hidden when no rank's GPU had a gap."""
         self.source.data, labels = waits_data(events, ranks, t0)
-        fig = self.figure
-        fig.visible = bool(labels)
-        fig.x_range = self._shared if labels else self._own
-        n = max(len(labels), 1)
-        fig.height = 70 + 22 * n
-        fig.y_range.start, fig.y_range.end = n - 0.5, -0.5
-        fig.yaxis.ticker.ticks = sorted(labels)
-        fig.yaxis.major_label_overrides = labels
+        self.show_rows(labels, len(labels), 22)
