@@ -171,7 +171,8 @@ class _Explorer(Runs):
         self.ex.advice.append(advice)
         for s, why in getattr(advice, "skipped", ()):
             patch = dict(s.model_patch) if not s.change else {}
-            self.add(new_row(s, dict(s.change), patch), f"not tried again: {why}")
+            if self.new(dict(s.change) or {f"model.{k}": v for k, v in patch.items()}):
+                self.add(new_row(s, dict(s.change), patch), f"not tried again: {why}")
         return advice
 
     def suggested(self, advice) -> list:
