@@ -15,13 +15,15 @@ KINDS = {"host_wait": ("host wait", "#8c564b"), "kernel_wait": ("kernel wait", "
          "other": ("other", "#9e9e9e")}
 FIELDS = ("left", "right", "y", "colour", "kind", "ms", "next", "host", "rank")
 MAX_NAME = 80
+TITLE = "why the GPU waits: every gap in its work, by what ended it"
 MAX_GAPS = 3000
 """Per rank, the longest gaps drawn (the shortest are under a pixel at any zoom that shows
 the rest; a million-event run has hundreds of thousands): the row's label says so."""
 
 
 def waits_data(events, ranks: list, t0: int) -> tuple[dict, dict]:
-    """(the gaps' source columns, the row labels {row: text}) of a run's events."""
+    """(the gaps' source columns, the row labels {row: text} and under "title" the
+    figure's title with each rank's totals) of a run's events."""
     out = {k: [] for k in FIELDS}
     g = gaps(events) if events is not None and len(events) else None
     if g is None or not len(g):
@@ -44,13 +46,17 @@ def waits_data(events, ranks: list, t0: int) -> tuple[dict, dict]:
                ms=np.array([f"{d / 1e6:.3g} ms" for d in g["dur_ns"].tolist()], object),
                next=np.array([_short(str(n)) for n in g["next"].tolist()], object),
                host=host, rank=g["rank"].to_numpy())
-    labels = {}
-    for r, i in rows.items():
+    # short row labels: the lanes of one column share the widest label's room, and a long
+    # one here narrowed the streams' plot; the totals go in the title
+    labels = {i: f"r{r} GPU waits" for r, i in rows.items()}
+    said = []
+    for r in list(rows)[:4]:
         t = totals.get(r, {})
-        labels[i] = (f"r{r} GPU waits: host {t.get('host_wait', 0):.3g} ms, kernel "
-                     f"{t.get('kernel_wait', 0):.3g}, other {t.get('other', 0):.3g}"
-                     + (f" (the longest {MAX_GAPS:,} of {int(counts[r]):,} gaps drawn)"
-                        if counts[r] > MAX_GAPS else ""))
+        said.append(f"r{r} host {t.get('host_wait', 0):.3g} ms, kernel "
+                    f"{t.get('kernel_wait', 0):.3g}, other {t.get('other', 0):.3g}"
+                    + (f" (longest {MAX_GAPS:,} of {int(counts[r]):,} gaps drawn)"
+                       if counts[r] > MAX_GAPS else ""))
+    labels["title"] = TITLE + " · " + " · ".join(said) + (" · ..." if len(rows) > 4 else "")
     return out, labels
 
 
@@ -63,8 +69,7 @@ class WaitsLane(Lane):
 
     def __init__(self, size: dict, backend: str, x_range):
         self.source = ColumnDataSource({k: [] for k in FIELDS})
-        super().__init__(size, backend, x_range, name="waits-lane", height=90,
-                         title="why the GPU waits: every gap in its work, by what ended it")
+        super().__init__(size, backend, x_range, name="waits-lane", height=90, title=TITLE)
         fig = self.figure
         bars = fig.hbar(y="y", left="left", right="right", height=0.7, fill_color="colour",
                         line_color="colour", line_width=1, source=self.source,
@@ -81,4 +86,5 @@ class WaitsLane(Lane):
     def update(self, events, ranks: list, t0: int) -> None:
         """Redraw for ``ranks`` from ``t0``; hidden when no rank's GPU had a gap."""
         self.source.data, labels = waits_data(events, ranks, t0)
+        self.figure.title.text = labels.pop("title", TITLE)
         self.show_rows(labels, len(labels), 22)
