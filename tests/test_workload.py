@@ -262,7 +262,8 @@ def test_a_workload_takes_any_step_config_and_its_runs_carry_its_name(lab, tmp_p
     run = lab.run(NET, cfg)
     assert run.ok and run.config.resolved_parallel == "ddp"
     assert run.title.startswith("net ") and run.label.startswith(f"#{run.run_id} net ")
-    assert "parallel=ddp" in run.title and f"\n{run.title}\n" in format_table([run])
+    assert "parallel=ddp" in run.title
+    assert f"\n{run.title}  (#{run.run_id}, " in format_table([run])   # its id and start
     html = export_html(tmp_path / "r.html", [run]).read_text()
     assert f"Run #{run.run_id} · {run.title}</h2>" in html
     again = History.load(lab.history.folder)[run.run_id]

@@ -10,6 +10,7 @@ verdicts, flags, sentences, the CLI). Pure (no torch, no bokeh).
 - ``fmt_ms`` / ``fmt_s``: a time in the unit that fits ("52 µs", "10.6 ms", "17.5 s").
 - ``fmt_pct``, ``fmt_bytes`` (powers of 1024, as the allocator counts), ``fmt_column``
   (the CLI's fixed digits per unit, so its columns line up).
+
 A value that was not measured says so instead of "nan" or "None".
 """
 from __future__ import annotations
