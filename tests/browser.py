@@ -124,9 +124,16 @@ def check_plots_drawn(page, name: str, ranks: list, min_plots: int = 1) -> list:
             if not (y0 <= lo and hi <= y1):
                 problems.append(f"{label}: y-range {p['y_range']} does not cover its lanes "
                                 f"{lo + 0.4:g}..{hi - 0.4:g}")
-        page.evaluate(SCROLL, p["id"])
-        page.wait_for_timeout(400)                    # scrolled: let BokehJS repaint
-        where = page.evaluate(WHERE, p["id"])
+        view = page.viewport_size or {"height": 10**6}
+        for _ in range(4):
+            page.evaluate(SCROLL, p["id"])
+            page.wait_for_timeout(400)                # scrolled: let BokehJS repaint
+            where = page.evaluate(WHERE, p["id"])
+            # JupyterLab lays out a cell scrolled to (content-visibility) only once it is
+            # on screen, so the first scroll can land short of a tall output: scroll again
+            if 0 <= where["y"] and where["y"] + min(where["height"], view["height"]) <= \
+                    view["height"] + 1:
+                break
         clip = {k: where[k] for k in ("x", "y", "width", "height")}
         if clip["width"] < 50 or clip["height"] < 20:
             problems.append(f"{label}: frame is {clip['width']}x{clip['height']} px")
