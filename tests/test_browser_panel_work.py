@@ -89,7 +89,7 @@ def test_the_panel_does_one_thing_at_a_time_and_says_it_where_it_was_asked(
         path = pg.locator(".widget-text:has-text('export to') input").first
         path.fill(str(server.root / "a-file" / "report.html"))
         path.press("Enter")
-        pg.wait_for_timeout(500)
+        pg.wait_for_timeout(2000)     # the path reaches the kernel (a loaded CI box is slow)
         export = pg.locator("button:has-text('Export HTML')").first
         export.click()
         said = pg.locator(".nbtools-export-status", has_text="export failed").first

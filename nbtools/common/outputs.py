@@ -132,7 +132,9 @@ def output_refusal(path, knob: str = "force=True", inputs=(), force: bool = Fals
         return f"{path}: is a folder; give a file name"
     if not p.parent.is_dir():
         top = next((a for a in p.parents if os.path.lexists(a)), None)
-        if not parents or top is None or not top.is_dir():
+        if top is not None and not top.is_dir():
+            return f"{path}: {top} is a file, not a folder; give a path in a folder"
+        if not parents or top is None:
             return f"{path}: folder {p.parent} does not exist"
         why = _cannot_write(lambda: tempfile.TemporaryFile(dir=top).close())
         return f"{path}: folder {top} cannot be written ({why}); give another place" if why \
