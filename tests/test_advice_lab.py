@@ -205,3 +205,52 @@ def test_a_rank_sleeping_before_each_all_reduce_is_named_host_side(lab):
     s = advice[0]
     assert s.ranks == (0,) and "host-side" in s.title and s.change == {}
     assert s.evidence.startswith("rank 0 launched the all-reduces late")
+
+
+def _two_linears():
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(32, 32) for _ in range(2))
+
+        def forward(self, x):
+            for lin in self.layers:
+                x = torch.relu(lin(x))
+            return x
+    return Net()
+
+
+def _batch(step, device):
+    import torch
+    return torch.randn(8, 32, device=device), torch.zeros(8, 32, device=device)
+
+
+def test_fsdp2_code_shards_what_the_lab_sharded_blocks_or_one_unit(lab):
+    """A Workload without blocks= is sharded by FSDP2 as one unit: the advice's and the
+    exploration's code then say fully_shard(model) alone, not a loop over model.layers the
+    person's model may not have (it did, whatever the model)."""
+    import torch
+
+    from nbtools import Workload
+    from nbtools.config.script_code import script_code, sharded_whole
+    cfg = StepConfig(scenario="custom", parallel="fsdp2", **FAST)
+    mse = torch.nn.functional.mse_loss
+    whole = lab.run(Workload(model=_two_linears, batch=_batch, loss=mse), cfg)
+    per_block = lab.run(Workload(model=_two_linears, batch=_batch, loss=mse,
+                                 blocks=lambda m: m.layers), cfg)
+    assert whole.ok and per_block.ok
+    assert sharded_whole(whole) and not sharded_whole(per_block)
+    one = script_code(cfg, blocks=False)
+    assert "for block" not in one and "fully_shard(model, reshard_after_forward=True)" in one
+    compile(one, "<code>", "exec")
+    many = script_code(cfg)
+    assert "for block in model.layers:   # your model's repeated blocks" in many
+    shown = 0
+    for run, loop in ((whole, False), (per_block, True)):
+        for s in lab.advise(run):
+            if "fully_shard" in (s.code or ""):
+                assert ("for block" in s.code) == loop, s.code
+                shown += 1
+    assert shown, "no FSDP2 advice with code on these runs: nothing checked"

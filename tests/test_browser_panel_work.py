@@ -25,7 +25,8 @@ CELLS = [
 # every action the panel offers beside Compare, by its button's class or label
 ACTIONS = ["button.nbtools-run", "button.nbtools-suggest", "button.nbtools-explore",
            "button:has-text('Export HTML')", "button:has-text('Save Perfetto trace')",
-           "button:has-text('Load its config')", ".nbtools-history select"]
+           "button:has-text('Load its config')", ".nbtools-history select",
+           ".widget-checkbox:has-text('replace') input"]
 
 
 def _text(pg, cls: str) -> str:
@@ -92,7 +93,7 @@ def test_the_panel_does_one_thing_at_a_time_and_says_it_where_it_was_asked(
         pg.wait_for_timeout(2000)     # the path reaches the kernel (a loaded CI box is slow)
         export = pg.locator("button:has-text('Export HTML')").first
         export.click()
-        said = pg.locator(".nbtools-export-status", has_text="export failed").first
+        said = pg.locator(".nbtools-export-status", has_text="not written").first
         said.wait_for(timeout=60_000)
         below = said.bounding_box()["y"] - export.bounding_box()["y"]
         assert 0 < below < 80, f"the error is {below:.0f} px from the button"

@@ -344,3 +344,29 @@ def test_run_whose_disk_fills_during_the_save_says_it_in_one_line(tmp_path):
             "No space left on device" in said[0] and "kept in memory" in said[0]
         assert said[1].startswith("nbtools run: run(s) ") and "see the warning above" in said[1]
         assert [n for n in os.listdir(where / "runs") if not n.startswith(".numbers")] == []
+
+
+def test_a_save_that_fails_after_the_logs_keeps_the_runs_torch_trace_logs(small_disk):
+    """The TORCH_TRACE logs a run brought back live only in memory until a save commits:
+    a disk that fills between the logs and run.json must not drop them (they were cleared
+    as soon as they were written, before the rename that never came)."""
+    logs = {0: {"dedicated_log_torch_trace_rank_0_x.log": b"[compile] 0/0\n" * 200}}
+    probe = load_traces(TRACE)
+    probe.torch_trace_logs = {r: dict(f) for r, f in logs.items()}
+    probe.save(small_disk / "probe")
+    used = {p.name: os.stat(p).st_blocks * 512
+            for p in (small_disk / "probe").rglob("*") if p.is_file()}
+    assert probe.torch_trace_logs == {}          # committed: the logs live on disk now
+    shutil.rmtree(small_disk / "probe")
+    run = load_traces(TRACE)
+    run.torch_trace_logs = {r: dict(f) for r, f in logs.items()}
+    # room for every file of that save but run.json (tmpfs hands out whole pages)
+    fill(small_disk, leave=sum(v for k, v in used.items() if k != "run.json"))
+    with pytest.raises(WriteFailed):
+        run.save(small_disk / "kept")
+    assert run.torch_trace_logs == logs and run.folder is None
+    assert not (small_disk / "kept").exists()
+    os.unlink(small_disk / "filler")
+    run.save(small_disk / "kept")
+    assert run.torch_trace_logs == {} and [p.name for p in run.torch_trace] == \
+        ["dedicated_log_torch_trace_rank_0_x.log"]

@@ -87,7 +87,32 @@ def test_one_thing_at_a_time_said_beside_the_button(lab, tmp_path):
     (tmp_path / "a-file").write_text("")
     p.export_path.value = str(tmp_path / "a-file" / "report.html")
     assert p.export() is None
-    assert "export failed" in _plain(p.export_status) and p.error.value == ""
+    said = _plain(p.export_status)
+    assert "not written" in said and "a-file is a file, not a folder" in said, said
+    assert p.error.value == ""
+
+
+def test_the_replace_box_is_the_panels_force_and_lasts_one_write(lab, tmp_path):
+    """Export and Save Perfetto refuse a file nbtools did not write, as export_html and
+    to_perfetto do; the panel cannot pass force=True, so its refusal names its own "replace"
+    box, which arms one write and is off again after it."""
+    p = Panel(lab, A)
+    p.run()
+    p.export_runs.value = (p.shown.run_id,)
+    mine = tmp_path / "notes.html"
+    mine.write_text("<p>my notes</p>")
+    p.export_path.value = str(mine)
+    for act in (p.export, p.save_perfetto):
+        target = mine if act == p.export else mine.with_suffix(".perfetto.json")
+        target.write_text("<p>my notes</p>" if act == p.export else '{"mine": 1}')
+        assert act() is None
+        said = _plain(p.export_status)
+        assert "not written" in said and 'tick "replace" beside the path' in said, said
+        assert "force" not in said and target.read_text() in ("<p>my notes</p>", '{"mine": 1}')
+        p.export_replace.value = True
+        assert act() == target and "wrote" in _plain(p.export_status)
+        assert p.export_replace.value is False and target.stat().st_size > 1000
+        assert act() == target           # its own file now: replaced without the box
 
 
 def test_the_saved_picture_holds_the_comparison_and_its_table_whole(lab):

@@ -11,6 +11,9 @@ from nbtools.config.step_config import StepConfig
 MEASURING = ("scenario", "warmup", "steps", "profiled", "capture", "check", "torch_trace",
              "memory", "stack", "seed", "cache", "size", "batch", "seq_len")
 _DYNAMIC = {"static": "False", "dynamic": "True"}
+# the engine's note on a run whose model FSDP2 sharded as one unit (a Workload without
+# blocks=): the advice and the code then leave out the per-block loop
+NO_BLOCKS_NOTE = "no blocks: fully_shard on the whole model only"
 _DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
 _OPTIMIZE_DDP = {"ddp_optimizer": '"ddp_optimizer"', "python_reducer": '"python_reducer"',
                  "off": "False"}
@@ -41,7 +44,25 @@ def _mark(cfg, changed) -> str:
                                                         "fullgraph")) else ""
 
 
-def _wrapping(cfg: StepConfig, changed) -> list:
+def sharded_whole(run) -> bool:
+    """``run``'s FSDP2 model was sharded as one unit (no blocks), by its ranks' notes."""
+    return any(NO_BLOCKS_NOTE in (n or "") for r in (getattr(run, "ranks", None) or {}).values()
+               if isinstance(r, dict) for n in (r.get("notes") or []))
+
+
+def fsdp_lines(reshard: bool, blocks: bool = True, custom: bool = False) -> list:
+    """fully_shard as the lab applies it: each block, then the root; a model without
+    blocks is one unit (the root only)."""
+    arg = f"reshard_after_forward={reshard}"
+    if not blocks:
+        return [f"fully_shard(model, {arg})   # one unit: the lab was given no blocks "
+                "(Workload(blocks=...) shards each)"]
+    head = "for block in model.layers:" + ("   # your model's repeated blocks (the "
+                                          "Workload's blocks)" if custom else "")
+    return [head, f"    fully_shard(block, {arg})", f"fully_shard(model, {arg})"]
+
+
+def _wrapping(cfg: StepConfig, changed, blocks: bool = True) -> list:
     par, lines = cfg.resolved_parallel, []
     tag = lambda *fs: "   # changed" if any(f in changed for f in fs) else ""  # noqa: E731
     ctag = _mark(cfg, changed)
@@ -58,15 +79,14 @@ def _wrapping(cfg: StepConfig, changed) -> list:
             lines.append("model = " + ddp.format("model"))
             lines.append(f"model = {compile_call(cfg)}   # around DDP" + tag("ddp_wrap") + ctag)
     elif par == "fsdp2":
-        reshard = f"reshard_after_forward={cfg.reshard_after_forward}"
         rtag = tag("reshard_after_forward", "parallel")
-        per_block = cfg.compiled and cfg.fsdp_compile == "per-block"
-        lines.append("for block in model.layers:")
+        per_block = cfg.compiled and cfg.fsdp_compile == "per-block" and blocks
+        shard = fsdp_lines(cfg.reshard_after_forward, blocks, cfg.scenario == "custom")
+        lines.append(shard[0] if blocks else shard[0] + rtag)
         if per_block:
             lines.append(f"    block.compile({', '.join(compile_args(cfg))})   # in place, "
                          "before fully_shard" + tag("fsdp_compile") + ctag)
-        lines.append(f"    fully_shard(block, {reshard})" + rtag)
-        lines.append(f"fully_shard(model, {reshard})" + rtag)
+        lines += [ln + rtag for ln in shard[1:]]
         if cfg.compiled and not per_block:
             lines.append(f"model = {compile_call(cfg)}   # the sharded model, whole"
                          + tag("fsdp_compile") + ctag)
@@ -113,13 +133,14 @@ def _optimizer(cfg: StepConfig, changed) -> list:
 
 
 def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None,
-                train: bool = True, model_lines=()) -> str:
+                train: bool = True, model_lines=(), blocks: bool = True) -> str:
     """The lines for ``cfg``; ``changed``: the fields an exploration changed (their lines
     say so); ``step``: a step function ran it (it compiles through ctx.compile);
     ``nothing``: a sentence to lead with when nothing changed; ``train``: False for a
     served model (forward only: a Workload without a loss, an inference scenario);
     ``model_lines``: lines on the built model (``model.config.use_cache = False``), which a
-    script runs before it shards or compiles the model (both read the model as it is)."""
+    script runs before it shards or compiles the model (both read the model as it is);
+    ``blocks``: False when FSDP2 sharded the model as one unit (``sharded_whole``)."""
     changed, custom = tuple(changed), cfg.scenario == "custom"
     out = ["# what the lab ran, as code for your own script"]
     if nothing:
@@ -141,7 +162,7 @@ def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None,
     if cfg.dynamic == "mark" and cfg.compiled:
         out.append("torch._dynamo.mark_dynamic(x, 1)   # the varying dimension of each input, "
                    "before every call" + ("   # changed" if "dynamic" in changed else ""))
-    out += [ln for ln in _wrapping(cfg, changed) if ln]
+    out += [ln for ln in _wrapping(cfg, changed, blocks) if ln]
     if cfg.cudagraph == "manual":
         tag = "   # changed" if "cudagraph" in changed else ""
         out += ["# capture the step once (static shapes; x and target are static buffers)" + tag,

@@ -9,6 +9,7 @@ from typing import Callable, Optional
 
 import torch
 
+from nbtools.config.script_code import NO_BLOCKS_NOTE
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.engine.materialize import Built, output_tensor, tp_parallelize
 from nbtools.engine import workload_errors as blame
@@ -148,7 +149,7 @@ def apply_parallel_and_compile(cfg: StepConfig, wl: Built, device, group, cache:
             module = torch.compile(model, **kw)
             notes.append(f"fully_shard per block ({len(blocks)}), then the whole model compiled")
         if not blocks:
-            notes.append("no blocks: fully_shard on the whole model only")
+            notes.append(NO_BLOCKS_NOTE)
         if not cfg.reshard_after_forward:
             notes.append("reshard_after_forward=False: gathered parameters kept for backward")
     elif par in ("tp", "none"):

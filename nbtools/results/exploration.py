@@ -10,10 +10,11 @@ from typing import Optional
 
 import pandas as pd
 
+from nbtools.analysis.units import fmt_s
 from nbtools.analysis.verdict import Verdict
 from nbtools.config.step_config import StepConfig
 from nbtools.config.workload import Workload
-from nbtools.config.script_code import script_code
+from nbtools.config.script_code import script_code, sharded_whole
 from nbtools.results.views import view
 
 COLUMNS = ("change", "rule", "metric", "screen", "verdict", "ratio", "low", "high", "resolved",
@@ -105,7 +106,7 @@ class Exploration:
         spent = f"{self.elapsed_s:.0f} s" + (f" of a {self.budget_s:.0f} s budget"
                                              if math.isfinite(self.budget_s) else "")
         runs = sum(int(r.get("runs") or 0) for r in self.rows)
-        out = f"spent {spent}: the start run {self.start_s:.0f} s, then {runs} run(s) in " \
+        out = f"spent {spent}: the start run {fmt_s(self.start_s)}, then {runs} run(s) in " \
               f"screens and A/Bs"
         if self.untried:
             out += f"; left untried for lack of budget: {', '.join(self.untried)}"
@@ -153,7 +154,7 @@ class Exploration:
             return f"nothing proven better: {'; '.join(parts)}{note}"
         if self.untried:
             return (f"nothing tried: the budget ({self.budget_s:.0f} s) was spent before the "
-                    f"first A/B (the start run took {self.start_s:.0f} s){note}")
+                    f"first A/B (the start run took {fmt_s(self.start_s)}){note}")
         mine = sum(str(r.get("outcome", "")).startswith("not tried: the fix is in your code")
                    for r in self.rows)
         if mine:
@@ -179,7 +180,7 @@ class Exploration:
                  for patch, _ in self.patches for k, v in patch.items()]
         return script_code(self.best, changed=tuple(self.changes), step=step,
                            nothing=None if self.kept else NOTHING, train=self._trains(),
-                           model_lines=model)
+                           model_lines=model, blocks=not sharded_whole(self.start_run))
 
     def _trains(self) -> bool:
         wl = self.best_workload if self.best_workload is not None else self.workload

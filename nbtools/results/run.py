@@ -191,9 +191,10 @@ class Run:
             for name in ("memory", "event_details", "samples"):
                 if len(getattr(self, name)):
                     getattr(self, name).to_parquet(tmp / f"{name}.parquet", index=False)
-            torch_trace.save(self, tmp)          # before run.json: it may add a flag
-            meta["flags"] = list(self.flags)
+            trace_flags = torch_trace.save(self, tmp)      # before run.json: it may add a flag
+            meta["flags"] = list(self.flags) + [f for f in trace_flags if f not in self.flags]
             (tmp / "run.json").write_text(strict_json(meta))
+        torch_trace.committed(self, trace_flags)
         self.folder = folder
         return folder
 

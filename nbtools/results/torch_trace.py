@@ -32,9 +32,11 @@ def missing_logs_flags(ok_reports: dict, got: dict) -> list[str]:
     return [make("torch-trace-empty", ranks=quiet)]
 
 
-def save(run, folder) -> None:
+def save(run, folder) -> list[str]:
     """Write the logs a run brought back into folder/torch_trace/rankN/, then tlparse's
-    report when tlparse is installed. Called by Run.save; logs already on disk stay."""
+    report when tlparse is installed; returns the flags that adds. Called by Run.save into
+    the folder it renames into place: the run keeps its logs (and gets the flags) only once
+    that folder is committed (``committed``), so a failed save loses nothing."""
     pending = getattr(run, "torch_trace_logs", None) or {}
     root = Path(folder) / FOLDER
     old = getattr(run, "folder", None)
@@ -43,26 +45,34 @@ def save(run, folder) -> None:
         if old is not None and (Path(old) / FOLDER).is_dir() and not root.exists() \
                 and Path(old).resolve() != Path(folder).resolve():
             shutil.copytree(Path(old) / FOLDER, root)
-        return
+        return []
     for rank, files in sorted(pending.items()):
         d = root / f"rank{rank}"
         d.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
             (d / Path(name).name).write_bytes(data)
-    run.torch_trace_logs = {}
     if shutil.which("tlparse") or _tlparse_next_to_python():
         try:
             build_report(root)
         except RuntimeError as e:
-            run.flags.append(f"torch_trace: tlparse could not read the logs ({e})")
+            return [f"torch_trace: tlparse could not read the logs ({e})"]
+    return []
+
+
+def committed(run, flags: list[str]) -> None:
+    """The folder ``save`` wrote is the run's now: its logs live on disk, not in memory."""
+    run.torch_trace_logs = {}
+    run.flags.extend(f for f in flags if f not in run.flags)
 
 
 def logs(run) -> list[Path]:
     """The run's TORCH_TRACE log files, rank by rank. A run kept only in memory (a lab
     without a history folder) writes them to a temporary folder first."""
     if getattr(run, "torch_trace_logs", None) and getattr(run, "folder", None) is None:
-        run.folder = Path(tempfile.mkdtemp(prefix=f"nbtools-run-{run.run_id}-"))
-        save(run, run.folder)
+        folder = Path(tempfile.mkdtemp(prefix=f"nbtools-run-{run.run_id}-"))
+        flags = save(run, folder)
+        run.folder = folder
+        committed(run, flags)
     folder = getattr(run, "folder", None)
     if folder is None:
         return []

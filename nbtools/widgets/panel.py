@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from nbtools.common.extras import require
+from nbtools.common.outputs import output_refusal
 
 require("ipywidgets", "jupyter_bokeh", why="lab.panel()")   # a script install lacks [lab]
 import ipywidgets as W  # noqa: E402
@@ -155,6 +156,11 @@ class Panel:
         self.export_button = button("Export HTML", self.export, icon="download")
         self.perfetto_button = button("Save Perfetto trace", self.save_perfetto, icon="share",
                                        layout=W.Layout(width="auto", flex="0 0 auto"))
+        # the panel's force=True: armed for one write, then off again (a refusal names it)
+        self.export_replace = W.Checkbox(value=False, description="replace", indent=False,
+                                         tooltip="replace a file at that path that nbtools "
+                                         "did not write (a notebook, a trace, your file)",
+                                         layout=W.Layout(width="90px", flex="0 0 auto"))
         self.export_status = html_widget("", "nbtools-export-status")    # Export's own line
         self.export_runs, self.mine = panel_checks.export_list(), []   # runs of this panel
 
@@ -173,7 +179,8 @@ class Panel:
             self.comparer.failures, self.compare_html, self.compare_box,
             W.HTML("<b>advice</b>"), self.advisor.box,
             W.HTML("<b>export</b>"), self.export_runs,
-            W.HBox([self.export_path, self.export_button, self.perfetto_button]),
+            W.HBox([self.export_path, self.export_replace, self.export_button,
+                    self.perfetto_button]),
             self.export_status, self.export_notes])
         self.widget.panel = self    # lab.panel() returns the widget; the Panel stays reachable
         # what a saved notebook shows: redrawn after each run the timeline shows, and each
@@ -366,6 +373,8 @@ class Panel:
             say(self.export_status, "pick the runs to export in the list above the Export "
                 "button", error=True)
             return None
+        if self._refused_path(path, parents=True):
+            return None
         runs = [self.lab.history[r] for r in ids]
         pair = (self.compare_a.value, self.compare_b.value)
         both = all(pair) and pair[0] != pair[1] and set(pair) <= set(ids)
@@ -374,13 +383,24 @@ class Panel:
                 out = export_html(path, runs, notes=self.export_notes.value,
                                   comparisons=[self.comparison] if self.comparison is not None
                                   else [pair] if both else (),
-                                  explorations=[self.exploration] if self.exploration else ())
+                                  explorations=[self.exploration] if self.exploration else (),
+                                  force=self.export_replace.value)
         except Exception as e:  # noqa: BLE001 - said beside the button, the panel goes on
             say(self.export_status, f"export failed: {type(e).__name__}: {e}", error=True)
             return None
+        self.export_replace.value = False
         self.export_status.value = (f"wrote {html.escape(str(out))} ({out.stat().st_size / 1e6:.1f}"
                                     f" MB, {len(runs)} runs, {tick.elapsed:.1f} s)")
         return out
+
+    def _refused_path(self, path: Path, parents: bool = False) -> bool:
+        """A path Export or Save would refuse, said in the panel's own terms (its "replace"
+        box is the force=True a call would take)."""
+        why = output_refusal(path, "tick \"replace\" beside the path",
+                             force=self.export_replace.value, parents=parents)
+        if why:
+            say(self.export_status, f"not written: {why}", error=True)
+        return bool(why)
 
     def save_perfetto(self):
         """The run in the timeline as one Chrome-trace JSON beside the export path (open it at
@@ -391,10 +411,13 @@ class Panel:
         if self.shown is None:
             return say(self.export_status, "no run in the timeline yet: run or pick one first",
                        error=True)
+        if self._refused_path(path):
+            return None
         try:
-            out = self.shown.to_perfetto(path)
+            out = self.shown.to_perfetto(path, force=self.export_replace.value)
         except Exception as e:  # noqa: BLE001 - said beside the button, the panel goes on
             return say(self.export_status, f"Perfetto trace not written: {type(e).__name__}: "
                        f"{e}", error=True)
+        self.export_replace.value = False
         self.export_status.value = f"wrote {html.escape(str(out))}: open it at ui.perfetto.dev"
         return out

@@ -41,7 +41,7 @@ class Work:
         return [p.run_button, p.restart_button, p.history_list, p.load_button, p.compare_a,
                 p.compare_b, p.compare_rounds, p.compare_button, a.suggest_button, a.pick,
                 a.try_button, a.explore_button, a.rounds, a.budget, p.export_runs,
-                p.export_button, p.perfetto_button]
+                p.export_replace, p.export_button, p.perfetto_button]
 
     def busy(self, where, action: str) -> bool:
         """True while other work runs, said on ``where`` (the pressed part's line): then

@@ -4,6 +4,7 @@ in the captured collectives (analysis/straggler.py). Pure: no torch."""
 from __future__ import annotations
 
 from nbtools.analysis.advice.suggestion import Suggestion, ab_cost
+from nbtools.config.script_code import fsdp_lines, sharded_whole
 from nbtools.analysis.straggler import attribute, sentence
 
 # Exposed communication below this share of the profiled step is not worth a field change:
@@ -38,6 +39,7 @@ def fsdp_reshard(run) -> list[Suggestion]:
     if ex is None or ex[0] < EXPOSED_SHARE:
         return []
     share, ms, window, overlap, ranks = ex
+    whole = sharded_whole(run)
     return [Suggestion(
         rule="fsdp-reshard",
         title="Keep FSDP2's gathered parameters until backward (reshard_after_forward=False)",
@@ -47,11 +49,11 @@ def fsdp_reshard(run) -> list[Suggestion]:
                   f"{', '.join(map(str, ranks))}, with reshard_after_forward=True"),
         why=("With resharding after forward every block's parameters are all-gathered again "
              "for backward; keeping them removes those all-gathers at the cost of holding the "
-             "unsharded parameters through the step (more memory)."),
-        code=("for block in model.layers:\n"
-              "    fully_shard(block, reshard_after_forward=False)\n"
-              "fully_shard(model, reshard_after_forward=False)\n"
-              "# memory: + the unsharded parameters of every block until backward"),
+             "unsharded parameters through the step (more memory)."
+             + (" This model is sharded as one unit (no blocks), so it is all of them."
+                if whole else "")),
+        code="\n".join(fsdp_lines(False, not whole, cfg.scenario == "custom")
+                       + ["# memory: + the unsharded parameters until backward"]),
         cost=ab_cost() + "; watch peak_mem_mb",
         score=min(1.0, share), ranks=ranks)]
 

@@ -19,6 +19,7 @@ import math
 from nbtools.analysis.advice.diagnosis import BOUND_SHARE, diagnose, worst
 from nbtools.analysis.advice.suggestion import Suggestion, ab_cost
 from nbtools.analysis.idle import CAUSE_WORDS
+from nbtools.config.script_code import fsdp_lines, sharded_whole
 from nbtools.config.step_config import CAPTURING_MODES
 
 # host causes a CUDA graph removes: the launches themselves and the Python between them
@@ -165,8 +166,7 @@ def host_fsdp(run) -> list[Suggestion]:
             "With resharding after forward every block is all-gathered again for backward, "
             "with its hooks and copies on the host; keeping the parameters removes that "
             "second gather and its host work (more memory: the unsharded parameters).",
-            "for block in model.layers:\n    fully_shard(block, reshard_after_forward=False)\n"
-            "fully_shard(model, reshard_after_forward=False)")
+            "\n".join(fsdp_lines(False, not sharded_whole(run), cfg.scenario == "custom")))
     return out
 
 
