@@ -254,3 +254,18 @@ def test_fsdp2_code_shards_what_the_lab_sharded_blocks_or_one_unit(lab):
                 assert ("for block" in s.code) == loop, s.code
                 shown += 1
     assert shown, "no FSDP2 advice with code on these runs: nothing checked"
+
+
+def test_a_cpu_ranks_why_says_where_its_step_went(lab):
+    """On gloo there is no GPU to wait for: why() splits each rank's profiled step by the
+    causes the GPU's host wait uses (it said only "operator time on the cores")."""
+    from nbtools.analysis.idle import HOST_COLUMNS, cpu_step_split
+    run = lab.run(StepConfig(scenario="ddp-train", **FAST))
+    split = cpu_step_split(run.events)
+    assert sorted(split["rank"].unique()) == [0, 1]
+    assert (split[list(HOST_COLUMNS)].sum(axis=1) - split["step_ms"]).abs().max() < 1e-6
+    # a DDP training step: forward, backward and the optimizer each took a part
+    assert (split[["host_forward_ms", "host_autograd_ms", "host_optimizer_ms"]] > 0).to_numpy().all()
+    for d in run.why():
+        assert d.bound == "cpu" and "went to" in d.text and "autograd's backward" in d.text, \
+            d.text

@@ -174,3 +174,44 @@ def test_cpu_ranks_have_no_wait_split():
     rt = rank_table(ev, pd.DataFrame(columns=["rank", "step", "phase", "ts_ns", "dur_ns"]))
     assert rt["device"].iloc[0] == "cpu"
     assert rt[list(idle.WAITS + idle.HOST_COLUMNS)].isna().all(axis=None)
+
+
+def test_a_cpu_ranks_step_splits_by_the_same_causes_and_adds_up():
+    """A CPU rank has no GPU to wait for, so its whole step is split: 1 ms step on thread 1
+    with forward 300 us (100 of them in a compiled graph), backward 400 us (150 of them in
+    a gloo collective the hook waits for), the optimizer 200 us, 100 us of nothing named.
+    Thread 2's gloo work at the same time is not the step's thread: not counted. A second
+    step and a second rank each get their own row."""
+    us = 1000
+    step0 = [
+        ("cpu:1", "annotation", "nbtools/step 0", 0, 1000 * us, 0, -1),
+        ("cpu:1", "annotation", "forward", 0, 300 * us, 0, -1),
+        ("cpu:1", "cpu_op", "Torch-Compiled Region: 0/0", 100 * us, 100 * us, 0, -1),
+        ("cpu:1", "annotation", "backward", 300 * us, 400 * us, 0, -1),
+        ("cpu:1", "cpu_op", "c10d::allreduce_", 500 * us, 150 * us, 0, -1),
+        ("cpu:1", "annotation", "Optimizer.step#SGD.step", 700 * us, 200 * us, 0, -1),
+        ("cpu:2", "comm", "gloo:all_reduce", 0, 900 * us, 0, -1),
+    ]
+    step1 = [("cpu:1", "annotation", "nbtools/step 1", 2000 * us, 500 * us, 1, -1),
+             ("cpu:1", "annotation", "forward", 2000 * us, 500 * us, 1, -1)]
+    ev = _events(step0 + step1)
+    other = _events(step0).assign(rank=np.int32(1))
+    ev = pd.concat([ev, other], ignore_index=True)
+    for c in ("lane", "category", "name"):
+        ev[c] = ev[c].astype("category")
+    t = idle.cpu_step_split(ev)
+    assert list(zip(t["rank"], t["step"])) == [(0, 0), (0, 1), (1, 0)]
+    first = t.iloc[0]
+    assert first["step_ms"] == pytest.approx(1.0)
+    assert first[list(idle.HOST_COLUMNS)].sum() == pytest.approx(1.0)
+    assert (first["host_forward_ms"], first["host_compiled_ms"], first["host_autograd_ms"],
+            first["host_hooks_ms"], first["host_optimizer_ms"], first["host_other_ms"]) == \
+        pytest.approx((0.2, 0.1, 0.25, 0.15, 0.2, 0.1))
+    assert t.iloc[1]["host_forward_ms"] == pytest.approx(0.5)
+
+
+def test_cpu_step_split_leaves_gpu_ranks_to_the_wait_split():
+    """A rank with GPU work is not split here (its step is judged by the GPU's waits)."""
+    run = load_traces(H200 / "tp_off_rank0.json.gz")
+    assert len(idle.cpu_step_split(run.events)) == 0
+    assert all(d.device == "gpu" and "GPU idled" in d.text for d in run.why())

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.keyed import pair_codes
-from nbtools.analysis.step_metrics import event_columns, launchers
+from nbtools.analysis.step_metrics import event_columns, launchers, step_range_rows
 from nbtools.analysis.tables import string_codes
 
 KERNEL_WAIT_US = 30
@@ -248,6 +248,40 @@ def _host_causes(c, events, step, at, start, dur, launch_row) -> np.ndarray:
     which = np.where(named.any(axis=1), named.argmax(axis=1), k_all - 1)
     np.add.at(out, (which, known[gap_no[last[hold]]]), (t[1:] - t[:-1])[hold])
     return out
+
+
+CPU_WORDS = dict(CAUSE_WORDS, hooks="DDP/FSDP hooks and collectives (waits for peers included)",
+                 compiled="compiled graphs (their code runs on the cores)",
+                 autograd="autograd's backward", forward="the model's forward",
+                 other="the rest (nothing named: your step's own Python and ops)")
+"""The same causes read over a CPU rank's whole step, where they are the work itself."""
+
+
+def cpu_step_split(events: pd.DataFrame) -> pd.DataFrame:
+    """Where a CPU rank's profiled steps went: one row per (rank, step) of a rank without GPU
+    work, the step range's ms (``step_ms``) split over HOST_COLUMNS by the same rule as a
+    host-wait gap (each instant to the first cause whose ranges cover it on the step's own
+    thread, else other), so they add up to ``step_ms``. Only ranks with step ranges
+    (``nbtools/step N`` or ``ProfilerStep#N``)."""
+    cols = ["rank", "step", "step_ms", *HOST_COLUMNS]
+    if not len(events):
+        return pd.DataFrame(columns=cols)
+    c = event_columns(events)
+    step = events["step"].to_numpy(np.int64)
+    gpu_ranks = np.unique(c["rank"][c["gpu_rank"]])
+    # the step's own row: its range on the thread that ran it (the sweep's "launcher")
+    rows = step_range_rows(events)
+    rows = rows[~np.isin(c["rank"][rows], gpu_ranks) & (step[rows] >= 0)]
+    if not len(rows):
+        return pd.DataFrame(columns=cols)
+    start = c["ts"][rows].astype(np.int64)
+    dur = c["dur"][rows].astype(np.int64)
+    per = _host_causes(c, events, step, rows, start, dur, rows)
+    out = {"rank": c["rank"][rows], "step": step[rows], "step_ms": dur / 1e6}
+    for k, name in enumerate(HOST_COLUMNS):
+        out[name] = per[k] / 1e6
+    return pd.DataFrame(out).sort_values(["rank", "step"], kind="stable").reset_index(
+        drop=True)[cols]
 
 
 def _row_causes(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:

@@ -262,6 +262,17 @@ def step_times(events: pd.DataFrame, spans: bool = True, *,
 
 
 def _step_ranges(events: pd.DataFrame, rank: np.ndarray) -> dict:
+    rows = step_range_rows(events, rank)
+    return {"rank": rank[rows], "step": events["step"].to_numpy(np.int64)[rows],
+            "ts_ns": events["ts_ns"].to_numpy(np.int64)[rows],
+            "dur_ns": events["dur_ns"].to_numpy(np.int64)[rows]}
+
+
+def step_range_rows(events: pd.DataFrame, rank: np.ndarray | None = None) -> np.ndarray:
+    """Rows of the step ranges on CPU lanes: ``nbtools/step N``, else (per rank)
+    ``ProfilerStep#N``."""
+    if rank is None:
+        rank = events["rank"].to_numpy(np.int64)
     code, names = string_codes(events["name"])
     ann = np.asarray(events["category"] == "annotation") & ~_lane_is_gpu(events)
     found = []
@@ -271,10 +282,7 @@ def _step_ranges(events: pd.DataFrame, rank: np.ndarray) -> dict:
         hit = np.array([pattern.match(n) is not None for n in names] + [False], bool)
         found.append(np.flatnonzero(ann & hit[code]))
     ours, kineto = found
-    rows = np.concatenate([ours, kineto[~np.isin(rank[kineto], rank[ours])]])
-    return {"rank": rank[rows], "step": events["step"].to_numpy(np.int64)[rows],
-            "ts_ns": events["ts_ns"].to_numpy(np.int64)[rows],
-            "dur_ns": events["dur_ns"].to_numpy(np.int64)[rows]}
+    return np.concatenate([ours, kineto[~np.isin(rank[kineto], rank[ours])]])
 
 
 def idle_gaps(events: pd.DataFrame, min_us: float = 0.0) -> pd.DataFrame:

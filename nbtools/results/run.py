@@ -128,10 +128,13 @@ class Run:
         profiled step the GPU waited and why (host wait, kernel wait, other: as
         HolisticTraceAnalysis splits it), where the host was while the GPU waited for it
         (the optimizer, FSDP/DDP hooks, autograd, the forward's Python, the batch, syncs,
-        launches), the kernels' size and how much the profiler stretched the step. One
-        Diagnosis per rank (nbtools.analysis.advice.diagnosis); prints as sentences."""
+        launches), the kernels' size and how much the profiler stretched the step. A CPU
+        rank, with no GPU to wait for, says where its profiled step went by the same causes
+        (forward, autograd's backward, the optimizer, hooks and collectives, compiled
+        graphs). One Diagnosis per rank (nbtools.analysis.advice.diagnosis); prints as
+        sentences."""
         from nbtools.analysis.advice.diagnosis import Why, diagnose
-        return Why(diagnose(self))
+        return Why(diagnose(self, cpu_split=True))
 
     def advise(self, compiled_by: Optional["Run"] = None):
         """What this run's tables say to try, best first (nbtools.analysis.advice): each a

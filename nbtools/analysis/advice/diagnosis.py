@@ -9,8 +9,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
-from nbtools.analysis.idle import CAUSE_WORDS, HOST_CAUSES
+from nbtools.analysis.idle import CAUSE_WORDS, CPU_WORDS, HOST_CAUSES, cpu_step_split
 
 BOUND_SHARE = 0.30
 """The GPU idle for at least this share of the profiled step is a step the GPU waits in:
@@ -43,6 +44,7 @@ class Diagnosis:
     exposed_ms: float = math.nan                    # communication no compute hid
     gpu_util_pct: float = math.nan                  # NVML GPU busy over the measured steps
     cpu_pct: float = math.nan                       # the rank process's CPU (100: one core)
+    cpu_steps: int = 0              # a CPU rank's profiled steps that ``host`` splits (mean)
 
     @property
     def idle_share(self) -> float:
@@ -77,8 +79,7 @@ class Diagnosis:
                     "capture off): run with profiled >= 1 to see why the step takes its time"
                     + self.signals_text())
         if self.bound == "cpu":
-            return (f"rank {self.rank} ran on the CPU: its step is operator time on the "
-                    f"cores ({self.window_ms:.3g} ms profiled step); no GPU to wait for")
+            return self._cpu_text()
         parts = [f"rank {self.rank}: the GPU idled {self.idle_ms:.3g} ms of a "
                  f"{self.window_ms:.3g} ms profiled step ({_pct(self.idle_share)})"]
         w = self.waits
@@ -114,6 +115,18 @@ class Diagnosis:
         return s
 
 
+    def _cpu_text(self) -> str:
+        head = f"rank {self.rank} ran on the CPU: no GPU to wait for"
+        if not self.cpu_steps:
+            return (f"{head}; its step is operator time on the cores ({self.window_ms:.3g} ms "
+                    "profiled step)")
+        whole = sum(self.host.values())
+        top = [(c, ms) for c, ms in self.host.items() if ms > 0 and ms >= 0.05 * whole][:4]
+        parts = ", ".join(f"{CPU_WORDS[c]} {ms:.3g} ms ({_pct(ms / whole)})" for c, ms in top)
+        n = self.cpu_steps
+        return (f"{head}; its profiled step ({'mean of ' + str(n) if n > 1 else 'one'}, "
+                f"{whole:.3g} ms) went to {parts}")
+
     def signals_text(self) -> str:
         """What the machine's own signals say over the unprofiled measured steps: the GPU
         seldom busy while the rank's process keeps a core busy is a host-bound step without
@@ -134,12 +147,17 @@ class Diagnosis:
                 and self.cpu_pct == self.cpu_pct and self.cpu_pct >= 80)
 
 
-def diagnose(run) -> list:
-    """One Diagnosis per rank of the run's summary (empty: no summary)."""
+def diagnose(run, cpu_split: bool = False) -> list:
+    """One Diagnosis per rank of the run's summary (empty: no summary). ``cpu_split``: a CPU
+    rank's diagnosis says where its profiled steps went (idle.cpu_step_split, read from
+    the events: run.why() asks for it, the rules do not need it)."""
     sm = run.summary
     out = []
     if sm is None or not len(sm):
         return out
+    split = None
+    if cpu_split and (sm.get("device", pd.Series(dtype=object)) != "gpu").any():
+        split = cpu_step_split(run.events)
     for _, r in sm.iterrows():
         g = lambda k: _num(r.get(k))  # noqa: E731
         device = str(r.get("device", "") or "")
@@ -151,7 +169,13 @@ def diagnose(run) -> list:
             out.append(Diagnosis(bound="unknown", **common))
             continue
         if device != "gpu":
-            out.append(Diagnosis(bound="cpu", idle_ms=g("idle_ms"), **common))
+            mine = split[split["rank"] == common["rank"]] if split is not None else ()
+            host = {}
+            if len(mine):
+                host = {c: float(mine[f"host_{c}_ms"].mean()) for c in HOST_CAUSES}
+                host = dict(sorted(host.items(), key=lambda kv: (-kv[1], kv[0] == "other")))
+            out.append(Diagnosis(bound="cpu", idle_ms=g("idle_ms"), host=host,
+                                 cpu_steps=len(mine), **common))
             continue
         waits = {k: g(f"{k}_wait_ms") for k in ("host", "kernel", "other")}
         waits = {k: (v if v == v else 0.0) for k, v in waits.items()}
