@@ -51,9 +51,11 @@ def test_suggest_and_explore_in_the_panel_of_a_fresh_page(tmp_path):
 
         pg.locator("button.nbtools-suggest").first.click()
         advice = pg.locator(".nbtools-advice").first
-        advice.get_by_text(f"advice for run #{run_id}").wait_for(timeout=60_000)
+        advice.get_by_text(f"why run #{run_id} takes its time").wait_for(timeout=60_000)
         text = advice.inner_text()
         assert "dynamic='dynamic'" in text and "recompile(s)" in text, text
+        # the reading comes first, then the moves
+        assert text.index("ran on the CPU") < text.index("dynamic='dynamic'"), text
         assert not pg.locator("button.nbtools-try").first.is_disabled()
         advice.scroll_into_view_if_needed()
         _shot(page, "advice-suggest")

@@ -215,3 +215,34 @@ def test_cpu_step_split_leaves_gpu_ranks_to_the_wait_split():
     run = load_traces(H200 / "tp_off_rank0.json.gz")
     assert len(idle.cpu_step_split(run.events)) == 0
     assert all(d.device == "gpu" and "GPU idled" in d.text for d in run.why())
+
+
+def test_a_recompile_inside_the_step_is_compiling_not_the_forward():
+    """A host-wait gap the launching thread spent in Dynamo's timed compile phases (a
+    recompile on a new shape) is 'compiling', even where the compile syncs or launches
+    (autotuning); the same on a CPU rank's step."""
+    us = 1000
+    rows = [
+        ("cpu:1", "annotation", "nbtools/step 0", 0, 400 * us, -1, -1),
+        ("cpu:1", "runtime", "cudaLaunchKernel", 5 * us, 5 * us, -1, 1),
+        ("cuda:0:7", "compute", "kernel_A", 20 * us, 80 * us, -1, 1),       # ends at 100 us
+        ("cpu:1", "annotation", "forward", 90 * us, 300 * us, -1, -1),
+        ("cpu:1", "cpu_op", "_compile.compile_inner (dynamo_timed)", 100 * us, 250 * us, -1, -1),
+        ("cpu:1", "sync", "cudaStreamSynchronize", 200 * us, 20 * us, -1, -1),
+        ("cpu:1", "runtime", "cudaLaunchKernel", 380 * us, 10 * us, -1, 2),
+        ("cuda:0:7", "compute", "kernel_B", 395 * us, 5 * us, -1, 2),
+    ]
+    ev = _events(rows)
+    ev["step"] = np.int32(0)
+    w = idle.step_waits(ev).iloc[0]
+    assert w["host_wait_ms"] == pytest.approx(0.295)
+    assert w["host_compiling_ms"] == pytest.approx(0.250)
+    assert w["host_sync_ms"] == 0
+    assert w["host_forward_ms"] == pytest.approx(0.030)     # 350-380 us
+    assert w["host_launch_ms"] == pytest.approx(0.010)
+    assert w["host_other_ms"] == pytest.approx(0.005)       # 390-395 us
+    cpu = _events([r for r in rows if r[0] == "cpu:1" and r[1] != "runtime"])
+    cpu["step"] = np.int32(0)
+    t = idle.cpu_step_split(cpu).iloc[0]
+    assert t["host_compiling_ms"] == pytest.approx(0.250)
+    assert t["host_forward_ms"] == pytest.approx(0.050) and t["step_ms"] == pytest.approx(0.4)

@@ -24,6 +24,8 @@ def test_suggest_try_and_explore_land_in_the_panel_and_print_nothing(lab, capfd,
     adv = panel.advisor
     adv.suggest_button.click()
     assert "dynamic=&#x27;dynamic&#x27;" in adv.advice.value and "recompile(s)" in adv.advice.value
+    said = adv.advice.value           # why the step takes its time, before the moves
+    assert said.index("went to") < said.index("dynamic=&#x27;dynamic&#x27;"), said
     assert adv.pick.options and not adv.try_button.disabled
     adv.rounds.value = 2
     adv.try_button.click()                      # returns at once: the A/B runs in a thread

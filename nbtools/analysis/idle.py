@@ -37,10 +37,14 @@ the cost of launching back to back (kernel wait), a longer one is other."""
 WAITS = ("host_wait_ms", "kernel_wait_ms", "other_wait_ms")
 
 # What the launching thread was inside during a host-wait gap. The first whose ranges cover
-# an instant takes it: the call that blocks or launches is the most specific, then the
+# an instant takes it: a compile holds everything it calls (its autotuning syncs and
+# launches too), then the call that blocks or launches is the most specific, then the
 # named subsystems, then the phases of our own step (ranges engine/apply.py opens), then
 # "other" (nothing named: the person's Python between ops).
 _CAUSES = (
+    # a compile inside the step (a recompile on a new shape, or a warm-up too short):
+    # Dynamo's and the backend's timed phases, whatever they call meanwhile
+    ("compiling", r" \(dynamo_timed\)$|^entire_frame_compile$|^_compile\.compile_inner$"),
     ("sync", r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|^(cuda|hip|cu)Memcpy(?!Async)"
              r"|^aten::(item|_local_scalar_dense)$"),
     ("launch", None),               # every other CUDA runtime/driver call (category runtime)
@@ -55,7 +59,8 @@ _CAUSES = (
 )
 HOST_CAUSES = tuple(c for c, _ in _CAUSES) + ("other",)
 HOST_COLUMNS = tuple(f"host_{c}_ms" for c in HOST_CAUSES)
-CAUSE_WORDS = {"sync": "host syncs (.item(), .cpu(), synchronize)",
+CAUSE_WORDS = {"compiling": "compiling (Dynamo and the backend: a recompile in the step)",
+               "sync": "host syncs (.item(), .cpu(), synchronize)",
                "launch": "kernel launch calls",
                "hooks": "FSDP/DDP hooks and collectives' host side",
                "optimizer": "the optimizer step",

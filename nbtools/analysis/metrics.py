@@ -155,6 +155,7 @@ _ALL = (
        "in time that still waited (another stream's event, a peer, a device-side sync)"),
     *(_m(f"host_{c}_ms", "ms", "gpu", "mean", "lower", f"of host_wait_ms: time the launching "
          f"thread spent in {w}") for c, w in (
+        ("compiling", "compiling (Dynamo and the backend: a recompile inside the step)"),
         ("sync", "host syncs (cudaStreamSynchronize, .item(), .cpu())"),
         ("launch", "kernel launch calls (the CUDA runtime)"),
         ("hooks", "FSDP/DDP hooks and collectives' host side"),

@@ -10,11 +10,9 @@ rounds run in a thread instead, so the kernel still takes the Stop click
 from __future__ import annotations
 
 import html
-from pathlib import Path
 from typing import Callable, Optional
 
 from nbtools.common.extras import require
-from nbtools.common.outputs import output_refusal
 
 require("ipywidgets", "jupyter_bokeh", why="lab.panel()")   # a script install lacks [lab]
 import ipywidgets as W  # noqa: E402
@@ -33,13 +31,13 @@ from nbtools.config.step_config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CAC
 from nbtools.ui.html import describe_error, flags_html, summary_html
 from nbtools.config.scenarios import SCENARIOS
 from nbtools.ui.timeline import Timeline
-from nbtools.report.html import export_html
 from nbtools.widgets import panel_checks
 from nbtools.widgets.panel_advice import Advisor
 from nbtools.widgets.panel_compare import Comparer
+from nbtools.widgets.panel_export import Exporter
 from nbtools.widgets.panel_parts import Ticker, button, control, html_widget
 from nbtools.widgets.panel_signals import SignalStrip
-from nbtools.widgets.panel_work import Work, say
+from nbtools.widgets.panel_work import Work
 from nbtools.widgets.panel_checks import (DEFAULT, NONE_AS, NUMBER_OR_DEFAULT,  # noqa: F401
                                           config_from_values, values_from_config)
 
@@ -149,19 +147,10 @@ class Panel:
         self.compare_rounds.add_class("nbtools-rounds")
         self.compare_html = html_widget("", "nbtools-comparison")
         self.compare_box, self.compare_view = W.VBox([]), None
-        self.export_path = W.Text(value=str(export_path), description="export to",
-                                  layout=W.Layout(width="520px"))
-        self.export_notes = W.Textarea(placeholder="notes for the report (Markdown)",
-                                       layout=W.Layout(width="720px", height="60px"))
-        self.export_button = button("Export HTML", self.export, icon="download")
-        self.perfetto_button = button("Save Perfetto trace", self.save_perfetto, icon="share",
-                                       layout=W.Layout(width="auto", flex="0 0 auto"))
-        # the panel's force=True: armed for one write, then off again (a refusal names it)
-        self.export_replace = W.Checkbox(value=False, description="replace", indent=False,
-                                         tooltip="replace a file at that path that nbtools "
-                                         "did not write (a notebook, a trace, your file)",
-                                         layout=W.Layout(width="90px", flex="0 0 auto"))
-        self.export_status = html_widget("", "nbtools-export-status")    # Export's own line
+        self.exporter = ex = Exporter(self, export_path)
+        self.export_path, self.export_notes, self.export_replace = ex.path, ex.notes, ex.replace
+        self.export_button, self.perfetto_button = ex.button, ex.perfetto_button
+        self.export_status = ex.status                                  # Export's own line
         self.export_runs, self.mine = panel_checks.export_list(), []   # runs of this panel
 
         groups = [W.VBox([W.HTML(f"<b>{title}</b>")] + [self.controls[n] for n in names])
@@ -364,60 +353,10 @@ class Panel:
 
     def export(self):
         """export_html of the runs picked in the export list (plus the current A/B pair,
-        when both are among them) to the path given; the status counts the seconds."""
-        if self.work.busy(self.export_status, "Export"):
-            return None
-        path = Path(self.export_path.value).expanduser()
-        ids = list(self.export_runs.value)
-        if not ids:
-            say(self.export_status, "pick the runs to export in the list above the Export "
-                "button", error=True)
-            return None
-        if self._refused_path(path, parents=True):
-            return None
-        runs = [self.lab.history[r] for r in ids]
-        pair = (self.compare_a.value, self.compare_b.value)
-        both = all(pair) and pair[0] != pair[1] and set(pair) <= set(ids)
-        try:
-            with Ticker(self.export_status, f"exporting {len(runs)} runs…") as tick:
-                out = export_html(path, runs, notes=self.export_notes.value,
-                                  comparisons=[self.comparison] if self.comparison is not None
-                                  else [pair] if both else (),
-                                  explorations=[self.exploration] if self.exploration else (),
-                                  force=self.export_replace.value)
-        except Exception as e:  # noqa: BLE001 - said beside the button, the panel goes on
-            say(self.export_status, f"export failed: {type(e).__name__}: {e}", error=True)
-            return None
-        self.export_replace.value = False
-        self.export_status.value = (f"wrote {html.escape(str(out))} ({out.stat().st_size / 1e6:.1f}"
-                                    f" MB, {len(runs)} runs, {tick.elapsed:.1f} s)")
-        return out
-
-    def _refused_path(self, path: Path, parents: bool = False) -> bool:
-        """A path Export or Save would refuse, said in the panel's own terms (its "replace"
-        box is the force=True a call would take)."""
-        why = output_refusal(path, "tick \"replace\" beside the path",
-                             force=self.export_replace.value, parents=parents)
-        if why:
-            say(self.export_status, f"not written: {why}", error=True)
-        return bool(why)
+        when both are among them) to the path given (panel_export)."""
+        return self.exporter.export()
 
     def save_perfetto(self):
-        """The run in the timeline as one Chrome-trace JSON beside the export path (open it at
-        ui.perfetto.dev: Open trace file)."""
-        if self.work.busy(self.export_status, "Save Perfetto trace"):
-            return None
-        path = Path(self.export_path.value).expanduser().with_suffix(".perfetto.json")
-        if self.shown is None:
-            return say(self.export_status, "no run in the timeline yet: run or pick one first",
-                       error=True)
-        if self._refused_path(path):
-            return None
-        try:
-            out = self.shown.to_perfetto(path, force=self.export_replace.value)
-        except Exception as e:  # noqa: BLE001 - said beside the button, the panel goes on
-            return say(self.export_status, f"Perfetto trace not written: {type(e).__name__}: "
-                       f"{e}", error=True)
-        self.export_replace.value = False
-        self.export_status.value = f"wrote {html.escape(str(out))}: open it at ui.perfetto.dev"
-        return out
+        """The run in the timeline as one Chrome-trace JSON beside the export path
+        (panel_export)."""
+        return self.exporter.save_perfetto()

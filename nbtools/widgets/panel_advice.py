@@ -85,9 +85,11 @@ class Advisor(Stoppable):
                              for i, s in enumerate(self.suggestions)]
         self.pick.value = 0 if self.suggestions else None     # the first: the best ranked
         self.try_button.disabled = not self.suggestions
-        self.advice.value = (f"<p><b>advice for run #{html.escape(p.shown.run_id)}</b> "
-                             f"({len(advice)}; Try runs one that changes a field)</p>"
-                             + advice._repr_html_())
+        # the reading before the moves, as a colleague would say it (run.why())
+        self.advice.value = (f"<p><b>why run #{html.escape(p.shown.run_id)} takes its time"
+                             f"</b></p>" + p.shown.why()._repr_html_()
+                             + f"<p><b>advice</b> ({len(advice)}; Try runs one that changes a "
+                             "field)</p>" + advice._repr_html_())
         return advice
 
     # -- Try and Explore (in a thread) -------------------------------------------------------
