@@ -187,9 +187,38 @@ def test_recompiles_flag_gives_the_guard_failure_and_is_silent_when_reused(lab):
     flag = flagged(run, "recompiles")
     assert flag and "size mismatch" in flag[0], run.flags
     assert "divergent-ranks" not in ids(run)
+    # step 0 (warm-up) compiled shape 8, step 1 (measured) recompiled for shape 9
+    timed = flagged(run, "compiled-in-timed")
+    assert timed and timed[0].startswith("compiled inside 1 of 2 measured step(s) on rank(s) "
+                                         "0, 1") and "step_ms times recompiles" in timed[0], \
+        run.flags
     again = lab.run(_two_shapes, cfg.replace(steps=3))   # both shapes compiled already
     assert states(again) == ["reused", "reused"]
     assert "recompiles" not in ids(again), again.flags
+    assert "compiled-in-timed" not in ids(again), again.flags
+
+
+def _late_graph(ctx):
+    import torch
+    x = torch.ones(8)
+    if ctx.step >= 2:       # a second function first called in the measured steps
+        return ctx.compile(lambda t: (t * 3).cos().sum())(x)
+    return ctx.compile(lambda t: (t * 2).sin().sum())(x)
+
+
+def test_compiled_in_timed_names_a_first_compile_after_the_warm_up(lab):
+    """A compile that lands in the measured steps makes step_ms time it: said, with how
+    much of those steps it took; a warm-up that covers it is silent."""
+    cfg = StepConfig(compile="default", backend="eager", warmup=1, steps=3, profiled=0)
+    run = lab.run(_late_graph, cfg)
+    timed = flagged(run, "compiled-in-timed")
+    assert timed and timed[0].startswith("compiled inside 1 of 3 measured step(s)"), run.flags
+    assert "first compiles (warm-up too short: raise warmup)" in timed[0], timed
+    assert re.search(r"rank \d: [\d.]+ (ms|µs|s) of those steps' [\d.]+ (ms|s)", timed[0]), timed
+    # another backend compiles afresh; a warm-up of 3 steps holds both first calls
+    fresh = lab.run(_late_graph, cfg.replace(backend="aot_eager", warmup=3))
+    assert (fresh.compile_events["kind"] == "compile").sum() >= 2 * 2, fresh.compile_events
+    assert "compiled-in-timed" not in ids(fresh), fresh.flags
 
 
 def test_divergent_ranks_fires_for_a_rank_on_another_path_only(lab):

@@ -65,6 +65,14 @@ REGISTRY = (
          "limit (8 per frame) the frame runs eagerly from then on.",
          "Read the guard failure given; mark dimensions dynamic (dynamic='dynamic' or "
          "'mark'), pad shapes, or keep the flipped setting fixed."),
+    Flag("compiled-in-timed", "compiled inside {n} of {m} measured step(s) on rank(s) {ranks} "
+         "({detail}): step_ms times {what}",
+         "A compile (Dynamo and the backend) ran inside steps the run times, so step_ms, its "
+         "percentiles and an A/B of this config include compile time, not only the step's. "
+         "Counted from the compile events that fall in the measured steps.",
+         "A first compile: raise warmup until the compiles end before the measured steps. A "
+         "recompile: the recompiles flag names the guard that failed; mark the dimension "
+         "dynamic, pad the inputs, or keep the setting fixed."),
     Flag("unused", "unused: {what}",
          "A setting of the config has no effect on this device (it was accepted, not "
          "applied).",

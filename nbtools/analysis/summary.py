@@ -10,7 +10,7 @@ from nbtools.analysis.compile_counts import COMPILE_KINDS, wall_s
 from nbtools.analysis import flags as F
 from nbtools.analysis import machine
 from nbtools.analysis.straggler import attribute, sentence
-from nbtools.analysis.units import fmt_number, fmt_pct
+from nbtools.analysis.units import fmt_ms, fmt_number, fmt_pct
 
 
 def step_stats(steps: pd.DataFrame, phase: str = "measured") -> pd.DataFrame:
@@ -133,6 +133,7 @@ def flags(summary: pd.DataFrame, reports: dict, cfg, divergence: str | None,
     if divergence:
         out.append(F.make("divergent-ranks", what=divergence))
     out += _compile_flags(reports, cfg, compile_events)
+    out += _timed_compile_flags(compile_events, steps)
     unused = sorted({u for rep in reports.values() for u in rep.get("unused", [])})
     out += [F.make("unused", what=u) for u in unused]
     out += _timing_flags(summary, events, steps)
@@ -176,6 +177,48 @@ def _compile_flags(reports: dict, cfg, compile_events) -> list[str]:
         out.append(F.make("recompiles", n=recompiles, limit=limit,
                           reason=first.get("reason") or "(no reason recorded)"))
     return out
+
+
+def _timed_compile_flags(compile_events, steps) -> list[str]:
+    """Compiles inside the measured steps: step_ms then times them (a warm-up too short
+    for a first compile, or a recompile on new inputs)."""
+    if compile_events is None or steps is None or not len(compile_events) or not len(steps):
+        return []
+    ce = compile_events[compile_events["kind"].isin(("compile", "recompile"))
+                        & (compile_events["dur_ns"] > 0)]
+    timed = steps[steps["phase"] == "measured"]
+    if not len(ce) or not len(timed):
+        return []
+    per = {}
+    for (rank, step), rows in ce.groupby(["rank", "step"]):
+        hit = timed[(timed["rank"] == rank) & (timed["step"] == step)]
+        if not len(hit):
+            continue
+        lo, hi = int(hit["ts_ns"].iloc[0]), int(hit["ts_ns"].iloc[0] + hit["dur_ns"].iloc[0])
+        spans = sorted((max(lo, int(t)), min(hi, int(t + d)))
+                       for t, d in zip(rows["ts_ns"], rows["dur_ns"]))
+        ns, end = 0, lo      # nested compiles count once: the union inside the step
+        for a, b in spans:
+            if b > max(a, end):
+                ns += b - max(a, end)
+                end = b
+        d = per.setdefault(int(rank), {"steps": 0, "ns": 0, "step_ns": 0, "kinds": set()})
+        d["steps"] += 1
+        d["ns"] += ns
+        d["step_ns"] += hi - lo
+        d["kinds"] |= set(rows["kind"])
+    if not per:
+        return []
+    worst = max(per, key=lambda r: per[r]["ns"])
+    w = per[worst]
+    kinds = set().union(*(d["kinds"] for d in per.values()))
+    what = ("recompiles (new inputs inside the timed steps: see the recompiles flag)"
+            if kinds == {"recompile"} else "first compiles (warm-up too short: raise warmup)"
+            if kinds == {"compile"} else "compiles and recompiles")
+    m = int((timed["rank"] == worst).sum())
+    return [F.make("compiled-in-timed", n=w["steps"], m=m, ranks=", ".join(map(str, sorted(per))),
+                   detail=f"rank {worst}: {fmt_ms(w['ns'] / 1e6)} of those steps' "
+                          f"{fmt_ms(w['step_ns'] / 1e6)}", what=what)]
 
 
 def _first_row(compile_events, kind) -> dict:

@@ -21,7 +21,8 @@ from nbtools.results.views import view
 # Flags that say a run's machine was not its own: a verdict made from such runs says so.
 _NOISY = {"host-busy": "on a busy host", "clock-low": "with the GPU clock low",
           "gpu-shared": "on a GPU shared with another process",
-          "throttled": "with the GPU throttling", "clock-drop": "with the SM clock falling"}
+          "throttled": "with the GPU throttling", "clock-drop": "with the SM clock falling",
+          "compiled-in-timed": "with compiles inside their timed steps"}
 
 
 @dataclass
