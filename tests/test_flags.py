@@ -219,6 +219,8 @@ def test_compiled_in_timed_names_a_first_compile_after_the_warm_up(lab):
     fresh = lab.run(_late_graph, cfg.replace(backend="aot_eager", warmup=3))
     assert (fresh.compile_events["kind"] == "compile").sum() >= 2 * 2, fresh.compile_events
     assert "compiled-in-timed" not in ids(fresh), fresh.flags
+    said = lab.compare(run, fresh).caveats          # a verdict over it says so
+    assert "1 of 2 runs with compiles inside their timed steps (see their flags)" in said, said
 
 
 def test_divergent_ranks_fires_for_a_rank_on_another_path_only(lab):
