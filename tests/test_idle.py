@@ -246,3 +246,29 @@ def test_a_recompile_inside_the_step_is_compiling_not_the_forward():
     t = idle.cpu_step_split(cpu).iloc[0]
     assert t["host_compiling_ms"] == pytest.approx(0.250)
     assert t["host_forward_ms"] == pytest.approx(0.050) and t["step_ms"] == pytest.approx(0.4)
+
+
+def test_a_trace_without_forward_ranges_takes_the_time_before_backward_as_forward():
+    """A person's own trace has no forward range (nbtools opens those): on a thread-step
+    with a backward, what comes before the backward and is not named otherwise is the
+    forward; after it, unnamed time stays 'other'. A step without a backward (inference)
+    cannot be told apart: all of it stays 'other'."""
+    us = 1000
+    rows = [
+        ("cpu:1", "annotation", "ProfilerStep#0", 0, 1000 * us, 0, -1),
+        ("cpu:1", "cpu_op", "aten::linear", 10 * us, 200 * us, 0, -1),
+        ("cpu:1", "cpu_op", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+         250 * us, 50 * us, 0, -1),
+        ("cpu:1", "cpu_op", "autograd::engine::evaluate_function: AddmmBackward0",
+         400 * us, 300 * us, 0, -1),
+        ("cpu:1", "annotation", "Optimizer.step#AdamW.step", 700 * us, 100 * us, 0, -1),
+        ("cpu:1", "annotation", "ProfilerStep#1", 2000 * us, 500 * us, 1, -1),
+        ("cpu:1", "cpu_op", "aten::linear", 2000 * us, 400 * us, 1, -1),
+    ]
+    ev = _events(rows)
+    t = idle.cpu_step_split(ev)
+    a, b = t.iloc[0], t.iloc[1]
+    assert (a["host_forward_ms"], a["host_batch_ms"], a["host_autograd_ms"],
+            a["host_optimizer_ms"], a["host_other_ms"]) == \
+        pytest.approx((0.35, 0.05, 0.3, 0.1, 0.2))
+    assert b["host_forward_ms"] == 0 and b["host_other_ms"] == pytest.approx(0.5)

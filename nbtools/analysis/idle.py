@@ -233,10 +233,17 @@ def _host_causes(c, events, step, at, start, dur, launch_row) -> np.ndarray:
     pos = np.minimum(np.searchsorted(uk, rkey), len(uk) - 1)
     cpu, pos = cpu[uk[pos] == rkey], pos[uk[pos] == rkey]
     cause = _row_causes(events, cpu)
+    first = np.full(len(uk), np.iinfo(np.int64).max)
+    np.minimum.at(first, pos, c["ts"][cpu])          # each thread-step's first row
     cpu, pos, cause = cpu[cause >= 0], pos[cause >= 0], cause[cause >= 0]
-    ng, nr = len(known), len(cpu)
+    r_ts, r_end = c["ts"][cpu], c["end"][cpu]
+    f_pos, f_ts, f_end = _forward_before_backward(pos, cause, r_ts, first)
+    pos = np.concatenate([pos, f_pos])
+    cause = np.concatenate([cause, np.full(len(f_pos), _FORWARD)])
+    r_ts, r_end = np.concatenate([r_ts, f_ts]), np.concatenate([r_end, f_end])
+    ng, nr = len(known), len(pos)
     gs, ge = start[known], start[known] + dur[known]
-    t = np.concatenate([gs, c["ts"][cpu], ge, c["end"][cpu]]).astype(np.int64)
+    t = np.concatenate([gs, r_ts, ge, r_end]).astype(np.int64)
     g = np.concatenate([ginv, pos, ginv, pos])
     lab = np.concatenate([np.zeros(ng, np.int64), cause + 1, np.zeros(ng, np.int64), cause + 1])
     d = np.concatenate([np.ones(ng + nr, np.int32), -np.ones(ng + nr, np.int32)])
@@ -287,6 +294,25 @@ def cpu_step_split(events: pd.DataFrame) -> pd.DataFrame:
         out[name] = per[k] / 1e6
     return pd.DataFrame(out).sort_values(["rank", "step"], kind="stable").reset_index(
         drop=True)[cols]
+
+
+_FORWARD = HOST_CAUSES.index("forward")
+_AUTOGRAD = HOST_CAUSES.index("autograd")
+
+
+def _forward_before_backward(pos, cause, ts, first):
+    """A trace without forward ranges (a person's own job: only nbtools opens them) still
+    runs its forward before its backward: on each thread-step with a backward and no
+    forward range, the time from the thread's first row to the backward is taken as the
+    forward's (the named causes before it keep their own time: they come first). Returns
+    (group, start, end) of those synthetic ranges."""
+    n = len(first)
+    has_fwd = np.zeros(n, bool)
+    has_fwd[pos[cause == _FORWARD]] = True
+    bw = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(bw, pos[cause == _AUTOGRAD], ts[cause == _AUTOGRAD])
+    g = np.flatnonzero(~has_fwd & (bw < np.iinfo(np.int64).max) & (first < bw))
+    return g, first[g], bw[g]
 
 
 def _row_causes(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
