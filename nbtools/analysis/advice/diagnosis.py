@@ -114,7 +114,6 @@ class Diagnosis:
                   "unprofiled): it costs per op, so the host's share above is overstated.")
         return s
 
-
     def _cpu_text(self) -> str:
         head = f"rank {self.rank} ran on the CPU: no GPU to wait for"
         if not self.cpu_steps:
