@@ -234,7 +234,8 @@ def test_fsdp2_code_shards_what_the_lab_sharded_blocks_or_one_unit(lab):
     import torch
 
     from nbtools import Workload
-    from nbtools.config.script_code import script_code, sharded_whole
+    from nbtools.config.engine_notes import sharded_whole
+    from nbtools.config.script_code import script_code
     cfg = StepConfig(scenario="custom", parallel="fsdp2", **FAST)
     mse = torch.nn.functional.mse_loss
     whole = lab.run(Workload(model=_two_linears, batch=_batch, loss=mse), cfg)
@@ -269,3 +270,52 @@ def test_a_cpu_ranks_why_says_where_its_step_went(lab):
     for d in run.why():
         assert d.bound == "cpu" and "went to" in d.text and "autograd's backward" in d.text, \
             d.text
+
+
+def _many_small_layers():
+    import torch
+    return torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(40)])
+
+
+def _small_batch(step, device):
+    import torch
+    return torch.randn(4, 8, device=device), torch.zeros(4, 8, device=device)
+
+
+def _adam(params):
+    import torch
+    return torch.optim.Adam(params, lr=1e-3)
+
+
+def test_a_cpu_step_held_by_its_optimizer_gets_fused_where_fused_can_run(lab):
+    """80 small parameter tensors under Adam on a CPU rank: the optimizer is most of the
+    step, and fused=True (torch's fused CPU Adam) is the move; under FSDP2 with SGD, whose
+    fused kernel DTensor cannot run (it failed on these ranks: 'does not have a sharding
+    strategy registered'), fused is not proposed, and the list says why."""
+    import torch
+
+    from nbtools import Workload
+    from nbtools.config.engine_notes import optimizer_name
+    wl = Workload(model=_many_small_layers, batch=_small_batch,
+                  loss=torch.nn.functional.mse_loss, optimizer=_adam, name="many small layers")
+    cfg = StepConfig(scenario="custom", parallel="ddp", **FAST)
+    run = lab.run(wl, cfg)
+    assert optimizer_name(run) == "Adam"
+    got = [s for s in lab.advise(run) if s.rule == "cpu-optimizer"]
+    assert got and got[0].change == {"optimizer_impl": "fused"}, [d.text for d in run.why()]
+    assert "torch.optim.Adam(model.parameters(), lr=lr, fused=True)" in got[0].code
+    fused = lab.run(wl, cfg.replace(**got[0].change))      # the move runs
+    assert fused.ok and "cpu-optimizer" not in rules(lab.advise(fused))
+    # the same model under FSDP2 with SGD (the lab's default optimizer)
+    sharded = Workload(model=_many_small_layers, batch=_small_batch,
+                       loss=torch.nn.functional.mse_loss, name="many small layers, SGD")
+    sgd = lab.run(sharded, cfg.replace(parallel="fsdp2"))
+    assert optimizer_name(sgd) == "SGD"
+    adv = lab.advise(sgd)
+    assert not any(s.change.get("optimizer_impl") == "fused" for s in adv), adv
+    said = dict(adv.not_proposed)
+    assert "no DTensor sharding rule" in said.get("optimizer_impl='fused'", ""), \
+        (adv.not_proposed, [d.text for d in sgd.why()])
+    assert "optimizer_impl='fused'" in str(adv)          # printed with the list
+    with pytest.raises(Exception, match="sharding strategy"):
+        lab.run(StepConfig(scenario="fsdp2-train", optimizer_impl="fused", **FAST))

@@ -11,9 +11,7 @@ from nbtools.config.step_config import StepConfig
 MEASURING = ("scenario", "warmup", "steps", "profiled", "capture", "check", "torch_trace",
              "memory", "stack", "seed", "cache", "size", "batch", "seq_len")
 _DYNAMIC = {"static": "False", "dynamic": "True"}
-# the engine's note on a run whose model FSDP2 sharded as one unit (a Workload without
-# blocks=): the advice and the code then leave out the per-block loop
-NO_BLOCKS_NOTE = "no blocks: fully_shard on the whole model only"
+
 _DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
 _OPTIMIZE_DDP = {"ddp_optimizer": '"ddp_optimizer"', "python_reducer": '"python_reducer"',
                  "off": "False"}
@@ -42,12 +40,6 @@ def compile_call(cfg: StepConfig, what: str = "model") -> str:
 def _mark(cfg, changed) -> str:
     return "   # changed" if any(f in changed for f in ("compile", "backend", "dynamic",
                                                         "fullgraph")) else ""
-
-
-def sharded_whole(run) -> bool:
-    """``run``'s FSDP2 model was sharded as one unit (no blocks), by its ranks' notes."""
-    return any(NO_BLOCKS_NOTE in (n or "") for r in (getattr(run, "ranks", None) or {}).values()
-               if isinstance(r, dict) for n in (r.get("notes") or []))
 
 
 def fsdp_lines(reshard: bool, blocks: bool = True, custom: bool = False) -> list:

@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 import torch
 
-from nbtools.config.script_code import NO_BLOCKS_NOTE
+from nbtools.config.engine_notes import NO_BLOCKS_NOTE
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.engine.materialize import Built, output_tensor, tp_parallelize
 from nbtools.engine import workload_errors as blame

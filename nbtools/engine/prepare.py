@@ -40,6 +40,7 @@ def prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, bool
     from nbtools.engine.custom_step import prepare_custom
     from nbtools.config.workload import Workload
     from nbtools.engine.materialize import materialize, param_count
+    from nbtools.config.engine_notes import OPTIMIZER_NOTE
     model_key = tuple(getattr(cfg, k) for k in _MODEL) + (source_key,)
     build_key = _build_key(cfg)
     if _S.prepared is not None and build_key == _S.build_key and model_key == _S.model_key:
@@ -84,6 +85,8 @@ def prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, bool
     if _S.cache.get("optimizer") is None:
         _S.cache["optimizer"] = apply.make_optimizer(wl, module, cfg.optimizer_impl)
     opt = _S.cache["optimizer"]
+    if opt is not None:        # the advice reads it back (config/engine_notes.py)
+        notes = tuple(notes) + (OPTIMIZER_NOTE + type(opt).__name__,)
     step, eager_forward = apply.make_step(cfg, wl, module, opt, _S.device)
     if cfg.cudagraph == "manual":
         step = apply.apply_cudagraph(cfg, step, wl.make_batch(0), _S.device)

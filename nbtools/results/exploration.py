@@ -14,7 +14,8 @@ from nbtools.analysis.units import fmt_s
 from nbtools.analysis.verdict import Verdict
 from nbtools.config.step_config import StepConfig
 from nbtools.config.workload import Workload
-from nbtools.config.script_code import script_code, sharded_whole
+from nbtools.config.engine_notes import sharded_whole
+from nbtools.config.script_code import script_code
 from nbtools.results.views import view
 
 COLUMNS = ("change", "rule", "metric", "screen", "verdict", "ratio", "low", "high", "resolved",

@@ -4,7 +4,8 @@ in the captured collectives (analysis/straggler.py). Pure: no torch."""
 from __future__ import annotations
 
 from nbtools.analysis.advice.suggestion import Suggestion, ab_cost
-from nbtools.config.script_code import fsdp_lines, sharded_whole
+from nbtools.config.engine_notes import sharded_whole
+from nbtools.config.script_code import fsdp_lines
 from nbtools.analysis.straggler import attribute, sentence
 
 # Exposed communication below this share of the profiled step is not worth a field change:

@@ -19,7 +19,8 @@ import math
 from nbtools.analysis.advice.diagnosis import BOUND_SHARE, diagnose, worst
 from nbtools.analysis.advice.suggestion import Suggestion, ab_cost
 from nbtools.analysis.idle import CAUSE_WORDS
-from nbtools.config.script_code import fsdp_lines, sharded_whole
+from nbtools.config.engine_notes import fused_refusal, optimizer_name, sharded_whole
+from nbtools.config.script_code import fsdp_lines
 from nbtools.config.step_config import CAPTURING_MODES
 
 # host causes a CUDA graph removes: the launches themselves and the Python between them
@@ -32,6 +33,8 @@ CAUSE_SHARE = 0.05
 of the host wait (a screen round costs four runs, so a move is tried on modest evidence
 and kept only on proof)."""
 SYNC_SHARE = 0.05
+CPU_OPTIMIZER_SHARE = 0.15
+"""A CPU step's optimizer share worth a fused optimizer's A/B (its most it can save)."""
 MEMORY_SHARE = 0.40
 """A GPU rank whose peak memory is below this share of the device's has room to double
 its batch (activations grow about linearly with it)."""
@@ -139,13 +142,13 @@ def host_fsdp(run) -> list[Suggestion]:
             why=why, code=code, cost=ab_cost(""), about=f"host:{cause}",
             score=min(1.0, d.share(ms)), ranks=_ranks(ds)))
 
-    if cfg.optimizer_impl in ("as-built", "foreach"):
+    if cfg.optimizer_impl in ("as-built", "foreach") and \
+            not fused_refusal(run, cfg.resolved_parallel):     # else said by not_proposed
         add("optimizer", "host-optimizer", "Fuse the optimizer step (fused=True)",
             {"optimizer_impl": "fused"},
             "A for-loop or foreach optimizer launches several kernels per parameter group "
             "from Python; fused=True does the whole update in a few kernels, so the host "
-            "spends far less time in the step.",
-            "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)")
+            "spends far less time in the step.", _fused_code(run))
     if cfg.optimizer_impl != "compiled":
         add("optimizer", "host-optimizer-compiled", "Compile the optimizer step",
             {"optimizer_impl": "compiled"},
@@ -319,6 +322,40 @@ def larger_batch(run) -> list[Suggestion]:
         score=min(0.5, d.idle_share), ranks=_ranks(ds), metric="items_per_s")]
 
 
+def cpu_optimizer(run) -> list[Suggestion]:
+    """A CPU rank's training step that spends at least CPU_OPTIMIZER_SHARE of itself in
+    the optimizer, which runs as-built or foreach: fused=True (torch's fused CPU kernels for
+    Adam, AdamW, SGD and Adagrad). Score: the optimizer's share of the step."""
+    cfg = run.config
+    if cfg is None or cfg.optimizer_impl not in ("as-built", "foreach") or not _trains(run) \
+            or fused_refusal(run, cfg.resolved_parallel):
+        return []
+    ds = [d for d in diagnose(run, cpu_split=True) if d.bound == "cpu" and d.cpu_steps]
+    shares = [(d.host.get("optimizer", 0.0) / sum(d.host.values()), d) for d in ds
+              if sum(d.host.values()) > 0]
+    if not shares:
+        return []
+    share, d = max(shares, key=lambda x: x[0])
+    if share < CPU_OPTIMIZER_SHARE:
+        return []
+    return [Suggestion(
+        rule="cpu-optimizer", title="Fuse the optimizer step (fused=True)",
+        change={"optimizer_impl": "fused"},
+        evidence=(f"rank {d.rank}: the optimizer step took {d.host['optimizer']:.3g} ms of a "
+                  f"{sum(d.host.values()):.3g} ms profiled step on the CPU ({_pct(share)})"),
+        why=("The default optimizer updates the parameters tensor by tensor, op by op; "
+             "fused=True does the whole update in one vectorized loop per step (torch's "
+             "fused CPU kernels), with fewer passes over the parameters and their state."),
+        code=_fused_code(run), cost=ab_cost(""), about="host:optimizer",
+        score=min(1.0, share), ranks=tuple(x.rank for _, x in shares
+                                           if x.host.get("optimizer", 0) > 0))]
+
+
+def _fused_code(run) -> str:
+    name = optimizer_name(run) or "AdamW"
+    return f"opt = torch.optim.{name}(model.parameters(), lr=lr, fused=True)"
+
+
 def not_proposed(run) -> list:
     """[(move, why)] the diagnosis rules out for this run (shown with the suggestions)."""
     out = []
@@ -326,7 +363,24 @@ def not_proposed(run) -> list:
     cfg = run.config
     if ds and _fsdp_training(run) and cfg.compile not in CAPTURING_MODES:
         out.append(("compile='reduce-overhead' (CUDA graphs)", _NO_GRAPHS))
+    refusal = fused_refusal(run, cfg.resolved_parallel) if cfg is not None else ""
+    if refusal and cfg.optimizer_impl in ("as-built", "foreach") and _trains(run) and \
+            _optimizer_worth_it(run, ds):
+        out.append(("optimizer_impl='fused'", refusal))
     return out
+
+
+def _optimizer_worth_it(run, host_bound) -> bool:
+    """The optimizer holds enough of the step that a fused one would have been proposed:
+    a host-bound FSDP2 step's host wait, or a CPU rank's step."""
+    if host_bound and _fsdp_training(run):
+        d = worst(host_bound)
+        ms = d.host.get("optimizer", 0.0)
+        if d.share(ms) >= CAUSE_SHARE or ms >= 2 * CAUSE_SHARE * d.waits["host"] > 0:
+            return True
+    cpu = [d for d in diagnose(run, cpu_split=True) if d.bound == "cpu" and d.cpu_steps]
+    return any(d.host.get("optimizer", 0.0) >= CPU_OPTIMIZER_SHARE * sum(d.host.values()) > 0
+               for d in cpu)
 
 
 def _stretch(d) -> str:
@@ -337,4 +391,4 @@ def _stretch(d) -> str:
     return ""
 
 
-RULES = (eager_start, cuda_graphs, host_fsdp, host_syncs, larger_batch)
+RULES = (eager_start, cuda_graphs, host_fsdp, host_syncs, larger_batch, cpu_optimizer)
