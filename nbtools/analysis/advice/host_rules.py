@@ -34,7 +34,8 @@ of the host wait (a screen round costs four runs, so a move is tried on modest e
 and kept only on proof)."""
 SYNC_SHARE = 0.05
 CPU_OPTIMIZER_SHARE = 0.15
-"""A CPU step's optimizer share worth a fused optimizer's A/B (its most it can save)."""
+"""A CPU rank's optimizer share of its own work (its step less its waits in hooks and
+collectives) worth a fused optimizer's A/B: about the most fusing can save."""
 MEMORY_SHARE = 0.40
 """A GPU rank whose peak memory is below this share of the device's has room to double
 its batch (activations grow about linearly with it)."""
@@ -331,18 +332,22 @@ def cpu_optimizer(run) -> list[Suggestion]:
             or fused_refusal(run, cfg.resolved_parallel):
         return []
     ds = [d for d in diagnose(run, cpu_split=True) if d.bound == "cpu" and d.cpu_steps]
-    shares = [(d.host.get("optimizer", 0.0) / sum(d.host.values()), d) for d in ds
-              if sum(d.host.values()) > 0]
+    shares = [(s, d) for d in ds if (s := _cpu_optimizer_share(d)) == s]
     if not shares:
         return []
     share, d = max(shares, key=lambda x: x[0])
     if share < CPU_OPTIMIZER_SHARE:
         return []
+    whole, hooks = sum(d.host.values()), d.host.get("hooks", 0.0)
     return [Suggestion(
         rule="cpu-optimizer", title="Fuse the optimizer step (fused=True)",
         change={"optimizer_impl": "fused"},
-        evidence=(f"rank {d.rank}: the optimizer step took {d.host['optimizer']:.3g} ms of a "
-                  f"{sum(d.host.values()):.3g} ms profiled step on the CPU ({_pct(share)})"),
+        evidence=(f"rank {d.rank}: the optimizer step took {d.host['optimizer']:.3g} ms of "
+                  f"the {whole - hooks:.3g} ms the rank worked in a {whole:.3g} ms profiled "
+                  f"step on the CPU ({_pct(share)}; the rest waited in hooks and "
+                  "collectives)" if hooks > 0 else
+                  f"rank {d.rank}: the optimizer step took {d.host['optimizer']:.3g} ms of a "
+                  f"{whole:.3g} ms profiled step on the CPU ({_pct(share)})"),
         why=("The default optimizer updates the parameters tensor by tensor, op by op; "
              "fused=True does the whole update in one vectorized loop per step (torch's "
              "fused CPU kernels), with fewer passes over the parameters and their state."),
@@ -379,8 +384,15 @@ def _optimizer_worth_it(run, host_bound) -> bool:
         if d.share(ms) >= CAUSE_SHARE or ms >= 2 * CAUSE_SHARE * d.waits["host"] > 0:
             return True
     cpu = [d for d in diagnose(run, cpu_split=True) if d.bound == "cpu" and d.cpu_steps]
-    return any(d.host.get("optimizer", 0.0) >= CPU_OPTIMIZER_SHARE * sum(d.host.values()) > 0
-               for d in cpu)
+    return any(_cpu_optimizer_share(d) >= CPU_OPTIMIZER_SHARE for d in cpu)
+
+
+def _cpu_optimizer_share(d) -> float:
+    """The optimizer's share of a CPU rank's own work: its profiled step less the time in
+    hooks and collectives, which on gloo is mostly waiting for a peer (it grows with a
+    loaded peer, not with this rank's optimizer). NaN: nothing left."""
+    work = sum(d.host.values()) - d.host.get("hooks", 0.0)
+    return d.host.get("optimizer", 0.0) / work if work > 0 else math.nan
 
 
 def _stretch(d) -> str:
