@@ -48,3 +48,8 @@ def fused_refusal(run, parallel: str) -> str:
         return (f"{name}'s fused kernel has no DTensor sharding rule, so it cannot run on "
                 f"{parallel}'s sharded parameters (fused Adam and AdamW can)")
     return ""
+
+
+def fused_line(run) -> str:
+    """The script's line for ``run``'s optimizer made with fused=True."""
+    return f"opt = torch.optim.{optimizer_name(run) or 'AdamW'}(model.parameters(), lr=lr, fused=True)"

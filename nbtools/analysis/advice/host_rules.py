@@ -19,7 +19,7 @@ import math
 from nbtools.analysis.advice.diagnosis import BOUND_SHARE, diagnose, worst
 from nbtools.analysis.advice.suggestion import Suggestion, ab_cost
 from nbtools.analysis.idle import CAUSE_WORDS
-from nbtools.config.engine_notes import fused_refusal, optimizer_name, sharded_whole
+from nbtools.config.engine_notes import fused_line, fused_refusal, sharded_whole
 from nbtools.config.script_code import fsdp_lines
 from nbtools.config.step_config import CAPTURING_MODES
 
@@ -33,9 +33,6 @@ CAUSE_SHARE = 0.05
 of the host wait (a screen round costs four runs, so a move is tried on modest evidence
 and kept only on proof)."""
 SYNC_SHARE = 0.05
-CPU_OPTIMIZER_SHARE = 0.15
-"""A CPU rank's optimizer share of its own work (its step less its waits in hooks and
-collectives) worth a fused optimizer's A/B: about the most fusing can save."""
 MEMORY_SHARE = 0.40
 """A GPU rank whose peak memory is below this share of the device's has room to double
 its batch (activations grow about linearly with it)."""
@@ -56,7 +53,7 @@ def cuda_graphs(run) -> list[Suggestion]:
     Score: the wait's share of the step."""
     cfg = run.config
     ds = [d for d in diagnose(run) if d.bound in ("host", "kernel")]
-    if cfg is None or not ds or _fsdp_training(run):
+    if cfg is None or not ds or fsdp_training(run):
         return []
     d = worst(ds)
     if cfg.cudagraph != "off" or cfg.compile in CAPTURING_MODES:
@@ -91,12 +88,13 @@ def cuda_graphs(run) -> list[Suggestion]:
         score=min(1.0, d.share(wait)), ranks=_ranks(ds))]
 
 
-def _fsdp_training(run) -> bool:
+def fsdp_training(run) -> bool:
+    """The step is an FSDP2 training step (where CUDA graphs cannot replay the hooks)."""
     cfg = run.config
-    return cfg is not None and cfg.resolved_parallel == "fsdp2" and _trains(run)
+    return cfg is not None and cfg.resolved_parallel == "fsdp2" and trains(run)
 
 
-def _trains(run) -> bool:
+def trains(run) -> bool:
     """The step trains (a loss, backward, an optimizer), as the engines reported it."""
     said = {m.get("train") for m in run.ranks.values() if isinstance(m, dict)} - {None}
     if said:
@@ -122,7 +120,7 @@ def host_fsdp(run) -> list[Suggestion]:
     it (at least 10 % of the step), each a move that shortens that part. Score: the
     cause's share of the step."""
     cfg = run.config
-    if cfg is None or not _fsdp_training(run):
+    if cfg is None or not fsdp_training(run):
         return []
     ds = [d for d in diagnose(run) if d.bound == "host"]
     if not ds:
@@ -144,12 +142,12 @@ def host_fsdp(run) -> list[Suggestion]:
             score=min(1.0, d.share(ms)), ranks=_ranks(ds)))
 
     if cfg.optimizer_impl in ("as-built", "foreach") and \
-            not fused_refusal(run, cfg.resolved_parallel):     # else said by not_proposed
+            not fused_refusal(run, cfg.resolved_parallel):   # else optimizer_rules says why
         add("optimizer", "host-optimizer", "Fuse the optimizer step (fused=True)",
             {"optimizer_impl": "fused"},
             "A for-loop or foreach optimizer launches several kernels per parameter group "
             "from Python; fused=True does the whole update in a few kernels, so the host "
-            "spends far less time in the step.", _fused_code(run))
+            "spends far less time in the step.", fused_line(run))
     if cfg.optimizer_impl != "compiled":
         add("optimizer", "host-optimizer-compiled", "Compile the optimizer step",
             {"optimizer_impl": "compiled"},
@@ -323,76 +321,14 @@ def larger_batch(run) -> list[Suggestion]:
         score=min(0.5, d.idle_share), ranks=_ranks(ds), metric="items_per_s")]
 
 
-def cpu_optimizer(run) -> list[Suggestion]:
-    """A CPU rank's training step that spends at least CPU_OPTIMIZER_SHARE of itself in
-    the optimizer, which runs as-built or foreach: fused=True (torch's fused CPU kernels for
-    Adam, AdamW, SGD and Adagrad). Score: the optimizer's share of the step."""
-    cfg = run.config
-    if cfg is None or cfg.optimizer_impl not in ("as-built", "foreach") or not _trains(run) \
-            or fused_refusal(run, cfg.resolved_parallel):
-        return []
-    ds = [d for d in diagnose(run, cpu_split=True) if d.bound == "cpu" and d.cpu_steps]
-    shares = [(s, d) for d in ds if (s := _cpu_optimizer_share(d)) == s]
-    if not shares:
-        return []
-    share, d = max(shares, key=lambda x: x[0])
-    if share < CPU_OPTIMIZER_SHARE:
-        return []
-    whole, hooks = sum(d.host.values()), d.host.get("hooks", 0.0)
-    return [Suggestion(
-        rule="cpu-optimizer", title="Fuse the optimizer step (fused=True)",
-        change={"optimizer_impl": "fused"},
-        evidence=(f"rank {d.rank}: the optimizer step took {d.host['optimizer']:.3g} ms of "
-                  f"the {whole - hooks:.3g} ms the rank worked in a {whole:.3g} ms profiled "
-                  f"step on the CPU ({_pct(share)}; the rest waited in hooks and "
-                  "collectives)" if hooks > 0 else
-                  f"rank {d.rank}: the optimizer step took {d.host['optimizer']:.3g} ms of a "
-                  f"{whole:.3g} ms profiled step on the CPU ({_pct(share)})"),
-        why=("The default optimizer updates the parameters tensor by tensor, op by op; "
-             "fused=True does the whole update in one vectorized loop per step (torch's "
-             "fused CPU kernels), with fewer passes over the parameters and their state."),
-        code=_fused_code(run), cost=ab_cost(""), about="host:optimizer",
-        score=min(1.0, share), ranks=tuple(x.rank for _, x in shares
-                                           if x.host.get("optimizer", 0) > 0))]
-
-
-def _fused_code(run) -> str:
-    name = optimizer_name(run) or "AdamW"
-    return f"opt = torch.optim.{name}(model.parameters(), lr=lr, fused=True)"
-
-
 def not_proposed(run) -> list:
     """[(move, why)] the diagnosis rules out for this run (shown with the suggestions)."""
     out = []
     ds = [d for d in diagnose(run) if d.bound == "host"]
     cfg = run.config
-    if ds and _fsdp_training(run) and cfg.compile not in CAPTURING_MODES:
+    if ds and fsdp_training(run) and cfg.compile not in CAPTURING_MODES:
         out.append(("compile='reduce-overhead' (CUDA graphs)", _NO_GRAPHS))
-    refusal = fused_refusal(run, cfg.resolved_parallel) if cfg is not None else ""
-    if refusal and cfg.optimizer_impl in ("as-built", "foreach") and _trains(run) and \
-            _optimizer_worth_it(run, ds):
-        out.append(("optimizer_impl='fused'", refusal))
     return out
-
-
-def _optimizer_worth_it(run, host_bound) -> bool:
-    """The optimizer holds enough of the step that a fused one would have been proposed:
-    a host-bound FSDP2 step's host wait, or a CPU rank's step."""
-    if host_bound and _fsdp_training(run):
-        d = worst(host_bound)
-        ms = d.host.get("optimizer", 0.0)
-        if d.share(ms) >= CAUSE_SHARE or ms >= 2 * CAUSE_SHARE * d.waits["host"] > 0:
-            return True
-    cpu = [d for d in diagnose(run, cpu_split=True) if d.bound == "cpu" and d.cpu_steps]
-    return any(_cpu_optimizer_share(d) >= CPU_OPTIMIZER_SHARE for d in cpu)
-
-
-def _cpu_optimizer_share(d) -> float:
-    """The optimizer's share of a CPU rank's own work: its profiled step less the time in
-    hooks and collectives, which on gloo is mostly waiting for a peer (it grows with a
-    loaded peer, not with this rank's optimizer). NaN: nothing left."""
-    work = sum(d.host.values()) - d.host.get("hooks", 0.0)
-    return d.host.get("optimizer", 0.0) / work if work > 0 else math.nan
 
 
 def _stretch(d) -> str:
@@ -403,4 +339,4 @@ def _stretch(d) -> str:
     return ""
 
 
-RULES = (eager_start, cuda_graphs, host_fsdp, host_syncs, larger_batch, cpu_optimizer)
+RULES = (eager_start, cuda_graphs, host_fsdp, host_syncs, larger_batch)
