@@ -58,13 +58,41 @@ class Lifeline:
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.sock, selectors.EVENT_READ)
         self.closed = False
+        self._drop: list = []         # connections to end, closed by the loop (it owns sel)
         threading.Thread(target=self._loop, name="nbtools-lifeline", daemon=True).start()
+
+    def drop(self, token: str) -> None:
+        """End the connection of the engine holding ``token`` (it ends itself on the
+        end-of-file). Closed by the loop thread, which unregisters it first: a socket
+        closed behind the selector's back left its fd's key there, the next engine's
+        connection got that fd, and registering it raised KeyError and ended the loop,
+        so no engine after it was ever heard from (CI: "it never called back")."""
+        with self.lock:
+            e = self.engines.get(token)
+            if e is not None:
+                self._drop.append(e["conn"])
+
+    def _end(self, conn, buffers: dict) -> None:
+        try:
+            self.sel.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        buffers.pop(conn, None)
+        conn.close()
+        with self.lock:
+            for e in self.engines.values():
+                if e["conn"] is conn:
+                    e["alive"] = False
 
     def _loop(self) -> None:
         buffers: dict = {}
         while not self.closed:
+            with self.lock:
+                ending, self._drop = self._drop, []
+            for conn in ending:
+                self._end(conn, buffers)
             try:
-                events = self.sel.select(0.5)
+                events = self.sel.select(0.2 if not ending else 0)
             except (OSError, ValueError):
                 return
             for key, _ in events:
@@ -75,7 +103,11 @@ class Lifeline:
                         continue
                     _keepalive(conn)
                     buffers[conn] = b""
-                    self.sel.register(conn, selectors.EVENT_READ)
+                    try:
+                        self.sel.register(conn, selectors.EVENT_READ)
+                    except KeyError:    # a socket closed elsewhere left this fd's key
+                        self.sel.unregister(conn.fileno())
+                        self.sel.register(conn, selectors.EVENT_READ)
                     continue
                 conn = key.fileobj
                 try:
@@ -90,12 +122,7 @@ class Lifeline:
                             self.engines[token] = dict(pid=int(pid), host=host, conn=conn,
                                                        alive=True)
                     continue
-                self.sel.unregister(conn)
-                conn.close()
-                with self.lock:
-                    for e in self.engines.values():
-                        if e["conn"] is conn:
-                            e["alive"] = False
+                self._end(conn, buffers)
 
     def get(self, token: str) -> Optional[dict]:
         """What the engine holding ``token`` said when it connected (host, pid), or None yet."""
@@ -320,12 +347,7 @@ class Hosts:
                 r.launcher.ssh_sender.cmd_kill(r.launcher.pid, 9)
             except Exception:
                 pass
-        line = self.lifeline.get(r.token)
-        if line is not None:
-            try:
-                line["conn"].close()       # and it ends itself on the end-of-file
-            except OSError:
-                pass
+        self.lifeline.drop(r.token)        # and it ends itself on the end-of-file
         _stop_waiting(r.launcher)
         self.lab.cluster.engines.pop(r.set_id, None)
         self.remotes.remove(r)
