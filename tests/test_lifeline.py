@@ -1,4 +1,4 @@
-"""The lifeline (nbtools/lab/hosts.py): each remote engine holds one connection to the lab
+"""The lifeline (nbtools/lab/lifeline.py): each remote engine holds one connection to the lab
 and ends itself on its end-of-file. Real sockets on loopback, the lab's own listener thread.
 
 Seen in CI (test_hosts' stuck rank on host b): retiring a stuck engine closed its connection
@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import time
 
-from nbtools.lab.hosts import Lifeline
+from nbtools.lab.lifeline import Lifeline
 
 
 def _connect(line: Lifeline, token: str, c: socket.socket | None = None) -> socket.socket:
