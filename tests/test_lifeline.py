@@ -55,3 +55,4 @@ def test_a_dropped_engine_gets_eof_and_the_next_one_is_still_heard():
             c.close()
     finally:
         line.close()
+    assert not line.thread.is_alive()      # a closed lifeline leaves no thread behind

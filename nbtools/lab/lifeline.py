@@ -25,7 +25,8 @@ class Lifeline:
         self.sel.register(self.sock, selectors.EVENT_READ)
         self.closed = False
         self._drop: list = []         # connections to end, closed by the loop (it owns sel)
-        threading.Thread(target=self._loop, name="nbtools-lifeline", daemon=True).start()
+        self.thread = threading.Thread(target=self._loop, name="nbtools-lifeline", daemon=True)
+        self.thread.start()
 
     def drop(self, token: str) -> None:
         """End the connection of the engine holding ``token`` (it ends itself on the
@@ -105,6 +106,9 @@ class Lifeline:
                 except OSError:
                     pass
         self.sock.close()
+        # a closed lifeline leaves no thread behind (it wakes within 0.2 s to see closed)
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=2.0)
 
 
 def _keepalive(conn) -> None:
