@@ -107,6 +107,19 @@ def test_little_memory_and_an_idle_gpu_suggest_a_larger_batch_judged_by_items_pe
     assert custom["larger-batch"].change == {} and "batch_size" in custom["larger-batch"].code
 
 
+def test_a_busy_gpu_with_few_sms_active_suggests_a_larger_batch():
+    """A GPU that hardly idles but whose kernels keep a fifth of the SMs busy (NVML GPM;
+    tp-mlp-infer b16 on 1 x H200: idle 17 %, SM activity 13-28 %) is filled by a larger
+    batch; with the SMs busy it is not."""
+    cfg = StepConfig(scenario="tp-mlp-infer", batch=4, compile="reduce-overhead")
+    busy = dict(gpu_row(idle=10.0, host=6.0, kernel=3.0, other=1.0, peak=2_000.0, busy=88.0,
+                        causes=dict(launch=6.0)), sm_active_pct=22.0)
+    s = {x.rule: x for x in advise(run_of(cfg, [busy], train=False))}["larger-batch"]
+    assert s.change == {"batch": 8} and "SMs active 22 %" in s.evidence
+    full = dict(busy, sm_active_pct=85.0)
+    assert "larger-batch" not in [x.rule for x in advise(run_of(cfg, [full], train=False))]
+
+
 def test_diagnosis_words_name_the_bound_and_the_host_causes():
     d = diagnose(run_of(FSDP, [gpu_row()]))[0]
     assert isinstance(d, Diagnosis) and d.bound == "host"
@@ -181,7 +194,33 @@ def test_the_machines_signals_back_a_host_bound_reading_without_the_profiler():
     assert not d.host_bound_by_signals and "bottleneck there too" not in d.text
     unprofiled = dict(rank=0, device="gpu", step_ms=92.0, gpu_util_pct=18.0, cpu_pct=99.0)
     d = diagnose(run_of(FSDP, [unprofiled]))[0]
-    assert d.bound == "unknown" and "the host is the bottleneck there too" in d.text
+    assert d.bound == "unknown" and d.text.endswith("the host is the bottleneck.")
+    # a GPU-bound profile with a second of low readings: said as a disagreement, not "too"
+    gpu_bound = dict(gpu_row(idle=10.0, host=6.0, kernel=3.0, other=1.0), gpu_util_pct=15.0,
+                     cpu_pct=98.0)
+    d = diagnose(run_of(FSDP, [gpu_bound]))[0]
+    assert d.bound == "gpu" and "unlike the profiled step" in d.text
+    assert "bottleneck there too" not in d.text
+
+
+def test_a_fix_in_your_code_is_listed_once_across_re_advice():
+    """explore re-advises after each kept change: a suggestion with no field to change
+    (a larger batch in the person's batch function) was listed again each time (1 x H200,
+    session 23: two '(in your code)' rows for one larger-batch suggestion)."""
+    from nbtools.analysis.advice.suggestion import Suggestion
+    from nbtools.lab.explore import untried
+
+    def sug(rule, change=None, patch=None):
+        return Suggestion(rule=rule, title=rule, change=change or {}, evidence="",
+                          why="", code="", cost="", model_patch=patch or {})
+    seen = set()
+    first = [sug("larger-batch"), sug("launch-bound", {"compile": "reduce-overhead"}),
+             sug("module-int-guard", patch={"config.use_cache": False})]
+    assert [s.rule for s, _ in untried(first, seen)] == ["larger-batch", "launch-bound",
+                                                          "module-int-guard"]
+    again = first + [sug("eager", {"compile": "default"}), sug("host-syncs")]
+    assert [(s.rule, c) for s, c in untried(again, seen)] == [
+        ("eager", {"compile": "default"}), ("host-syncs", {})]
 
 
 def test_a_run_on_graphs_compiled_elsewhere_says_its_compile_findings_cannot_be_read():

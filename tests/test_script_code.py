@@ -46,3 +46,17 @@ def test_an_exploration_of_a_served_model_hands_over_forward_only():
     assert "backward" not in scenario and "out = model(x)" in scenario, scenario
     assert "loss.backward()" in _explored(StepConfig(scenario="ddp-train"), None,
                                           compile="default").code()
+
+
+def test_a_batch_the_exploration_grew_is_in_the_code():
+    """1 x H200, session 23: explore kept batch 4 -> 256 for tp-mlp-infer and code() said
+    nothing of it (batch was a measuring field, left out of the script)."""
+    start = StepConfig(scenario="tp-mlp-infer", batch=4, compile="reduce-overhead")
+    ex = Exploration(start=start, best=start.replace(batch=256), workload=None,
+                     best_workload=None, kept=[{"batch": 8}, {"batch": 256}])
+    code = ex.code()
+    compile(code, "script", "exec")
+    assert "# changed by the exploration: batch" in code
+    assert "batch_size=256)   # changed" in code
+    same = Exploration(start=start, best=start, workload=None, best_workload=None).code()
+    assert "batch_size" not in same

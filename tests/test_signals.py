@@ -205,12 +205,24 @@ def test_a_low_clock_is_said_once_as_clock_low():
 
 
 def test_utilisation_and_the_process_cpu_are_read_over_the_measured_steps():
-    util = [5.0] * 10
-    cpu = [99.0] * 10
-    steps = pd.concat([_steps(0, n=3, phase="warmup"), _steps(0, n=7, first=3)])
+    n = 20                                               # 17 measured steps: 1.7 s
+    util, cpu = [5.0] * n, [99.0] * n
+    steps = pd.concat([_steps(0, n=3, phase="warmup"), _steps(0, n=n - 3, first=3)])
     util[:3], cpu[:3] = [100.0] * 3, [20.0] * 3          # warm-up: left out
-    cols = M.columns({0: _gpu_report([1980.0] * 10, [0] * 10, util, cpu)}, steps)
+    # NVML's reading covers up to a second before it: the first second's readings hold
+    # the warm-up too, and are left out (samples at 350-1250 ms)
+    util[3:13] = [60.0] * 10
+    cols = M.columns({0: _gpu_report([1980.0] * n, [0] * n, util, cpu)}, steps)
     assert cols.loc[0, "gpu_util_pct"] == 5.0 and cols.loc[0, "cpu_pct"] == 99.0
+
+
+def test_measured_steps_shorter_than_nvmls_period_have_no_utilisation_reading():
+    """1 x H200, session 23: 20 steps of 2.7 ms (54 ms) read 'the GPU busy 0 %' from a
+    reading that was mostly the time before them, on a GPU-bound step."""
+    util, cpu = [0.0] * 10, [99.0] * 10
+    steps = pd.concat([_steps(0, n=3, phase="warmup"), _steps(0, n=7, first=3)])
+    cols = M.columns({0: _gpu_report([1980.0] * 10, [0] * 10, util, cpu)}, steps)
+    assert np.isnan(cols.loc[0, "gpu_util_pct"]) and cols.loc[0, "cpu_pct"] == 99.0
 
 
 def test_short_steps_between_samples_read_the_next_sample():
@@ -251,3 +263,18 @@ def test_a_verdict_names_throttled_and_falling_clock_runs_in_its_caveats():
     assert "1 of 2 runs with the GPU throttling (see their flags)" in cmp.caveats
     assert "1 of 2 runs with the SM clock falling (see their flags)" in cmp.caveats
     assert Comparison(run(""), run("")).caveats == ()
+
+
+def test_sm_activity_counts_the_gpm_readings_whose_period_lies_inside_the_measured_steps():
+    """A GPM metric covers the time since the previous GPM read (every 5th sample here: 500
+    ms); the reading that covers the warm-up is left out, and 2 steps of 100 ms have none
+    (1 x H200, session 23: 20 steps of 2.8 ms read 'SMs active 0 %')."""
+    n = 20
+    sm = [np.nan] * n
+    sm[4], sm[9], sm[14], sm[19] = 99.0, 20.0, 20.0, 20.0      # at 450, 950, 1450, 1950 ms
+    rep = _gpu_report([1980.0] * n, [0] * n)
+    rep["signals"]["values"]["sm_active_pct"] = sm
+    steps = pd.concat([_steps(0, n=3, phase="warmup"), _steps(0, n=n - 3, first=3)])
+    assert M.columns({0: rep}, steps).loc[0, "sm_active_pct"] == 20.0
+    short = pd.concat([_steps(0, n=3, phase="warmup"), _steps(0, n=2, first=3)])
+    assert np.isnan(M.columns({0: rep}, short).loc[0, "sm_active_pct"])

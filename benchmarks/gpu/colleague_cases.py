@@ -148,7 +148,8 @@ def main() -> int:
             first_look("hand-written MLP, eager", wl, cfg)
             explore("hand-written MLP eager", wl, cfg, budget=a.budget)
         if "batch" in cases:
-            cfg = StepConfig(scenario="tp-mlp-infer", batch=4, warmup=5, steps=20, profiled=1,
+            # 100 measured steps (~0.2 s): a GPM reading (SM activity) covers 100 ms or more
+            cfg = StepConfig(scenario="tp-mlp-infer", batch=4, warmup=5, steps=100, profiled=1,
                              compile="default" if a.tiny else "reduce-overhead",
                              backend="eager" if a.tiny else "inductor")
             first_look("tp-mlp-infer batch 4 under CUDA graphs", cfg)

@@ -86,7 +86,9 @@ def matmuls(d: int, n: int, bf16: bool) -> Workload:
 def drift(lab, cfg, n_runs: int) -> list:
     say(f"(a) drift: {cfg.label()}, warm-up {cfg.warmup}, measured {cfg.steps}; {n_runs} "
         "identical runs back to back")
-    say(" run  id        step_ms  sm_MHz(mean)  temp_C(max)  power_W(med)  gpu_busy%  cpu%")
+    # SM activity (GPM, between two 20 ms samples), not NVML's utilisation: that covers up
+    # to a second before each read, mostly the time before a 30 ms run's steps
+    say(" run  id        step_ms  sm_MHz(mean)  temp_C(max)  power_W(med)  sm_active%  cpu%")
     runs = []
     for i in range(n_runs):
         r = lab.run(cfg)
@@ -94,7 +96,7 @@ def drift(lab, cfg, n_runs: int) -> list:
         say(f"{i + 1:4d}  {r.run_id}  {combine(r.summary, 'step_ms', r.config):8.4f}  "
             f"{measured(r, 'sm_clock_mhz'):12.1f}  {measured(r, 'gpu_temp_c', np.nanmax):11.1f}  "
             f"{measured(r, 'gpu_power_w', np.nanmedian):12.1f}  "
-            f"{measured(r, 'gpu_util_pct'):9.1f}  {measured(r, 'cpu_pct'):5.1f}")
+            f"{measured(r, 'sm_active_pct'):10.1f}  {measured(r, 'cpu_pct'):5.1f}")
     k = max(1, min(8, n_runs // 3))
     first = [combine(r.summary, "step_ms", r.config) for r in runs[:k]]
     last = [combine(r.summary, "step_ms", r.config) for r in runs[-k:]]

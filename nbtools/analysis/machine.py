@@ -57,11 +57,17 @@ def columns(reports: dict, steps: pd.DataFrame, samples: pd.DataFrame | None = N
         one = samples[samples["rank"] == r]
         load, _ = S.during(one, st, r, "host_load", TIMED)
         row = dict(rank=r, host_load=_mean(load))
-        for col, sig in (("gpu_util_pct", "gpu_util_pct"), ("sm_active_pct", "sm_active_pct"),
-                         ("cpu_pct", "cpu_pct"), ("host_cpu_pct", "host_cpu_pct")):
-            v, _ = S.during(one, st, r, sig, MEASURED)
+        for col in ("cpu_pct", "host_cpu_pct"):
+            v, _ = S.during(one, st, r, col, MEASURED)
             if len(v):
                 row[col] = _mean(v)
+        # NVML's utilisation covers up to a second before each read, a GPM metric the time
+        # since the last GPM sample (100 ms or more): only readings whose whole period lies
+        # inside the measured steps (none where those span less)
+        for col, floor in (("gpu_util_pct", S.NVML_PERIOD_NS), ("sm_active_pct", S.GPM_PERIOD_NS)):
+            if (one["signal"] == col).any():
+                period = S.read_period(one, r, col, floor)
+                row[col] = _mean(S.trailing(one, st, r, col, period, MEASURED))
         if "sm_max_mhz" in m:
             row.update(_gpu(one, st, r, m))
         rows.append(row)

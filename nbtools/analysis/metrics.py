@@ -208,11 +208,13 @@ _ALL = (
     _m("gpu_index", "", "gpu", "", "", "the GPU's index as NVML and nvidia-smi number it"),
     # the signals sampled through the run (run.samples), read over the measured steps
     _m("gpu_util_pct", "%", "gpu", "mean", "", "GPU busy over the measured steps: mean of "
-       "NVML's utilisation samples (share of each sample period in which a kernel ran; the "
-       "period is 1/6 to 1 s, so steps shorter than that read with their neighbours)"),
+       "NVML's utilisation samples (share of each sample period in which a kernel ran) whose "
+       "period lies inside the measured steps; the period is up to 1 s, so measured steps "
+       "spanning less than a second have no reading (empty)"),
     _m("sm_active_pct", "%", "gpu", "mean", "", "share of the SMs busy over the measured steps "
-       "(NVML GPM, Hopper and newer): low with gpu_util_pct high means kernels too small "
-       "to fill the GPU"),
+       "(NVML GPM, Hopper and newer; readings whose 100 ms or more lie inside the measured "
+       "steps, empty where those span less): low on a GPU that hardly idles means kernels "
+       "too small to fill it"),
     _m("cpu_pct", "%", "more", "mean", "", "CPU of the rank's process over the measured "
        "steps (all its threads; 100 = one core busy): about 100 with the GPU idle means "
        "the step waits on its Python thread (host-bound)"),

@@ -84,6 +84,13 @@ REASONS = {0x1: "GPU idle", 0x2: "applications clocks setting", 0x4: "power cap"
 THROTTLING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 SLACK_NS = 50_000_000   # a sample up to 50 ms after a step's end still speaks of it (NVML's
                         # values are averages over the time before the read)
+# NVML's utilisation is the busy share of its own sample period, "between 1 second and 1/6
+# second depending on the product" (nvml.h): a reading speaks of the measured steps alone
+# only if the second before it lies inside them
+NVML_PERIOD_NS = 1_000_000_000
+# a GPM metric is computed between two GPM samples, which NVML wants over 100 ms apart
+# ("due to the internal sample refresh rate"): a reading speaks of the time since the last
+GPM_PERIOD_NS = 100_000_000
 
 
 def empty() -> pd.DataFrame:
@@ -194,6 +201,32 @@ def during(samples: pd.DataFrame, steps: pd.DataFrame, rank: int, signal: str,
             if len(after):
                 return v[after[:1]], np.array([int(last["step"])])
     return v[keep], step[keep]
+
+
+def trailing(samples: pd.DataFrame, steps: pd.DataFrame, rank: int, signal: str,
+             period_ns: int = NVML_PERIOD_NS, phases=("measured",)) -> np.ndarray:
+    """Values of one rank's signal whose reading covers only its steps of ``phases``: a
+    signal averaged over the ``period_ns`` before each read (NVML's utilisation) counts
+    where that whole period lies between the first such step's start and the last one's
+    end (plus SLACK_NS). Empty when the steps span less than ``period_ns``: on a
+    millisecond step such a reading is mostly the time before the steps."""
+    ts, v = series(samples, rank, signal)
+    st = steps[(steps["rank"] == rank) & steps["phase"].astype(str).isin(list(phases))] \
+        if len(steps) else steps
+    if not len(ts) or not len(st):
+        return np.zeros(0)
+    lo = int(st["ts_ns"].min()) + period_ns
+    hi = int((st["ts_ns"] + st["dur_ns"]).max()) + SLACK_NS
+    return v[(ts >= lo) & (ts <= hi)]
+
+
+def read_period(samples: pd.DataFrame, rank: int, signal: str, floor_ns: int) -> int:
+    """The time one reading of a signal covers: the median gap between its readings (a
+    GPM metric is read every few samples), at least ``floor_ns``."""
+    ts, v = series(samples, rank, signal)
+    ts = ts[np.isfinite(v)]
+    gap = int(np.median(np.diff(ts))) if len(ts) > 1 else 0
+    return max(gap, floor_ns)
 
 
 def scale_of(signal: str, values: np.ndarray, machine: dict | None) -> float:

@@ -137,9 +137,13 @@ def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None,
     out = ["# what the lab ran, as code for your own script"]
     if nothing:
         out.append(f"# {nothing}: keep your script as it is; these lines are what it ran")
-    moved = [f for f in changed if f not in MEASURING]
+    moved = [f for f in changed if f not in MEASURING or f == "batch"]
     if moved:
         out.append(f"# changed by the exploration: {', '.join(moved)}")
+    if "batch" in changed and cfg.batch:
+        # the lab's scenarios make their own batches: in a script it is the loader's size
+        out.append(f"loader = DataLoader(dataset, batch_size={cfg.batch})   # changed "
+                   "(per rank)")
     if model_lines:
         out.append("# on the model as built, before it is sharded or compiled:")
         out += list(model_lines)

@@ -176,21 +176,10 @@ class _Explorer(Runs):
         return advice
 
     def suggested(self, advice) -> list:
-        out = []
-        for s in advice:
-            if s.model_patch and not s.change:
-                if self.new({f"model.{k}": v for k, v in s.model_patch.items()}):
-                    out.append((s, {}))
-            elif not s.change or self.new(s.change):
-                out.append((s, dict(s.change)))
-        return out
+        return untried(advice, self.seen)
 
     def new(self, change: dict) -> bool:
-        k = tuple(sorted((f, repr(v)) for f, v in change.items()))
-        if k in self.seen:
-            return False
-        self.seen.add(k)
-        return True
+        return _new(change, self.seen)
 
     def still_shown(self, advice, rest: list, kept: str) -> list:
         """The candidates not proven yet that the new best's advice still has (and the
@@ -347,6 +336,29 @@ class _Explorer(Runs):
         if self.on_step is not None:
             self.on_step(dict(row))
         return None
+
+
+def untried(advice, seen: set) -> list:
+    """[(suggestion, change)] of ``advice`` not listed before (``seen``: the keys of what
+    was, updated): a field change or model patch once each, and a fix in the person's own
+    code once per rule, not again after each kept change re-advises."""
+    out = []
+    for s in advice:
+        if s.model_patch and not s.change:
+            key = {f"model.{k}": v for k, v in s.model_patch.items()}
+        else:
+            key = dict(s.change) or {f"(in your code) {s.rule}": s.title}
+        if _new(key, seen):
+            out.append((s, dict(s.change)))
+    return out
+
+
+def _new(change: dict, seen: set) -> bool:
+    k = tuple(sorted((f, repr(v)) for f, v in change.items()))
+    if k in seen:
+        return False
+    seen.add(k)
+    return True
 
 
 def _pct(b) -> str:

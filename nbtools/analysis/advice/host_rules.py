@@ -34,6 +34,7 @@ of the host wait (a screen round costs four runs, so a move is tried on modest e
 and kept only on proof)."""
 SYNC_SHARE = 0.05
 MEMORY_SHARE = 0.40
+SM_ACTIVE_PCT = 50.0     # SM activity (GPM) below this on a busy GPU: kernels too small
 """A GPU rank whose peak memory is below this share of the device's has room to double
 its batch (activations grow about linearly with it)."""
 
@@ -137,7 +138,8 @@ def host_fsdp(run) -> list[Suggestion]:
         out.append(Suggestion(
             rule=rule, title=title, change=change,
             evidence=(f"{head}; of it {CAUSE_WORDS[cause]} {ms:.3g} ms "
-                      f"({_pct(d.share(ms))} of the step)" + _stretch(d) + d.signals_text()),
+                      f"({_pct(d.share(ms))} of the step)" + _stretch(d) + "."
+                      + d.signals_text()),
             why=why, code=code, cost=ab_cost(""), about=f"host:{cause}",
             score=min(1.0, d.share(ms)), ranks=_ranks(ds)))
 
@@ -279,7 +281,8 @@ def _ops_per_step(run) -> float:
 
 def larger_batch(run) -> list[Suggestion]:
     """A GPU rank with room in memory (peak below 40 % of the device) whose step idles at
-    least 30 % or computes under half of it: a larger batch does more work per launch and
+    least 30 %, computes under half of it, or keeps under half of the SMs active (NVML GPM,
+    over the measured steps): a larger batch does more work per launch and
     per host step. Judged by items per second (a larger batch's step is longer). For the
     built-in scenarios (a Workload's batch function fixes its size: the code says so).
     Score: the idle share, at most 0.5 (a different workload, not a faster same one)."""
@@ -293,8 +296,12 @@ def larger_batch(run) -> list[Suggestion]:
     ds = [d for d in diagnose(run) if d.device == "gpu"]
     d = worst(ds)
     busy = float(gpu["compute_busy_pct"].mean()) if "compute_busy_pct" in gpu else math.nan
+    # NVML GPM: the share of SMs busy; low on a GPU that hardly idles means kernels too small
+    # to fill it (a batch-4 GEMM on 132 SMs), which a larger batch fills at little extra time
+    sm_pct = float(gpu["sm_active_pct"].mean()) if "sm_active_pct" in gpu else math.nan
+    few_sms = sm_pct == sm_pct and sm_pct < SM_ACTIVE_PCT
     if not (mem < MEMORY_SHARE and d is not None and (
-            d.idle_share >= BOUND_SHARE or busy < 50)):
+            d.idle_share >= BOUND_SHARE or busy < 50 or few_sms)):
         return []
     if "items_per_s" not in sm or not sm["items_per_s"].notna().any():
         return []
@@ -310,10 +317,14 @@ def larger_batch(run) -> list[Suggestion]:
         evidence=(f"peak memory {float(gpu['peak_mem_mb'].max()):,.0f} MB of "
                   f"{float(gpu['device_mem_mb'].max()):,.0f} MB ({_pct(mem)}), the GPU idle "
                   f"{_pct(d.idle_share)} of the profiled step, compute busy {busy:.0f} %"
+                  + (f", the SMs active {sm_pct:.0f} % of the measured steps (NVML GPM): the "
+                     "kernels fill a small part of the GPU" if few_sms else "")
                   + (f"; batch {now} now" if now else "")),
-        why=("The host's work per step (launches, Python, hooks) hardly grows with the batch "
-             "while the kernels' work does, so a larger batch keeps the GPU busier; the "
-             "step gets longer, so compare items per second, not step time."),
+        why=(("Kernels that occupy a few of the SMs take about as long with more rows, "
+              "so a larger batch fills the idle SMs at little extra time" if few_sms else
+              "The host's work per step (launches, Python, hooks) hardly grows with the "
+              "batch while the kernels' work does, so a larger batch keeps the GPU busier")
+             + "; the step gets longer, so compare items per second, not step time."),
         code=("# make your batch function return twice the samples, e.g.\n"
               "loader = DataLoader(dataset, batch_size=2 * batch_size, ...)"
               if custom else f"# batch_size = {int(now) * 2}"),
