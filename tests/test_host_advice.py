@@ -232,3 +232,37 @@ def test_a_run_on_graphs_compiled_elsewhere_says_its_compile_findings_cannot_be_
     assert run.compiled_by == "0123abcd"
     text = str(advise(run))
     assert "reused graphs compiled by run #0123abcd, which is not in this history" in text
+
+
+def test_a_real_host_bound_fsdp2_step_on_h200_names_hooks_and_compiled_calls():
+    """issue 43.5 on the H200 fixture (tests/fixtures/h200/README.md): a Llama FSDP2 step,
+    per-block compile, AdamW. The host attribution recomputed here from the events agrees
+    with what the device computed, the two causes the lab proved a move for lead, and the
+    advice is the moves that shorten them, with CUDA graphs ruled out."""
+    from pathlib import Path
+
+    from nbtools.analysis.idle import step_waits
+    here = Path(__file__).parent / "fixtures" / "h200"
+    events = pd.read_parquet(here / "fsdp_host_events.parquet")
+    summary = pd.read_parquet(here / "fsdp_host_summary.parquet")
+    waits = step_waits(events)
+    assert sorted(waits["step"]) == [11, 12]                 # the two profiled steps
+    row = summary.iloc[0]
+    for c in HOST_CAUSES:
+        assert waits[f"host_{c}_ms"].mean() == pytest.approx(row[f"host_{c}_ms"], rel=1e-6), c
+    window = row["profiled_window_ms"]
+    assert 0.5 < row["host_wait_ms"] / window < 0.6         # the GPU waited 56 % for the host
+    host = {c: row[f"host_{c}_ms"] for c in HOST_CAUSES}
+    top = sorted(host, key=host.get, reverse=True)[:2]
+    assert set(top) == {"hooks", "compiled"}, host          # 23.6 and 23.5 ms a step
+    assert host["optimizer"] / window < 0.05                # AdamW.step: 2 ms, not the cause
+    run = Run(config=FSDP.replace(warmup=3, steps=8, profiled=2), summary=summary,
+              ranks={0: {"train": True}})
+    d = diagnose(run)[0]
+    assert d.bound == "host" and "FSDP/DDP hooks" in d.text
+    assert "The profiler stretched this step by 40 %" in d.text
+    advice = advise(run)
+    rules = [s.rule for s in advice]
+    assert {"host-fsdp-hooks", "host-per-block-calls"} <= set(rules), rules
+    assert "host-optimizer" not in rules and "launch-bound" not in rules
+    assert any("reduce-overhead" in m for m, _ in advice.not_proposed)
