@@ -116,8 +116,14 @@ def test_a_busy_gpu_with_few_sms_active_suggests_a_larger_batch():
                         causes=dict(launch=6.0)), sm_active_pct=22.0)
     s = {x.rule: x for x in advise(run_of(cfg, [busy], train=False))}["larger-batch"]
     assert s.change == {"batch": 8} and "SMs active 22 %" in s.evidence
+    # a training step with its SMs busy: no; the same served: its batch is worth a screen
     full = dict(busy, sm_active_pct=85.0)
-    assert "larger-batch" not in [x.rule for x in advise(run_of(cfg, [full], train=False))]
+    train = StepConfig(scenario="ddp-train", batch=4, compile="default")
+    assert "larger-batch" not in [x.rule for x in advise(run_of(train, [full], train=True))]
+    served = {x.rule: x for x in advise(run_of(cfg, [full], train=False))}
+    assert "a served model (forward only)" in served["larger-batch"].evidence
+    assert "larger-batch" not in [x.rule for x in advise(run_of(
+        cfg, [dict(full, peak_mem_mb=80_000.0)], train=False))]      # memory: no room
 
 
 def test_diagnosis_words_name_the_bound_and_the_host_causes():

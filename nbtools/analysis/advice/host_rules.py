@@ -281,8 +281,8 @@ def _ops_per_step(run) -> float:
 
 def larger_batch(run) -> list[Suggestion]:
     """A GPU rank with room in memory (peak below 40 % of the device) whose step idles at
-    least 30 %, computes under half of it, or keeps under half of the SMs active (NVML GPM,
-    over the measured steps): a larger batch does more work per launch and
+    least 30 %, computes under half of it, keeps under half of the SMs active (NVML GPM,
+    over the measured steps) or serves a model (forward only): a larger batch does more work per launch and
     per host step. Judged by items per second (a larger batch's step is longer). For the
     built-in scenarios (a Workload's batch function fixes its size: the code says so).
     Score: the idle share, at most 0.5 (a different workload, not a faster same one)."""
@@ -300,8 +300,13 @@ def larger_batch(run) -> list[Suggestion]:
     # to fill it (a batch-4 GEMM on 132 SMs), which a larger batch fills at little extra time
     sm_pct = float(gpu["sm_active_pct"].mean()) if "sm_active_pct" in gpu else math.nan
     few_sms = sm_pct == sm_pct and sm_pct < SM_ACTIVE_PCT
+    # a served model's batch is its throughput knob (a training batch also changes what is
+    # learned): with memory to spare it is worth a screen, which drops it if items/s do not
+    # rise; on 1 x H200 tp-mlp-infer's items/s doubled with each doubling from batch 8 to
+    # 64 while the SMs read over half busy
+    serving = not trains(run)
     if not (mem < MEMORY_SHARE and d is not None and (
-            d.idle_share >= BOUND_SHARE or busy < 50 or few_sms)):
+            d.idle_share >= BOUND_SHARE or busy < 50 or few_sms or serving)):
         return []
     if "items_per_s" not in sm or not sm["items_per_s"].notna().any():
         return []
@@ -319,6 +324,7 @@ def larger_batch(run) -> list[Suggestion]:
                   f"{_pct(d.idle_share)} of the profiled step, compute busy {busy:.0f} %"
                   + (f", the SMs active {sm_pct:.0f} % of the measured steps (NVML GPM): the "
                      "kernels fill a small part of the GPU" if few_sms else "")
+                  + ("; a served model (forward only)" if serving else "")
                   + (f"; batch {now} now" if now else "")),
         why=(("Kernels that occupy a few of the SMs take about as long with more rows, "
               "so a larger batch fills the idle SMs at little extra time" if few_sms else
