@@ -272,3 +272,26 @@ def test_a_real_host_bound_fsdp2_step_on_h200_names_hooks_and_compiled_calls():
     assert {"host-fsdp-hooks", "host-per-block-calls"} <= set(rules), rules
     assert "host-optimizer" not in rules and "launch-bound" not in rules
     assert any("reduce-overhead" in m for m, _ in advice.not_proposed)
+
+
+def test_proofs_start_with_the_change_that_won_every_pairing_of_its_screen():
+    """1 x H200, session 23, a Llama under FSDP2 with use_cache on: the screens read
+    reshard 0.87 (B 128, 102 ms; A 124, 140) and use_cache=False 0.91 (B 114, 105; A 124,
+    118); proving the noisier one first left use_cache untried for lack of budget."""
+    from types import SimpleNamespace
+
+    from nbtools.lab.explore_runs import gain, sure_gain
+
+    def screen(a, b):
+        return SimpleNamespace(round_values=lambda metric: ([a], [b]))
+    reshard, cache = screen([124, 140], [128, 102]), screen([124, 118], [114, 105])
+    whole = screen([138, 126], [142, 141])
+    assert gain(0.87, "step_ms") > gain(0.91, "step_ms")            # the point readings
+    order = sorted([("reshard", reshard), ("cache", cache), ("whole", whole)],
+                   key=lambda kv: -sure_gain(kv[1], "step_ms"))
+    assert [k for k, _ in order] == ["cache", "reshard", "whole"]
+    assert sure_gain(cache, "step_ms") == pytest.approx(118 / 114)
+    # items/s: higher is better, B's lower run against A's higher
+    assert sure_gain(screen([1900, 1920], [2810, 2830]), "items_per_s") == \
+        pytest.approx(2810 / 1920)
+    assert sure_gain(screen([], []), "step_ms") == 0.0

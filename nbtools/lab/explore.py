@@ -33,7 +33,8 @@ from nbtools.config.workload import Workload, with_model_patch
 from nbtools.lab import ab as ab_rounds
 from nbtools.lab import price, tried
 from nbtools.lab.explore_args import check_also, check_budget, target_and_start
-from nbtools.lab.explore_runs import Runs, clearly_worse, first_error, gain, screen_text
+from nbtools.lab.explore_runs import (Runs, clearly_worse, first_error, gain, screen_text,
+                                      sure_gain)
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.live_line import LiveLine
 from nbtools.results.exploration import (DROPPED, EQUIVALENT, GONE, IN_YOUR_CODE, KEPT,
@@ -105,6 +106,7 @@ class _Candidate:
     ka: tuple = ()
     kb: tuple = ()
     gain: float = 1.0     # the screen's B over A as "times better" (1: not screened)
+    sure: float = 1.0     # the same in the round's least favourable pairing (the order)
     metric: str = "step_ms"
     extra: dict = field(default_factory=dict)
 
@@ -152,7 +154,7 @@ class _Explorer(Runs):
             promising = self.screen_all(queue)
             if self.ex.note:
                 return
-            promising.sort(key=lambda c: -c.gain)
+            promising.sort(key=lambda c: (-c.sure, -c.gain))
             queue = []
             for i, cand in enumerate(promising):
                 kept = self.prove(cand, len(promising) - i)
@@ -258,7 +260,7 @@ class _Explorer(Runs):
             if not v.rounds:
                 self.add(c.row, f"failed in the screen: {first_error(_failed(cmp))}")
                 continue
-            c.gain = gain(v.ratio, c.metric)
+            c.gain, c.sure = gain(v.ratio, c.metric), sure_gain(cmp, c.metric)
             if clearly_worse(cmp, c.metric, self.ex.equivalence):
                 tried.remember(self.lab, self.ex.best_workload, self.ex.best, c.s or c.change,
                                f"its screen round read {c.row['screen']}")
