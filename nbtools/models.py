@@ -32,7 +32,8 @@ LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_
 
 def llama(batch: int = 2, seq: int = 64, seed: int = 0, name: str = "llama", **config) -> Workload:
     """``LlamaForCausalLM(LlamaConfig(**config))`` training on random tokens (next-token loss),
-    ``batch`` x ``seq`` tokens a step on every rank; ``config``: LlamaConfig fields over
+    ``batch`` x ``seq`` tokens a step on every rank (``batch_size``: StepConfig(batch=N)
+    runs it at N); ``config``: LlamaConfig fields over
     LLAMA_TINY (``use_cache`` defaults to False here, unlike HF's default). Blocks: the
     decoder layers (FSDP2 shards and compiles each); tp_plan: LLAMA_TP_PLAN."""
     require("transformers", why="nbtools.models.llama")
@@ -46,10 +47,10 @@ def llama(batch: int = 2, seq: int = 64, seed: int = 0, name: str = "llama", **c
     tokens = batch * seq
     # PaLM's count (appendix B): 6 N per token for the matmuls, plus 12 L d seq for attention
     flops = partial(_llama_flops, tokens=tokens, attn=12 * layers * d * seq)
-    return Workload(model=partial(_llama_model, config), batch=partial(_tokens, vocab, batch, seq, seed),
+    return Workload(model=partial(_llama_model, config), batch=partial(_tokens, vocab, seq, seed),
                     loss=_next_token_loss, blocks=_decoder_layers, tp_plan=_llama_plan,
                     dynamic_dims=((0, 1),), items=tokens, flops=flops, name=name,
-                    shapes=partial(_token_shape, batch, seq))
+                    shapes=partial(_token_shape, batch, seq), batch_size=batch)
 
 
 def _llama_plan(model, mesh):
@@ -72,7 +73,7 @@ def _decoder_layers(model):
     return model.model.layers
 
 
-def _tokens(vocab, batch, seq, seed, step, device):
+def _tokens(vocab, seq, seed, step, device, batch):
     import torch
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
     t = torch.randint(0, vocab, (batch, seq + 1), generator=g)
@@ -97,10 +98,10 @@ def resnet50(batch: int = 64, hw: int = 224, classes: int = 1000, seed: int = 0)
     """torchvision's ResNet-50 training on random images. Blocks: its four stages (FSDP2
     shards each); no tp_plan (parallel='tp' is a ConfigError). Needs torchvision on the
     engines (GPU hosts: it does not import beside a CPU-only torch 2.13)."""
-    return Workload(model=partial(_resnet50_model, classes), batch=partial(_images, batch, hw, classes, seed),
+    return Workload(model=partial(_resnet50_model, classes), batch=partial(_images, hw, classes, seed),
                     loss=_cross_entropy, blocks=_resnet_stages, dynamic_dims=((0, 0),),
                     items=batch, flops=3 * 4.1e9 * batch * (hw / 224) ** 2, name="resnet50",
-                    shapes=partial(_image_shape, batch, hw))
+                    shapes=partial(_image_shape, batch, hw), batch_size=batch)
 
 
 def _resnet50_model(classes):
@@ -117,7 +118,7 @@ def _resnet_stages(model):
     return [model.layer1, model.layer2, model.layer3, model.layer4]
 
 
-def _images(batch, hw, classes, seed, step, device):
+def _images(hw, classes, seed, step, device, batch):
     import torch
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
     return torch.randn(batch, 3, hw, hw, generator=g), torch.randint(0, classes, (batch,), generator=g)

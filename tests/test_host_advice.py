@@ -105,6 +105,12 @@ def test_little_memory_and_an_idle_gpu_suggest_a_larger_batch_judged_by_items_pe
     # a Workload's batch function fixes its size: the code says where to change it
     custom = {x.rule: x for x in advise(run_of(FSDP.replace(fsdp_compile="whole"), [row]))}
     assert custom["larger-batch"].change == {} and "batch_size" in custom["larger-batch"].code
+    # a Workload whose batch function takes its size (the ranks report it): the lab's own
+    sized = run_of(FSDP.replace(fsdp_compile="whole"), [row])
+    sized.ranks[0]["batch_size"] = 4
+    s = {x.rule: x for x in advise(sized)}["larger-batch"]
+    assert s.change == {"batch": 8} and "batch 4 now" in s.evidence
+    assert "batch_size=8" in s.code
 
 
 def test_a_busy_gpu_with_few_sms_active_suggests_a_larger_batch():

@@ -120,7 +120,8 @@ def _step(ctx):
     (INFER, dict(autocast="bf16", autocast_scope="step"), "no loss"),
     (INFER, dict(parallel="ddp"), "no loss"),
     (INFER, dict(parallel="fsdp2", reshard_after_forward=False), "no loss"),
-    (NET, dict(batch=4), "batch function"),
+    (NET, dict(batch=4), "batch function decides the inputs; change it there, or give "
+                         r"Workload\(batch_size=N\)"),
     (NET, dict(size="large"), "size"),
     (_step, dict(parallel="ddp"), "Workload"),
     (_step, dict(parallel="fsdp2", reshard_after_forward=False), "reshard_after_forward"),
@@ -147,6 +148,32 @@ def test_workload_rejects_what_is_not_a_workload():
         Workload(model=Net, batch=_batch, tp_plan={"up": "column"})
     with pytest.raises(ConfigError, match="dim"):
         Workload(model=Net, batch=_batch, dynamic_dims=(0, 1))
+    with pytest.raises(ConfigError, match=r"takes the size: batch=lambda step, device, size"):
+        Workload(model=Net, batch=_batch, batch_size=8)
+    with pytest.raises(ConfigError, match="positive int"):
+        Workload(model=Net, batch=_sized_batch, batch_size=-2)
+
+
+def _sized_batch(step, device, size):
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(size, 32, generator=g), torch.randn(size, 1, generator=g)
+
+
+def test_a_workload_that_takes_its_size_runs_at_the_configs_batch(lab):
+    """Workload(batch_size=N) with batch(step, device, size): StepConfig(batch=2N) runs at
+    2N (the inputs' shape, items and items/s follow), the ranks report the size the advice's
+    larger-batch suggestion doubles, and a Workload without it still refuses batch=."""
+    wl = Workload(model=Net, batch=_sized_batch, loss=F.mse_loss, items=8, batch_size=8,
+                  name="sized")
+    cfg = wl.config(warmup=1, steps=2, profiled=0)
+    own, twice = lab.run(wl, cfg), lab.run(wl, cfg.replace(batch=16))
+    assert own.ok and twice.ok
+    assert [own.ranks[r]["batch_size"] for r in own.ranks] == [8, 8]
+    assert [twice.ranks[r]["batch_size"] for r in twice.ranks] == [16, 16]
+    assert own.ranks[0]["shapes"] == "x0[8,32]" and twice.ranks[0]["shapes"] == "x0[16,32]"
+    per_item = [float((r.summary["items_per_s"] * r.summary["step_ms"]).iloc[0])
+                for r in (own, twice)]
+    assert per_item[1] == pytest.approx(2 * per_item[0])    # items a step: 8 -> 16
 
 
 # -- no stale code ---------------------------------------------------------------------------

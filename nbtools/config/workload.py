@@ -46,6 +46,12 @@ class Workload:
     the built-in scenarios' optimizer.
     ``name``: shown in the run's notes. ``shapes``: ``callable(step) -> str`` for the
     steps table; default: the inputs' shapes.
+    ``batch_size``: the samples ``batch`` makes a step (per rank), for a batch function
+    that takes the size: ``lambda step, device, size: (inputs, target)``. Then
+    ``StepConfig(batch=N)`` runs the workload at N samples (``items`` and ``flops`` scaled
+    by N / batch_size), and the lab can try a larger batch itself (``lab.advise``'s
+    larger-batch suggestion, ``lab.explore``); without it the batch is the function's
+    alone and that suggestion is "(in your code)".
     ``imports``: modules the engines import as soon as a Lab sees this Workload, beside
     those the lab finds in its functions itself (``from transformers import
     LlamaForCausalLM`` inside ``model``): ``("transformers.models.llama.modeling_llama",)``
@@ -71,6 +77,7 @@ class Workload:
     name: str = "workload"
     shapes: Optional[Callable[[int], str]] = None
     imports: tuple = ()
+    batch_size: int = 0
 
     def __post_init__(self):
         for f in ("model", "batch"):
@@ -98,6 +105,15 @@ class Workload:
             raise ConfigError(f"Workload(dynamic_dims={self.dynamic_dims!r}): give (input index, "
                               "dim) pairs, e.g. ((0, 1),) for the sequence dim of input 0")
         self.dynamic_dims = dims
+        if not (isinstance(self.batch_size, int) and not isinstance(self.batch_size, bool)
+                and self.batch_size >= 0):
+            raise ConfigError(f"Workload(batch_size={self.batch_size!r}): the samples a step "
+                              "makes per rank, a positive int (or 0: the batch function "
+                              "decides)")
+        if self.batch_size and not takes_size(self.batch):
+            raise ConfigError(f"Workload(batch_size={self.batch_size}) needs a batch function "
+                              "that takes the size: batch=lambda step, device, size: "
+                              "(inputs, target)")
         names = (self.imports,) if isinstance(self.imports, str) else self.imports
         if not isinstance(names, (tuple, list)) or not all(
                 isinstance(n, str) and n and all(p.isidentifier() for p in n.split("."))
@@ -123,10 +139,14 @@ class Workload:
         """ConfigError for every field of cfg this workload cannot honour."""
         par = cfg.resolved_parallel
         need = "Workload(%s=...)"
-        for f in ("batch", "seq_len"):
-            if getattr(cfg, f) is not None:
-                raise ConfigError(f"{f}={getattr(cfg, f)} with a Workload: its batch function "
-                                  "decides the inputs; change it there and run again.")
+        if cfg.batch is not None and not self.batch_size:
+            raise ConfigError(f"batch={cfg.batch} with a Workload: its batch function decides "
+                              "the inputs; change it there, or give Workload(batch_size=N) "
+                              "and batch=lambda step, device, size: ... to let the lab size "
+                              "it.")
+        if cfg.seq_len is not None:
+            raise ConfigError(f"seq_len={cfg.seq_len} with a Workload: its batch function "
+                              "decides the inputs; change it there and run again.")
         if cfg.seq_schedule not in (None, "fixed") or cfg.size != "auto":
             raise ConfigError("seq_schedule / size apply to the built-in scenarios; a "
                               "Workload's model and batch functions decide these.")
@@ -155,6 +175,19 @@ class Workload:
                 raise ConfigError(f"optimizer_impl={cfg.optimizer_impl!r}: this Workload has "
                                   "no loss (inference), so no optimizer step; leave it "
                                   "'as-built'.")
+
+
+def takes_size(fn) -> bool:
+    """Whether a batch function takes a third argument, the batch size."""
+    import inspect
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3
 
 
 def check_step(fn, cfg: StepConfig) -> None:

@@ -35,6 +35,8 @@ class Built:
     tp_plan: Any = None
     optimizer: Optional[Callable] = None
     name: str = ""
+    batch_size: int = 0
+    """The samples a step per rank, for a Workload that takes its size (0: it does not)."""
 
     @property
     def train(self) -> bool:
@@ -57,8 +59,12 @@ def materialize(wl: Workload, cfg: StepConfig, device, model=None) -> Built:
         if not wl.train:
             model = model.eval().requires_grad_(False)
 
+    # a Workload that takes its size runs at the config's batch (its own when none)
+    size = (cfg.batch or wl.batch_size) if wl.batch_size else 0
+    scale = size / wl.batch_size if size else 1.0
+
     def make_batch(step):
-        got = wl.batch(step, device)
+        got = wl.batch(step, device, size) if size else wl.batch(step, device)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise ConfigError(f"Workload.batch({step}, device) returned {type(got).__name__}; "
                               "it must return (inputs, target)")
@@ -67,12 +73,17 @@ def materialize(wl: Workload, cfg: StepConfig, device, model=None) -> Built:
         return tuple(_to(x, device) for x in inputs), _to(target, device)
 
     items = wl.items
-    flops = wl.flops(model) if callable(wl.flops) else float(wl.flops)
+    flops = scale * (wl.flops(model) if callable(wl.flops) else float(wl.flops))
+    items_at = None
+    if callable(items):
+        items_at = items if scale == 1.0 else (lambda i: scale * float(items(i)))
+    # the Workload's shapes text speaks of its own size
+    shapes = wl.shapes if wl.shapes and scale == 1.0 else None
     return Built(model, make_batch, wl.loss, wl.dynamic_dims,
-                 items_per_step=0 if callable(items) else items, flops_per_step=flops,
-                 shapes=wl.shapes or (lambda i: _shape_text(make_batch(i)[0])),
-                 items_at=items if callable(items) else None, blocks=wl.blocks,
-                 tp_plan=wl.tp_plan, optimizer=wl.optimizer, name=wl.name)
+                 items_per_step=0 if callable(items) else scale * items, flops_per_step=flops,
+                 shapes=shapes or (lambda i: _shape_text(make_batch(i)[0])),
+                 items_at=items_at, blocks=wl.blocks, tp_plan=wl.tp_plan,
+                 optimizer=wl.optimizer, name=wl.name, batch_size=size)
 
 
 def _to(x, device):

@@ -162,6 +162,7 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
         step_items=items, flops_per_step=wl.flops_per_step,
         shapes=wl.shapes(0), unused=list(cfg.unused_on(dev.type)),
         env=_env(), host=socket.gethostname(), reports=list(_S.reports), train=bool(wl.train),
+        batch_size=int(getattr(wl, "batch_size", 0) or 0) or None,
         own_step=bool(user_fn is not None and not isinstance(user_fn, Workload)),
         preload=dict(waited_s=preload_wait_s, imported=preload.take_new()))
     _S.run_count += 1

@@ -61,7 +61,7 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
                                          "peak_mem_mb", "shapes", "engine_s", "parse_s",
                                          "last_value", "unused", "warnings",
                                          "step_items", "machine", "graph_pool_mb",
-                                         "preload", "train", "own_step")}
+                                         "preload", "train", "own_step", "batch_size")}
              for r, rep in reports.items()}
     for p in lab.placements:    # where each rank ran: the timeline's per-host lanes
         ranks.setdefault(p.rank, {})["host"] = p.host

@@ -310,8 +310,11 @@ def larger_batch(run) -> list[Suggestion]:
         return []
     if "items_per_s" not in sm or not sm["items_per_s"].notna().any():
         return []
-    custom = cfg.scenario == "custom"
-    now = cfg.batch
+    # a Workload whose batch function takes its size reports it: the lab can double it
+    sized = [m.get("batch_size") for m in run.ranks.values()
+             if isinstance(m, dict) and m.get("batch_size")]
+    custom = cfg.scenario == "custom" and not sized
+    now = cfg.batch or (max(sized) if sized else None)
     if now is None and not custom:
         from nbtools.config.scenarios import scenario_spec
         now = scenario_spec(cfg.scenario).batch[1 if cfg.size != "small" else 0]
@@ -332,8 +335,10 @@ def larger_batch(run) -> list[Suggestion]:
               "batch while the kernels' work does, so a larger batch keeps the GPU busier")
              + "; the step gets longer, so compare items per second, not step time."),
         code=("# make your batch function return twice the samples, e.g.\n"
-              "loader = DataLoader(dataset, batch_size=2 * batch_size, ...)"
-              if custom else f"# batch_size = {int(now) * 2}"),
+              "loader = DataLoader(dataset, batch_size=2 * batch_size, ...)\n"
+              "# or give Workload(batch_size=N, batch=lambda step, device, size: ...) and "
+              "the lab tries it"
+              if custom else f"loader = DataLoader(dataset, batch_size={int(now) * 2})"),
         cost=ab_cost("") + "; compared on items_per_s", about="batch",
         score=min(0.5, d.idle_share), ranks=_ranks(ds), metric="items_per_s")]
 
