@@ -76,3 +76,11 @@ def test_the_timeline_draws_the_lanes_on_its_own_x_range_and_hides_them_without_
     only = Timeline(run, signals=["cpu_pct"])
     assert only.signals.rows_source.data["label"] == ["r0 process CPU (of 50 %)",
                                                       "r1 process CPU (of 50 %)"]
+
+
+def test_every_lane_says_what_x_zero_is_for_a_run_without_profiled_events():
+    """1 x H200, session 23: the 24 drift runs (profiled=0) drew their signals under an axis
+    reading 'ms since the first profiled event', of which they had none."""
+    tl = Timeline(_run())
+    said = {f.xaxis[0].axis_label for f in (tl.figure, tl.memory.figure, tl.signals.figure)}
+    assert said == {"ms since the run's first step"}

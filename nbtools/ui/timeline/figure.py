@@ -238,9 +238,11 @@ class Timeline:
         t0 = origin if origin is not None else (self._fixed_origin if self._fixed_origin
                                                 is not None else origin_ns(run))
         self.origin = t0
-        if origin is None and self._fixed_origin is None:   # say what x = 0 is
-            self.figure.xaxis.axis_label = ("ms since the first profiled event" if len(run.events)
-                                            else "ms since the run's first step")
+        if origin is None and self._fixed_origin is None:   # say what x = 0 is, on every lane
+            said = ("ms since the first profiled event" if len(run.events)
+                    else "ms since the run's first step")
+            for fig in (self.figure, self.memory.figure, self.signals.figure):
+                fig.xaxis.axis_label = said
         events = self._prepare(run.events)
         ranks = sorted(set(events["rank"].unique().tolist())
                        | set(run.compile_events["rank"].unique().tolist())
