@@ -110,6 +110,7 @@ def test_little_memory_and_an_idle_gpu_suggest_a_larger_batch_judged_by_items_pe
     sized.ranks[0]["batch_size"] = 4
     s = {x.rule: x for x in advise(sized)}["larger-batch"]
     assert s.change == {"batch": 8} and "batch 4 now" in s.evidence
+    assert "scale the learning rate" in s.why       # training: the batch is not free
     assert "batch_size=8" in s.code
 
 
@@ -128,6 +129,7 @@ def test_a_busy_gpu_with_few_sms_active_suggests_a_larger_batch():
     assert "larger-batch" not in [x.rule for x in advise(run_of(train, [full], train=True))]
     served = {x.rule: x for x in advise(run_of(cfg, [full], train=False))}
     assert "a served model (forward only)" in served["larger-batch"].evidence
+    assert "learning rate" not in served["larger-batch"].why
     assert "larger-batch" not in [x.rule for x in advise(run_of(
         cfg, [dict(full, peak_mem_mb=80_000.0)], train=False))]      # memory: no room
 

@@ -333,7 +333,10 @@ def larger_batch(run) -> list[Suggestion]:
               "so a larger batch fills the idle SMs at little extra time" if few_sms else
               "The host's work per step (launches, Python, hooks) hardly grows with the "
               "batch while the kernels' work does, so a larger batch keeps the GPU busier")
-             + "; the step gets longer, so compare items per second, not step time."),
+             + "; the step gets longer, so compare items per second, not step time."
+             + ("" if serving else " In training a larger batch also changes the "
+                "optimisation: scale the learning rate with it (linearly, with warm-up, is "
+                "the usual start) and check the loss curve; items/s is not convergence.")),
         code=("# make your batch function return twice the samples, e.g.\n"
               "loader = DataLoader(dataset, batch_size=2 * batch_size, ...)\n"
               "# or give Workload(batch_size=N, batch=lambda step, device, size: ...) and "
