@@ -217,6 +217,12 @@ def origin_ns(run) -> int:
     return 0
 
 
+def origin_words(run) -> str:
+    """What x = 0 is on a timeline drawn from origin_ns, for its axes."""
+    return ("ms since the first profiled event" if len(run.events)
+            else "ms since the run's first step")
+
+
 def first_profiled_ns(run) -> int:
     """When the first profiled step started (ns); the timeline's origin where none was profiled."""
     prof = run.steps[run.steps["phase"] == "profiled"] if len(run.steps) else run.steps

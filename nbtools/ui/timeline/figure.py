@@ -27,9 +27,8 @@ from nbtools.analysis.collective_flows import collective_flows
 from nbtools.analysis.tables import CATEGORIES, lane_label, string_codes
 from nbtools.ui.timeline.compile_strip import CompileStrip
 from nbtools.ui.timeline.data import (decode, events_data, fmt_ns, initial_window,
-                                      lane_sort_key, lod, moving_data, origin_ns, spans,
-                                      stack_depth,
-                                      step_starts, step_table, steps_data)
+                                      lane_sort_key, lod, moving_data, origin_ns, origin_words,
+                                      spans, stack_depth, step_starts, step_table, steps_data)
 from nbtools.ui.timeline.interactions import (CHAR_PX, Controls, duration_hover, fit_labels,
                                               lane_hover, link_labels, merged_hover,
                                               name_hover, only_if_none, start_hover,
@@ -239,10 +238,8 @@ class Timeline:
                                                 is not None else origin_ns(run))
         self.origin = t0
         if origin is None and self._fixed_origin is None:   # say what x = 0 is, on every lane
-            said = ("ms since the first profiled event" if len(run.events)
-                    else "ms since the run's first step")
             for fig in (self.figure, self.memory.figure, self.signals.figure):
-                fig.xaxis.axis_label = said
+                fig.xaxis.axis_label = origin_words(run)
         events = self._prepare(run.events)
         ranks = sorted(set(events["rank"].unique().tolist())
                        | set(run.compile_events["rank"].unique().tolist())
