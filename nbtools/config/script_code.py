@@ -9,7 +9,7 @@ from nbtools.config.step_config import StepConfig
 
 # The lab's own measuring fields: they change what is recorded, not the step.
 MEASURING = ("scenario", "warmup", "steps", "profiled", "capture", "check", "torch_trace",
-             "memory", "stack", "seed", "cache", "size", "batch", "seq_len")
+             "memory", "stack", "seed", "cache", "size", "seq_len")
 _DYNAMIC = {"static": "False", "dynamic": "True"}
 
 _DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
@@ -137,7 +137,7 @@ def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None,
     out = ["# what the lab ran, as code for your own script"]
     if nothing:
         out.append(f"# {nothing}: keep your script as it is; these lines are what it ran")
-    moved = [f for f in changed if f not in MEASURING or f == "batch"]
+    moved = [f for f in changed if f not in MEASURING]
     if moved:
         out.append(f"# changed by the exploration: {', '.join(moved)}")
     if "batch" in changed and cfg.batch:

@@ -134,13 +134,14 @@ class Diagnosis:
             return ""
         s = (f" Unprofiled, the GPU was busy {self.gpu_util_pct:.0f} % of the measured steps "
              f"(NVML) and the rank's process used {self.cpu_pct:.0f} % of a core")
-        if self.host_bound_by_signals:
-            if self.bound in ("host", "unknown"):
-                return s + (": the host is the bottleneck there too." if self.bound == "host"
-                            else ": the host is the bottleneck.")
-            return s + (": that reads host-bound, unlike the profiled step (a second's "
-                        "readings can hold pauses between the steps).")
-        return s + "."
+        if not self.host_bound_by_signals:
+            return s + "."
+        if self.bound == "host":
+            return s + ": the host is the bottleneck there too."
+        if self.bound == "unknown":
+            return s + ": the host is the bottleneck."
+        return s + (": that reads host-bound, unlike the profiled step (a second's readings "
+                    "can hold pauses between the steps).")
 
     @property
     def host_bound_by_signals(self) -> bool:

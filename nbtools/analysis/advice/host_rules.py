@@ -282,9 +282,10 @@ def _ops_per_step(run) -> float:
 def larger_batch(run) -> list[Suggestion]:
     """A GPU rank with room in memory (peak below 40 % of the device) whose step idles at
     least 30 %, computes under half of it, keeps under half of the SMs active (NVML GPM,
-    over the measured steps) or serves a model (forward only): a larger batch does more work per launch and
-    per host step. Judged by items per second (a larger batch's step is longer). For the
-    built-in scenarios (a Workload's batch function fixes its size: the code says so).
+    over the measured steps) or serves a model (forward only): a larger batch does more
+    work per launch and per host step. Judged by items per second (a larger batch's step
+    is longer). For the built-in scenarios and a Workload that takes its size (any other
+    Workload's batch function fixes its size: the code says so).
     Score: the idle share, at most 0.5 (a different workload, not a faster same one)."""
     cfg, sm = run.config, run.summary
     if cfg is None or not len(sm) or not {"peak_mem_mb", "device_mem_mb"} <= set(sm.columns):
