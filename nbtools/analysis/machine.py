@@ -22,7 +22,7 @@ CLOCK_DROP = 5.0         # % the SM clock fell within the measured steps, below 
 HOST_BUSY = 1.0          # more runnable tasks than cores: a step's threads waited for a core
 COLUMNS = ("host_load", "sm_clock_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "gpu_temp_c",
            "gpu_power_w", "throttle", "clock_low_steps", "gpu_other_procs", "gpu_index",
-           "gpu_util_pct", "sm_active_pct", "cpu_pct", "host_cpu_pct", "throttle_seen",
+           "gpu_util_pct", "sm_active_pct", "tensor_active_pct", "dram_bw_pct", "cpu_pct", "host_cpu_pct", "throttle_seen",
            "throttle_steps", "sm_clock_drop_pct", "clock_drop_steps")
 TIMED = ("measured", "profiled")
 MEASURED = ("measured",)
@@ -64,7 +64,9 @@ def columns(reports: dict, steps: pd.DataFrame, samples: pd.DataFrame | None = N
         # NVML's utilisation covers up to a second before each read, a GPM metric the time
         # since the last GPM sample (100 ms or more): only readings whose whole period lies
         # inside the measured steps (none where those span less)
-        for col, floor in (("gpu_util_pct", S.NVML_PERIOD_NS), ("sm_active_pct", S.GPM_PERIOD_NS)):
+        for col, floor in (("gpu_util_pct", S.NVML_PERIOD_NS), ("sm_active_pct", S.GPM_PERIOD_NS),
+                           ("tensor_active_pct", S.GPM_PERIOD_NS),
+                           ("dram_bw_pct", S.GPM_PERIOD_NS)):
             if (one["signal"] == col).any():
                 period = S.read_period(one, r, col, floor)
                 row[col] = _mean(S.trailing(one, st, r, col, period, MEASURED))

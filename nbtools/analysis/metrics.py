@@ -215,6 +215,12 @@ _ALL = (
        "(NVML GPM, Hopper and newer; readings whose 100 ms or more lie inside the measured "
        "steps, empty where those span less): low on a GPU that hardly idles means kernels "
        "too small to fill it"),
+    _m("tensor_active_pct", "%", "gpu", "mean", "", "share of time the SMs ran tensor-core "
+       "instructions over the measured steps (NVML GPM, read as sm_active_pct is): near 0 "
+       "while matrix products dominate means they run on the CUDA cores (fp32 without TF32)"),
+    _m("dram_bw_pct", "%", "gpu", "mean", "", "DRAM bandwidth used over the measured steps, "
+       "of the card's peak (NVML GPM, read as sm_active_pct is): high with the SMs "
+       "half idle is a step bound by memory traffic"),
     _m("cpu_pct", "%", "more", "mean", "", "CPU of the rank's process over the measured "
        "steps (all its threads; 100 = one core busy): about 100 with the GPU idle means "
        "the step waits on its Python thread (host-bound)"),

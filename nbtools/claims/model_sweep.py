@@ -8,19 +8,13 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
+from nbtools.analysis.card import peak_tflops
 from nbtools.analysis.counts import collectives
 from nbtools.analysis.units import fmt_column
 from nbtools.analysis.metrics import combine
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.sweeps import table as _table
 
-# Dense (no sparsity) peak TFLOP/s from the vendors' datasheets. fp32 is without TF32:
-# PyTorch's default (torch.backends.cuda.matmul.allow_tf32 = False).
-PEAK_TFLOPS = {
-    "H200": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
-    "H100": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
-    "A100": {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
-}
 COLUMNS = ("step_ms", "items_per_s", "tflops", "compile_s", "graphs", "graph_breaks",
            "peak_mem_mb", "rss_mb", "exposed_comm_ms")
 
@@ -36,15 +30,6 @@ def run_all(lab, workload, configs) -> list:
         runs.append(run_or_keep(lab, checked, lambda e: print(
             f"{label}: failed - {str(e).splitlines()[0][:300]}")))
     return runs
-
-
-def peak_tflops(device_name: str, dtype: str) -> float:
-    """The table's peak for a device name as torch reports it ("NVIDIA H200"); NaN when
-    the device is not in the table (CPUs among them)."""
-    for key, peaks in PEAK_TFLOPS.items():
-        if key in (device_name or ""):
-            return peaks.get(dtype, float("nan"))
-    return float("nan")
 
 
 def mfu(run) -> pd.Series:

@@ -119,8 +119,11 @@ def _view_traces(path, args) -> int:
     say(format_table([run]))
     if run.events["rank"].nunique() > 1:      # who waited for whom in the collectives
         say(f"straggler: {verdict_text(attribute(run.events))}")
-    for d in run.why():                       # why each rank's GPU waited, where the host was
+    why = run.why()
+    for d in why:                             # why each rank's GPU waited, where the host was
         say(f"why: {d.text}")
+    for g in why.gpu:                         # what its kernels computed, by kind and dtype
+        say(f"gpu: {g.text}")
     say(TRACE_LEGEND if args.explain else EXPLAIN)
     if args.html:
         write_html(args.html, [run])

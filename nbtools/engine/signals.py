@@ -192,8 +192,13 @@ class Sampler:
         if self.gpu is not None:
             g = self.gpu.g
             procs = dict(self.procs)
+            nv = g.nv
             m.update(gpu_index=g.index, sm_max_mhz=g.max_sm, power_limit_w=g.power_limit_w,
                      gpu_mem_total_mb=g.mem_total_mb,
+                     # the DRAM's peak bandwidth is 2 x this clock x the bus's bytes
+                     mem_max_mhz=g._try(lambda: nv.nvmlDeviceGetMaxClockInfo(
+                         g.handle, nv.NVML_CLOCK_MEM)),
+                     mem_bus_bits=g._try(lambda: nv.nvmlDeviceGetMemoryBusWidth(g.handle)),
                      gpu_procs=[[pid, mb] for pid, mb in sorted(procs.items())],
                      missing=dict(self.gpu.missing), read_errors=dict(self.gpu.errors))
         return m, wire

@@ -213,6 +213,8 @@ def _run_header(run: Run) -> str:
     out.append(scrub(flags_html(run.flags) + errors_html(run, lines=8)))
     if len(run.summary):
         out.append("<h3>Summary</h3>" + scrub(summary_table(run.summary)))
+        # the reading a colleague starts from: the waits, the host's split, the kernels
+        out.append("<h3>Why the step takes its time</h3>" + scrub(run.why()._repr_html_()))
     return "".join(out)
 
 

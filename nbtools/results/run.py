@@ -131,10 +131,23 @@ class Run:
         launches), the kernels' size and how much the profiler stretched the step. A CPU
         rank, with no GPU to wait for, says where its profiled step went by the same causes
         (forward, autograd's backward, the optimizer, hooks and collectives, compiled
-        graphs). One Diagnosis per rank (nbtools.analysis.advice.diagnosis); prints as
-        sentences."""
+        graphs). One Diagnosis per rank (nbtools.analysis.advice.diagnosis); and ``.gpu``,
+        per GPU rank, what its kernels computed: time by kind of work (matrix products and
+        convolutions by dtype, attention, elementwise, copies, communication), the top
+        kernels, SM / tensor-core / DRAM activity (NVML GPM) and the card's own numbers
+        (analysis/gpu_reading.py). Prints as sentences."""
         from nbtools.analysis.advice.diagnosis import Why, diagnose
-        return Why(diagnose(self, cpu_split=True))
+        from nbtools.analysis.gpu_reading import readings
+        return Why(diagnose(self, cpu_split=True), readings(self))
+
+    def kernels(self, top: int = 0):
+        """What the GPU computed in the profiled steps, per rank: ms a step, kernels a step and
+        share of the GPU's kernel time by kind of work (matmul, conv, attention, elementwise,
+        memory, comm, other) and dtype as the kernels' names say it ('?' where they do not);
+        ``top=n``: the n kernels that took the most time instead (nbtools.analysis.kernels).
+        Empty on CPU ranks."""
+        from nbtools.analysis.kernels import kernel_split, top_kernels
+        return top_kernels(self.events, top) if top else kernel_split(self.events)
 
     def advise(self, compiled_by: Optional["Run"] = None):
         """What this run's tables say to try, best first (nbtools.analysis.advice): each a

@@ -212,16 +212,31 @@ def worst(diagnoses: list):
 
 
 class Why(list):
-    """``run.why()``: a Diagnosis per rank; prints and renders as sentences."""
+    """``run.why()``: a Diagnosis per rank (the step's waits and where the host was), and
+    ``gpu``: a GpuReading per GPU rank (what its kernels computed, analysis/gpu_reading.py);
+    prints and renders as sentences, the host's first."""
+
+    def __init__(self, diagnoses=(), gpu=()):
+        super().__init__(diagnoses)
+        self.gpu = list(gpu)
 
     def __str__(self) -> str:
-        return "\n".join(d.text for d in self) if self else "no summary to read"
+        if not self and not self.gpu:
+            return "no summary to read"
+        lines = [d.text for d in self]
+        if self.gpu:
+            lines += ["GPU work:"] + [g.text for g in self.gpu]
+        return "\n".join(lines)
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
         import html
-        return "<ul>" + "".join(f"<li>{html.escape(d.text)}</li>" for d in self) + "</ul>"
+        out = "<ul>" + "".join(f"<li>{html.escape(d.text)}</li>" for d in self) + "</ul>"
+        if self.gpu:
+            out += ("<p><b>what the GPU computed</b> (kernels by kind and dtype)</p><ul>"
+                    + "".join(f"<li>{html.escape(g.text)}</li>" for g in self.gpu) + "</ul>")
+        return out
 
 
 def _num(v) -> float:
