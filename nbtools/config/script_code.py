@@ -147,6 +147,14 @@ def script_code(cfg: StepConfig, changed=(), step: bool = False, nothing=None,
     if model_lines:
         out.append("# on the model as built, before it is sharded or compiled:")
         out += list(model_lines)
+    if cfg.matmul_precision != "as-set":
+        tag = "   # changed" if "matmul_precision" in changed else ""
+        out += [f'torch.set_float32_matmul_precision("{cfg.matmul_precision}")' + tag,
+                f"torch.backends.cudnn.allow_tf32 = {cfg.matmul_precision != 'highest'}" + tag]
+    if cfg.memory_format == "channels_last":
+        tag = "   # changed" if "memory_format" in changed else ""
+        out += ["model = model.to(memory_format=torch.channels_last)" + tag,
+                "x = x.contiguous(memory_format=torch.channels_last)   # each 4-D input" + tag]
     if step and cfg.compiled:
         out.append("# your step compiles what it compiles (ctx.compile) with these arguments:")
     if cfg.compiled and cfg.backend == "eager":

@@ -36,6 +36,8 @@ SEQ_SCHEDULES = ("fixed", "varying", "bucketed")
 CAPTURE = ("full", "light", "off")
 SIZES = ("auto", "small", "large")
 OPTIMIZER_IMPLS = ("as-built", "foreach", "fused", "compiled")
+MATMUL_PRECISIONS = ("as-set", "highest", "high")
+MEMORY_FORMATS = ("as-built", "channels_last")
 RUN_ONLY = ("warmup", "steps", "profiled", "capture", "check", "cache")
 """Fields that change how a run is measured, not what is built or stepped: the engines
 reuse their state across them (engine/prepare.py), and a change of only these is no
@@ -49,7 +51,8 @@ FIELD_CHOICES = {"scenario": None, "compile": COMPILE_MODES, "backend": BACKENDS
             "parallel": PARALLEL, "cache": CACHE_POLICIES, "ddp_wrap": DDP_WRAP,
             "optimize_ddp": OPTIMIZE_DDP, "fsdp_compile": FSDP_COMPILE,
             "seq_schedule": SEQ_SCHEDULES, "size": SIZES, "capture": CAPTURE,
-            "optimizer_impl": OPTIMIZER_IMPLS}
+            "optimizer_impl": OPTIMIZER_IMPLS, "matmul_precision": MATMUL_PRECISIONS,
+            "memory_format": MEMORY_FORMATS}
 _BOOLS = ("fullgraph", "reshard_after_forward", "check", "torch_trace", "memory", "stack")
 # Bounds: generous for any real job, finite so a typo (an extra 000, a seed from the wrong
 # variable) is caught here and not as an overflow or an hour-long run on the engines.
@@ -127,6 +130,20 @@ class StepConfig:
     optimizer was made), foreach or fused (the same optimizer remade with foreach=True /
     fused=True: fewer, larger kernels per step), or compiled (its step under torch.compile,
     PyTorch's "compiled optimizer" recipe). Training steps only."""
+
+    matmul_precision: str = "as-set"
+    """fp32 matrix products and convolutions: as-set (whatever the process set; PyTorch's
+    default is full fp32 matmuls and TF32 convolutions), highest (full fp32 for both) or
+    high (TF32 on the tensor cores for both: 10 mantissa bits instead of 23, many times the
+    fp32 rate on Ampere and newer). Set on every rank for the run
+    (torch.set_float32_matmul_precision, torch.backends.cudnn.allow_tf32) and put back after;
+    what autocast turns to bf16/fp16 does not read it."""
+
+    memory_format: str = "as-built"
+    """The model's and its 4-D inputs' memory layout: as-built, or channels_last (NHWC, what
+    cuDNN's tensor-core convolutions run on: no NCHW<->NHWC conversion kernels around each
+    convolution). For a built-in scenario or a Workload; a step function of your own sets
+    its own layout."""
 
     batch: Optional[int] = None
     """Batch size; None takes the scenario's default for the device."""

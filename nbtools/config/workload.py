@@ -199,7 +199,7 @@ def check_step(fn, cfg: StepConfig) -> None:
     asked = {"parallel": cfg.resolved_parallel}
     asked.update({f: getattr(cfg, f) for f in ("ddp_wrap", "optimize_ddp", "reshard_after_forward",
                                                "fsdp_compile", "cudagraph", "dynamic",
-                                               "optimizer_impl")})
+                                               "optimizer_impl", "memory_format")})
     wrong = []
     for f, v in asked.items():
         dflt = "none" if f == "parallel" else getattr(default, f)

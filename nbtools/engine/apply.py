@@ -185,8 +185,9 @@ def make_step(cfg: StepConfig, wl: Built, module, optimizer, device) -> tuple[Ca
             with torch.no_grad():
                 return output_tensor(forward(inputs))
 
-        def eager_forward(inputs, target):
-            with torch.no_grad(), torch.compiler.set_stance("force_eager"), fwd_ac():
+        def eager_forward(inputs, target, full=False):
+            with torch.no_grad(), torch.compiler.set_stance("force_eager"), \
+                    (contextlib.nullcontext() if full else fwd_ac()):
                 return output_tensor(module(*inputs))
         return step, eager_forward
 
@@ -210,11 +211,13 @@ def make_step(cfg: StepConfig, wl: Built, module, optimizer, device) -> tuple[Ca
             optimizer_step()
         return loss.detach()
 
-    def eager_forward(inputs, target):
+    def eager_forward(inputs, target, full=False):
+        # full: no autocast (the caller sets full fp32 matmuls): the reference a precision
+        # change is measured against
         with torch.no_grad(), torch.compiler.set_stance("force_eager"):
-            with fwd_ac():
+            with contextlib.nullcontext() if full else fwd_ac():
                 out = module(*inputs)
-            with loss_ac():
+            with contextlib.nullcontext() if full else loss_ac():
                 return wl.loss_fn(out, target)
     return step, eager_forward
 

@@ -14,7 +14,9 @@ _MODEL = ("scenario", "parallel", "size", "batch", "seq_len", "seq_schedule", "s
           # in place: either choice needs a fresh model
           "reshard_after_forward", "fsdp_compile",
           # another optimizer: a fresh one from the first step, as a job would start with
-          "optimizer_impl")
+          "optimizer_impl",
+          # channels_last converts the weights (and the inputs): a model of its own
+          "memory_format")
 # Of those, the ones that change only the inputs: under cache="continue" the same model
 # (weights, optimizer, compiled code) meets the new inputs, as a served model meets a new
 # batch size. Rebuilding it instead would hand the compiler a new module and the CUDA-graph
@@ -40,6 +42,7 @@ def prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, bool
     from nbtools.engine.custom_step import prepare_custom
     from nbtools.config.workload import Workload
     from nbtools.engine.materialize import materialize, param_count
+    from nbtools.engine.precision import to_channels_last
     from nbtools.config.engine_notes import OPTIMIZER_NOTE
     model_key = tuple(getattr(cfg, k) for k in _MODEL) + (source_key,)
     build_key = _build_key(cfg)
@@ -65,6 +68,8 @@ def prepare(cfg: StepConfig, user_fn, source_key: str = "") -> tuple[tuple, bool
             built = scenarios.build(cfg, _S.device, _S.rank, _S.world, _S.group, model=model)
         if cfg.resolved_parallel == "tp":      # the ranks share one batch: a share each
             built.flops_per_step /= _S.world
+        if cfg.memory_format == "channels_last":
+            to_channels_last(built)
         return built
     if (not fresh and _S.workload is not None and model_key != _S.model_key
             and _only_inputs_differ(model_key, _S.model_key)):

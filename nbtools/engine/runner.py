@@ -5,6 +5,7 @@ The client calls ``run`` through ipyparallel; nothing here imports bokeh or ipyw
 """
 from __future__ import annotations
 
+import inspect
 import socket
 import time
 import traceback
@@ -14,6 +15,7 @@ from typing import Callable, Optional
 from nbtools.config.step_config import StepConfig
 from nbtools.engine.prepare import prepare, state_key
 from nbtools.engine.process_group import PeerWatch, release_peers
+from nbtools.engine.precision import matmul_precision
 from nbtools.engine.state import S as _S
 
 # -- one run -----------------------------------------------------------------------------
@@ -140,11 +142,12 @@ def _run(cfg: StepConfig, run_id: str, user_fn, checked_for) -> dict:
                 batches[i] = wl.make_batch(i)
             return batches[i]
 
-        if cfg.check:
-            check = _check(prep, batch(0))
-        _S.reports.clear()     # the same list object the custom step's ctx appends to
-        own = user_fn is not None and not isinstance(user_fn, Workload)
-        timings = capture.run_steps(cfg, prep.step, batch, dev, rec, _S.rank, own_step=own)
+        with matmul_precision(cfg.matmul_precision):
+            if cfg.check:
+                check = _check(prep, batch(0))
+            _S.reports.clear()     # the same list object the custom step's ctx appends to
+            own = user_fn is not None and not isinstance(user_fn, Workload)
+            timings = capture.run_steps(cfg, prep.step, batch, dev, rec, _S.rank, own_step=own)
         if watch.peer_error:
             raise RuntimeError(f"stopped because a peer failed ({watch.peer_error})")
     result = dict(timings)
@@ -182,18 +185,33 @@ def _measured_items(wl, cfg) -> dict:
 
 
 def _check(prep, batch) -> dict:
-    """First step's result, compiled vs eager on the same inputs and weights."""
+    """First step's result against eager on the same inputs and weights, twice: eager in the
+    config's own precision (max_abs, max_rel: what compile changed) and eager in full fp32
+    with no autocast (full_max_abs, full_max_rel: what compile and the precision changed
+    together, the numerics a precision move is kept on). A loss also gives its three values."""
     import torch
+    from nbtools.engine.precision import full_precision
     inputs, target = batch
     ref = prep.eager_forward(inputs, target)
+    full = None
+    # a step function of your own sets its own precision: it has no full-precision twin
+    if "full" in inspect.signature(prep.eager_forward).parameters:
+        with full_precision():
+            full = prep.eager_forward(inputs, target, full=True)
     got = prep.step(inputs, target)
     # The step above was a real step (it updated the weights under training); it counts as
     # the first warm-up step, which is why check runs before warm-up.
     a, b = got.detach().float(), ref.detach().float()
-    diff = (a - b).abs().max().item() if a.numel() else 0.0
-    scale = b.abs().max().item() or 1.0
-    return dict(max_abs=diff, max_rel=diff / scale, finite=bool(torch.isfinite(a).all()),
-                what="loss" if a.numel() == 1 else f"output{tuple(a.shape)}")
+    out = dict(finite=bool(torch.isfinite(a).all()),
+               what="loss" if a.numel() == 1 else f"output{tuple(a.shape)}")
+    refs = (("", b),) + ((("full_", full.detach().float()),) if full is not None else ())
+    for key, r in refs:
+        diff = (a - r).abs().max().item() if a.numel() else 0.0
+        scale = r.abs().max().item() or 1.0
+        out.update({f"{key}max_abs": diff, f"{key}max_rel": diff / scale})
+        if a.numel() == 1:
+            out.update({"value": a.item(), f"{key or 'ref_'}value": r.item()})
+    return out
 
 
 def _rss_mb() -> float:
@@ -211,8 +229,11 @@ def _env() -> dict:
     env = dict(torch=str(torch.__version__), python=platform.python_version(),
                device=str(_S.device), world_size=_S.world)
     if _S.device.type == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        # the card's own numbers that a kernel reading is held against (analysis/card.py)
         env.update(cuda=torch.version.cuda, gpu=torch.cuda.get_device_name(0),
-                   gpu_mem_mb=torch.cuda.get_device_properties(0).total_memory / 2**20,
+                   gpu_mem_mb=props.total_memory / 2**20, gpu_sms=props.multi_processor_count,
+                   gpu_cc=f"{props.major}.{props.minor}",
                    nccl=".".join(map(str, torch.cuda.nccl.version())))
     else:
         env.update(cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads())
