@@ -216,7 +216,10 @@ def test_eager_tp_at_batch_1_on_h200_is_launch_bound(tmp_path):
 def test_the_same_step_replayed_from_cuda_graphs_is_not(tmp_path):
     run = h200_run("reduce-overhead", tmp_path)
     assert run.summary["graph_coverage_pct"].min() > 99
-    assert [s.rule for s in advise(run)] == []
+    # nothing about launches; what is left is what the kernels compute: fp32 products
+    # (batch-1 gemv) that bf16 or TF32 would halve or better, in a compiled step
+    rules = [s.rule for s in advise(run)]
+    assert rules == ["autocast", "tf32", "max-autotune"], rules
 
 
 def test_a_cpu_trace_gets_no_gpu_advice():

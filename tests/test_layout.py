@@ -11,7 +11,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "nbtools"
-MAX_LINES = 400
+SOFT_LINES = 400
+"""Past this a module gets a warning: read it again as one concern (a module is one job
+whatever its length; splitting by length alone made explore/explore_runs, issue 53)."""
+MAX_LINES = 600
+"""Past this no module is one concern: split it by job."""
 
 
 def test_import_contracts_hold():
@@ -24,9 +28,13 @@ def test_import_contracts_hold():
     assert "0 broken" in out.stdout
 
 
-def test_modules_stay_small():
-    big = {str(p.relative_to(ROOT)): n for p in PKG.rglob("*.py")
-           if (n := len(p.read_text().splitlines())) > MAX_LINES}
+def test_modules_stay_one_concern():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PKG.rglob("*.py")}
+    long = {k: n for k, n in sizes.items() if SOFT_LINES < n <= MAX_LINES}
+    if long:
+        import warnings
+        warnings.warn(f"over {SOFT_LINES} lines (still one concern?): {long}")
+    big = {k: n for k, n in sizes.items() if n > MAX_LINES}
     assert not big, f"over {MAX_LINES} lines, split by job: {big}"
 
 

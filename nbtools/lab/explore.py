@@ -37,7 +37,8 @@ from nbtools.lab.explore_runs import (Runs, clearly_worse, first_error, gain, sc
                                       sure_gain)
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.live_line import LiveLine
-from nbtools.results.exploration import (DROPPED, EQUIVALENT, GONE, IN_YOUR_CODE, KEPT,
+from nbtools.lab.numerics_check import changes_numbers, check_numbers
+from nbtools.results.exploration import (DIVERGES, DROPPED, EQUIVALENT, GONE, IN_YOUR_CODE, KEPT,
                                          NOT_FASTER, OVER_BUDGET, SLOWER, Exploration,
                                          new_row)
 
@@ -302,6 +303,15 @@ class _Explorer(Runs):
         failed = [r for r in list(cmp.runs_b or []) + list(cmp.runs_a or []) if not r.ok]
         if failed and not v.rounds:
             return self.add(c.row, f"failed: {first_error(failed[0])}")
+        if v.good and changes_numbers(c.s, c.change):
+            n = self.numerics(c)
+            c.row["numerics"] = n.text
+            if not n.ok:
+                tried.remember(self.lab, ex.best_workload, ex.best, c.s or c.change,
+                               f"its numbers diverge: {n.text}")
+                self.add(c.row, f"{DIVERGES}: {n.text}")
+                self.said(c, v)
+                return None
         if v.good:
             ex.best, ex.best_workload = c.extra["cfg"], c.extra["workload"]
             ex.kept = ex.kept + [dict(c.change) if c.change else
@@ -321,6 +331,14 @@ class _Explorer(Runs):
         self.add(c.row, outcome + (f" ({len(failed)} run(s) failed)" if failed else ""))
         self.said(c, v)
         return None
+
+    def numerics(self, c: _Candidate):
+        self.say(f"explore: checking the numbers of {c.row['change']}")
+        n, took, _ = check_numbers(self.lab, c.extra["workload"], c.extra["cfg"],
+                                   self.opts["timeout"])
+        c.row["seconds"] += took
+        c.row["runs"] += 1
+        return n
 
     def said(self, c, v) -> None:
         if self.line:

@@ -19,7 +19,7 @@ from nbtools.config.script_code import script_code
 from nbtools.results.views import view
 
 COLUMNS = ("change", "rule", "metric", "screen", "verdict", "ratio", "low", "high", "resolved",
-           "rounds", "runs", "seconds", "kept", "outcome", "note")
+           "rounds", "runs", "seconds", "kept", "outcome", "numerics", "note")
 KEPT = "kept"
 NOT_FASTER = "not resolved faster"
 SLOWER = "resolved worse: not kept"
@@ -29,6 +29,7 @@ OVER_BUDGET = "not tried for lack of budget"
 IN_YOUR_CODE = "not tried: the fix is in your code (see the suggestion's code)"
 GONE = "not tried: the new best's run no longer shows it, after keeping"
 NOTHING = "nothing tried was resolved faster"
+DIVERGES = "faster, but not kept: its numbers diverge"
 
 
 def new_row(s, change: dict, patch: dict) -> dict:
@@ -37,7 +38,8 @@ def new_row(s, change: dict, patch: dict) -> dict:
     return dict(change=change_text(change) if not patch else patch_text(patch),
                 rule=s.rule if s else "also", metric=getattr(s, "metric", "step_ms"),
                 screen="", verdict="", ratio=math.nan, low=math.nan, high=math.nan,
-                resolved=False, rounds=0, runs=0, seconds=0.0, kept=False, ab=None, note="")
+                resolved=False, rounds=0, runs=0, seconds=0.0, kept=False, ab=None, note="",
+                numerics="")
 
 
 def change_text(change: dict) -> str:
@@ -112,6 +114,12 @@ class Exploration:
         if self.untried:
             out += f"; left untried for lack of budget: {', '.join(self.untried)}"
         return out
+
+    @property
+    def numerics(self) -> list:
+        """[(change, what its check measured)] for every precision change checked: the
+        first-step loss (or output) against full fp32, kept or refused on it."""
+        return [(r["change"], r["numerics"]) for r in self.rows if r.get("numerics")]
 
     @property
     def last_kept(self):

@@ -1,6 +1,7 @@
 """lab.advise(run): what a run's own tables say to try, ranked. It starts from why the step
 takes its time (diagnosis.py: the GPU's waits and where the host was), and each rule
-(host_rules, optimizer_rules, compile_rules, comm_rules, gpu_rules) proposes the move that fits that reading
+(host_rules, optimizer_rules, compile_rules, comm_rules, gpu_rules, kernel_rules: what
+the GPU computed) proposes the move that fits that reading
 and none that does not. A rule whose fix is a StepConfig field proposes that change; advise
 keeps it only where it is a valid config for this run (else the suggestion keeps its code
 and says the field did not apply). Suggestions about the same thing whose fixes overlap are
@@ -12,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 
 from nbtools.analysis.advice import (comm_rules, compile_rules, gpu_rules, host_rules,
-                                     optimizer_rules)
+                                     kernel_rules, optimizer_rules)
 from nbtools.analysis.advice.diagnosis import Diagnosis, Why, diagnose  # noqa: F401
 from nbtools.analysis.advice.suggestion import NOTHING, Suggestion, Suggestions  # noqa: F401
 from nbtools.config.step_config import ConfigError
 
 RULES = (host_rules.RULES + optimizer_rules.RULES + compile_rules.RULES + comm_rules.RULES
-         + gpu_rules.RULES)
+         + gpu_rules.RULES + kernel_rules.RULES)
 # what recompiles, and so what a recompile-limit hit is a symptom of
 _RECOMPILES = ("recompile-shapes", "module-int-guard", "global-state")
 

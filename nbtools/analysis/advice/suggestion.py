@@ -40,6 +40,10 @@ class Suggestion:
     metric: str = "step_ms"
     """What its A/B is judged on: step_ms, or items_per_s for a change of the work per step
     (a larger batch makes a longer step that may still do more per second)."""
+    changes_numbers: bool = False
+    """A precision change (autocast, TF32): the step computes other numbers. lab.explore
+    keeps it only when check=True's first-step loss (or output) stays within
+    NUMERICS_TOLERANCE of the full-fp32 eager one, and reports the difference."""
     about: str = ""
     """What it is about (a compiled frame, a host cause): suggestions about the same thing
     whose fixes overlap are merged into one (advise)."""
