@@ -59,6 +59,7 @@ class Card:
 
     @property
     def text(self) -> str:
+        """The card in a line: name, SMs, clock, DRAM peak and the datasheet peaks."""
         bits = [f"{self.sms} SMs" if self.sms else "",
                 f"SM clock up to {self.max_sm_mhz:,.0f} MHz" if self.max_sm_mhz == self.max_sm_mhz else "",
                 f"DRAM {self.mem_bw_gbs:,.0f} GB/s peak" if self.mem_bw_gbs == self.mem_bw_gbs else ""]

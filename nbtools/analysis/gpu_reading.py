@@ -43,6 +43,7 @@ class GpuReading:
         return min(1.0, self.busy_ms / self.window_ms)
 
     def share(self, kind: str) -> float:
+        """The share of the kernel time that ``kind`` of work took (0 when none)."""
         return self.kinds.get(kind, 0.0)
 
     @property
@@ -51,10 +52,12 @@ class GpuReading:
         return self.share("matmul") + self.share("conv")
 
     def dtype_share(self, *dtypes) -> float:
+        """The share of the kernel time of matrix work (matmul, conv, attention) in these dtypes."""
         return sum(v for d, v in self.dtypes.items() if d in dtypes)
 
     @property
     def text(self) -> str:
+        """The reading in sentences: kinds and dtypes, top kernels, GPM, the card."""
         kinds = ", ".join(f"{K.KIND_WORDS[k]} {_pct(v)}" + (self._dtype_words(k))
                           for k, v in self.kinds.items() if v >= 0.005)
         s = (f"rank {self.rank}: {self.busy_ms:.3g} ms of GPU work a profiled step"

@@ -30,6 +30,7 @@ class Numerics:
 
     @property
     def text(self) -> str:
+        """What the check measured, with the tolerance, in a sentence."""
         if not self.measured:
             return "numerics not measured (no rank reported a full-fp32 check)"
         if not self.finite:
