@@ -227,3 +227,54 @@ def test_tooltip_shows_the_details_and_stack_in_chromium(tmp_path):
         page.screenshot(path=str(ARTIFACTS / "timeline-tooltip.png"))
         assert not errors, errors
 
+
+
+# Every label drawn on the timeline as a page rectangle: the step bands' (baseline top) and
+# the boxes' names (baseline middle), 8pt text measured by the page's own canvas
+LABEL_BOXES = """() => {
+  const v = [...Bokeh.index.all_views()].find(v => v.model && v.model.name === "timeline");
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.font = "8pt sans-serif";
+  const out = [];
+  for (const [name, top] of [["step-labels", true], ["event-names", false]]) {
+    const d = v.model.renderers.find(r => r.name === name).data_source.data;
+    for (let i = 0; i < d.text.length; i++) {
+      const x = v.frame.x_scale.compute(d.x[i]) + 2, y = v.frame.y_scale.compute(d.y[i]);
+      const h = 11, w = ctx.measureText(d.text[i]).width;
+      out.push({name, text: d.text[i], x0: x, x1: x + w,
+                y0: top ? y : y - h / 2, y1: top ? y + h : y + h / 2});
+    }
+  }
+  return out;
+}"""
+
+
+def test_a_step_is_labelled_once_not_printed_over_its_range_in_chromium(tmp_path):
+    # issue 54: a grey "step 13" was printed over "nbtools/step 13" (and "ProfilerStep#2")
+    from pathlib import Path
+
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+    from playwright.sync_api import sync_playwright
+    from nbtools import load_traces
+    from nbtools.ui.timeline import Timeline
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    h200 = Path(__file__).parents[1] / "nbtools" / "data" / "h200"
+    run = load_traces([h200 / "tp_off_rank0.json.gz", h200 / "tp_off_rank1.json.gz"])
+    page_path = tmp_path / "steps.html"
+    page_path.write_text(file_html(Timeline(run, width=1100, live=False).layout, INLINE, "t"))
+    with sync_playwright() as pw:
+        with open_page(pw, page_path) as (page, errors):
+            page.wait_for_function("() => window.Bokeh && Bokeh.index && [...Bokeh.index"
+                                   ".all_views()].some(v => v.model.name === 'timeline')",
+                                   timeout=30_000)
+            _shot(page, "timeline", "step-labels")
+            boxes = page.evaluate(LABEL_BOXES)
+            assert not errors, errors
+    steps = [b for b in boxes if b["name"] == "step-labels"]
+    names = [b for b in boxes if b["name"] == "event-names"]
+    assert any(re.fullmatch(r"nbtools/step \d+", b["text"]) for b in names), names[:5]
+    over = [(s["text"], n["text"]) for s in steps for n in names
+            if s["x0"] < n["x1"] and n["x0"] < s["x1"] and s["y0"] < n["y1"] and n["y0"] < s["y1"]]
+    assert not over, f"labels printed over each other: {over[:5]}"
