@@ -104,8 +104,14 @@ class Guard:
                 tip = ("the lab would refuse:\n" + "\n".join(
                     f"{o}: {r}" for o, r in mine.items())) if mine else None
                 w.tooltip = tip
-                # ipywidgets shows no tooltip on a described dropdown or checkbox: the
-                # reasons go on its name instead, where hovering finds them
+                if isinstance(w, W.Checkbox):
+                    # a checkbox's hover text is its description as written (ipywidgets 8):
+                    # plain words only; the reason its other side is refused goes there
+                    w.description_allow_html = False
+                    w.description = name
+                    w.tooltip = None
+                    continue
+                # a described dropdown's hover is its name's: the reasons go there
                 w.description_allow_html = True
                 w.description = (f"<span title='{html.escape(tip, quote=True)}' style='"
                                  f"border-bottom:1px dotted #888;cursor:help'>{name}</span>"
@@ -114,6 +120,9 @@ class Guard:
             self.panel.run_button.disabled = bool(self.reason) or self.panel._busy
             self.panel.run_button.tooltip = (f"the lab would refuse this config: {self.reason}"
                                              if self.reason else RUN_TIP)
+            self.panel.refused.value = refused_line(self.reason, {
+                n: r for n, r in self.refused.items()
+                if isinstance(self.panel.controls.get(n), W.Checkbox)})
             if self.reason:
                 self.panel.run_button.add_class("nbtools-refused")
             else:
@@ -134,6 +143,21 @@ class Guard:
             p.comparer.clear()      # its verdict no longer describes the pair on screen
             p.compare_html.value = ("<i>A or B changed: press Compare A / B to compare "
                                     "them</i>")
+
+
+def refused_line(reason: str, boxes: dict) -> str:
+    """What shows under Run: why the lab would refuse the config in the controls (Run is
+    off then), and what switching a checkbox would be refused for (a checkbox has no hover
+    that could say it). Wrapped, never cut."""
+    out = []
+    if reason:
+        out.append(f"<div style='color:#a40000'>✗ Run is off: {html.escape(reason)}</div>")
+    for name, refused in boxes.items():
+        for value, why in refused.items():
+            out.append(f"<div style='color:#666'>{html.escape(name)}={value} would be "
+                       f"refused: {html.escape(why)}</div>")
+    return ("<div style='white-space:normal;overflow-wrap:anywhere;max-width:1180px'>"
+            + "".join(out) + "</div>") if out else ""
 
 
 def export_list() -> W.SelectMultiple:
