@@ -9,6 +9,7 @@ import io
 import re
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from browser import ARTIFACTS, launch, open_page
@@ -278,3 +279,47 @@ def test_a_step_is_labelled_once_not_printed_over_its_range_in_chromium(tmp_path
     over = [(s["text"], n["text"]) for s in steps for n in names
             if s["x0"] < n["x1"] and n["x0"] < s["x1"] and s["y0"] < n["y1"] and n["y0"] < s["y1"]]
     assert not over, f"labels printed over each other: {over[:5]}"
+
+
+SUMMARY = """() => {
+  const v = [...Bokeh.index.all_views()].find(v => v.model && v.model.name === "summary"
+                                                   && v.frame);
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.font = "8pt sans-serif";
+  const d = v.model.renderers.map(r => r.data_source).find(s => s && s.data.text_x).data;
+  const f = v.frame.bbox;
+  const rows = d.text.map((t, i) => ({text: t, right: v.frame.x_scale.compute(d.text_x[i]) + 6
+                                      + Math.max(...t.split(String.fromCharCode(10)).map(l => ctx.measureText(l).width))}));
+  return {width: f.width, height: f.height, right: f.left + f.width, left: f.left, rows};
+}"""
+
+
+@pytest.mark.parametrize("ranks", [1, 2], ids=["one-rank", "two-ranks"])
+def test_the_per_rank_summary_shows_its_text_whole_and_a_rank_has_room(tmp_path, ranks):
+    # issue 54: "...idle 0.606 r" cut at the right edge; a one-rank view squashed to ~6 px
+    from pathlib import Path
+
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+    from playwright.sync_api import sync_playwright
+    from nbtools import load_traces
+    from nbtools.ui.timeline import Timeline
+
+    h200 = Path(__file__).parents[1] / "nbtools" / "data" / "h200"
+    run = load_traces([h200 / f"tp_off_rank{r}.json.gz" for r in range(ranks)])
+    page_path = tmp_path / "summary.html"
+    page_path.write_text(file_html(Timeline(run, live=False).layout, INLINE, "t"))
+    with sync_playwright() as pw:
+        # narrow: the figure stretches to the page, down to its minimum width
+        with open_page(pw, page_path, width=560) as (page, errors):
+            page.wait_for_function("() => window.Bokeh && Bokeh.index && [...Bokeh.index"
+                                   ".all_views()].some(v => v.model.name === 'summary')",
+                                   timeout=30_000)
+            page.wait_for_timeout(500)
+            got = page.evaluate(SUMMARY)
+            _shot(page, "summary", f"summary-{ranks}")
+            assert not errors, errors
+    assert len(got["rows"]) == ranks and all(r["text"] for r in got["rows"]), got
+    assert got["height"] >= 20 * ranks, f"a rank's row is {got['height'] / ranks:.0f} px high"
+    cut = [r["text"] for r in got["rows"] if r["right"] > got["right"] + 1]
+    assert not cut, f"text past the frame's right edge ({got['right']:.0f} px): {cut}"
