@@ -44,3 +44,34 @@ def test_the_exploration_plot_title_is_whole_inside_the_figure(tmp_path):
     assert " ".join(summary_line(ex).split()) in flat, got["text"]      # nothing dropped
     wide = [w for w in got["lines"] if w > got["width"] - 10]
     assert not wide, f"title lines {got['lines']} px in a {got['width']:.0f} px figure"
+
+
+def test_an_ab_of_unprofiled_runs_draws_no_empty_figure_and_says_why(tmp_path):
+    # issue 54: the demo report's A/B drew an empty figure under "Timelines aligned at each
+    # run's first profiled step" for its unprofiled runs (profiled=0: no events)
+    from playwright.sync_api import sync_playwright
+    from nbtools import export_html
+    from test_timeline import synthetic_run
+
+    def unprofiled(seed):
+        run = synthetic_run(seed=seed, events_per_rank=200)
+        run.events = run.events.iloc[:0]
+        run.steps = run.steps[run.steps["phase"] != "profiled"]
+        return run
+
+    a, b = unprofiled(1), unprofiled(2)
+    path = export_html(tmp_path / "ab.html", [a, b], comparisons=[(a, b)])
+    text = path.read_text(encoding="utf-8")
+    assert "Timelines aligned" not in text
+    with sync_playwright() as pw:
+        with open_page(pw, path) as (page, errors):
+            page.wait_for_timeout(1500)
+            why = page.locator(".nbtools-no-timelines")
+            assert why.count() == 1 and "neither run was profiled" in why.inner_text()
+            # whatever figures the page has are drawn (none empty)
+            n = page.evaluate("() => window.Bokeh && Bokeh.index ? "
+                              "[...Bokeh.index.all_views()].filter(v => v.frame).length : 0")
+            if n:
+                check_plots_drawn(page, "ab-unprofiled", ranks=[0, 1])
+            page.screenshot(path=str(ARTIFACTS / "ab-unprofiled.png"), full_page=True)
+            assert not errors, errors
