@@ -4,7 +4,7 @@ with the other controls as they are is marked (a ✗ before it in its dropdown, 
 on hover) and Run is disabled with the reason on hover, from the same checks lab.run makes
 (StepConfig's rules, the device's, the Workload's or step's); a comparison is cleared when
 its A/B selectors move away from the pair it shows; Export writes the runs picked in a list
-(by default the ones this panel ran) while its status counts the seconds."""
+(by default the ones this panel ran, else the newest) while its status counts the seconds."""
 from __future__ import annotations
 
 import html
@@ -171,10 +171,11 @@ def export_list() -> W.SelectMultiple:
 
 def refresh_export_list(panel, opts: list) -> None:
     """The history's runs as options, picked: the runs this panel ran (the history may hold
-    other notebooks' runs too), until the person picks others: then those (still there)."""
+    other notebooks' runs too; none yet: the newest run), until the person picks others:
+    then those (still there)."""
     w = panel.export_runs
     ids = {v for _, v in opts}
-    default = tuple(r for r in panel.mine if r in ids)
+    default = tuple(r for r in panel.mine if r in ids) or tuple(v for _, v in opts[-1:])
     chosen = tuple(r for r in w.value if r in ids)
     keep = set(w.value) != set(getattr(panel, "_export_default", ()))
     w.options = opts
