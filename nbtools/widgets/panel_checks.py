@@ -154,9 +154,12 @@ def refused_line(reason: str, boxes: dict) -> str:
         out.append(f"<div style='color:#a40000'>✗ Run is off: {html.escape(reason)}</div>")
     for name, refused in boxes.items():
         for value, why in refused.items():
+            if why == reason:          # refused whatever the box says: said once above
+                continue
             out.append(f"<div style='color:#666'>{html.escape(name)}={value} would be "
                        f"refused: {html.escape(why)}</div>")
-    return ("<div style='white-space:normal;overflow-wrap:anywhere;max-width:1180px'>"
+    return ("<div style='white-space:normal;overflow-wrap:anywhere;max-width:1180px;"
+            "line-height:1.5'>"
             + "".join(out) + "</div>") if out else ""
 
 
