@@ -9,6 +9,7 @@ import io
 import re
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from browser import ARTIFACTS, launch, open_page
@@ -227,3 +228,98 @@ def test_tooltip_shows_the_details_and_stack_in_chromium(tmp_path):
         page.screenshot(path=str(ARTIFACTS / "timeline-tooltip.png"))
         assert not errors, errors
 
+
+
+# Every label drawn on the timeline as a page rectangle: the step bands' (baseline top) and
+# the boxes' names (baseline middle), 8pt text measured by the page's own canvas
+LABEL_BOXES = """() => {
+  const v = [...Bokeh.index.all_views()].find(v => v.model && v.model.name === "timeline");
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.font = "8pt sans-serif";
+  const out = [];
+  for (const [name, top] of [["step-labels", true], ["event-names", false]]) {
+    const d = v.model.renderers.find(r => r.name === name).data_source.data;
+    for (let i = 0; i < d.text.length; i++) {
+      const x = v.frame.x_scale.compute(d.x[i]) + 2, y = v.frame.y_scale.compute(d.y[i]);
+      const h = 11, w = ctx.measureText(d.text[i]).width;
+      out.push({name, text: d.text[i], x0: x, x1: x + w,
+                y0: top ? y : y - h / 2, y1: top ? y + h : y + h / 2});
+    }
+  }
+  return out;
+}"""
+
+
+def test_a_step_is_labelled_once_not_printed_over_its_range_in_chromium(tmp_path):
+    # issue 54: a grey "step 13" was printed over "nbtools/step 13" (and "ProfilerStep#2")
+    from pathlib import Path
+
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+    from playwright.sync_api import sync_playwright
+    from nbtools import load_traces
+    from nbtools.ui.timeline import Timeline
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    h200 = Path(__file__).parents[1] / "nbtools" / "data" / "h200"
+    run = load_traces([h200 / "tp_off_rank0.json.gz", h200 / "tp_off_rank1.json.gz"])
+    page_path = tmp_path / "steps.html"
+    page_path.write_text(file_html(Timeline(run, width=1100, live=False).layout, INLINE, "t"))
+    with sync_playwright() as pw:
+        with open_page(pw, page_path) as (page, errors):
+            page.wait_for_function("() => window.Bokeh && Bokeh.index && [...Bokeh.index"
+                                   ".all_views()].some(v => v.model.name === 'timeline')",
+                                   timeout=30_000)
+            _shot(page, "timeline", "step-labels")
+            boxes = page.evaluate(LABEL_BOXES)
+            assert not errors, errors
+    steps = [b for b in boxes if b["name"] == "step-labels"]
+    names = [b for b in boxes if b["name"] == "event-names"]
+    assert any(re.fullmatch(r"nbtools/step \d+", b["text"]) for b in names), names[:5]
+    over = [(s["text"], n["text"]) for s in steps for n in names
+            if s["x0"] < n["x1"] and n["x0"] < s["x1"] and s["y0"] < n["y1"] and n["y0"] < s["y1"]]
+    assert not over, f"labels printed over each other: {over[:5]}"
+
+
+SUMMARY = """() => {
+  const v = [...Bokeh.index.all_views()].find(v => v.model && v.model.name === "summary"
+                                                   && v.frame);
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.font = "8pt sans-serif";
+  const d = v.model.renderers.map(r => r.data_source).find(s => s && s.data.text_x).data;
+  const f = v.frame.bbox;
+  const rows = d.text.map((t, i) => ({text: t, right: v.frame.x_scale.compute(d.text_x[i]) + 6
+                                      + Math.max(...t.split(String.fromCharCode(10)).map(l => ctx.measureText(l).width))}));
+  return {width: f.width, height: f.height, right: f.left + f.width, left: f.left, rows};
+}"""
+
+
+@pytest.mark.parametrize("ranks", [1, 2], ids=["one-rank", "two-ranks"])
+def test_the_per_rank_summary_shows_its_text_whole_and_a_rank_has_room(tmp_path, ranks):
+    # issue 54: "...idle 0.606 r" cut at the right edge; a one-rank view squashed to ~6 px
+    from pathlib import Path
+
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+    from playwright.sync_api import sync_playwright
+    from nbtools import load_traces
+    from nbtools.ui.timeline import Timeline
+
+    h200 = Path(__file__).parents[1] / "nbtools" / "data" / "h200"
+    run = load_traces([h200 / f"tp_off_rank{r}.json.gz" for r in range(ranks)])
+    page_path = tmp_path / "summary.html"
+    page_path.write_text(file_html(Timeline(run, live=False).layout, INLINE, "t"))
+    with sync_playwright() as pw:
+        # narrow: the figure stretches to the page, down to its minimum width
+        with open_page(pw, page_path, width=560) as (page, errors):
+            page.wait_for_function("() => window.Bokeh && Bokeh.index && [...Bokeh.index"
+                                   ".all_views()].some(v => v.model.name === 'summary')",
+                                   timeout=30_000)
+            page.wait_for_timeout(500)
+            got = page.evaluate(SUMMARY)
+            _shot(page, "summary", f"summary-{ranks}")
+            assert not errors, errors
+    assert len(got["rows"]) == ranks and all(r["text"] for r in got["rows"]), got
+    assert got["height"] >= 20 * ranks, f"a rank's row is {got['height'] / ranks:.0f} px high"
+    cut = [r["text"] for r in got["rows"] if r["right"] > got["right"] + 1]
+    assert not cut, f"text past the frame's right edge ({got['right']:.0f} px): {cut}"

@@ -149,3 +149,21 @@ def test_a_fix_in_an_hf_models_code_is_tried_on_the_model_itself(lab):
     assert max(int((r.compile_events.kind == "recompile").sum()) for r in cmp.runs_a) > 0
     if row["kept"]:
         assert ex.best_workload is not wl and "model.config.use_cache = False" in ex.code()
+
+
+def test_the_panels_export_holds_the_labs_explorations_and_picks_the_newest_run(lab,
+                                                                               tmp_path):
+    # issue 54: Export left out an exploration made by lab.explore in the notebook, and a
+    # panel opened after runs of the notebook's own had no run picked
+    import html
+
+    from nbtools.widgets.panel import Panel
+    ex = lab.explore(WORKLOAD, SLOW, budget_s=0.5, rounds=2)
+    assert lab.explorations[-1] is ex
+    panel = Panel(lab, export_path=tmp_path / "findings.html")
+    newest = list(lab.history)[-1].run_id
+    assert panel.export_runs.value == (newest,)
+    panel.export_button.click()
+    assert "wrote" in panel.export_status.value, panel.export_status.value
+    text = (tmp_path / "findings.html").read_text(encoding="utf-8")
+    assert "<h2>Explorations</h2>" in text and html.escape(ex.budget_text) in text

@@ -369,7 +369,7 @@ def test_a_straggler_is_named_only_beyond_the_timed_steps_noise():
 
 def test_host_busy_is_said_once_per_lab():
     from nbtools.analysis.machine import once_per_lab, oversubscribed
-    busy = F.make("host-busy", load="3.8", host="vm", ranks="0, 1")
+    busy = F.make("host-busy", load="3.8", host="vm", ranks="0, 1", others="1.2", cores="2")
     other = F.make("unused", what="x")
     said = set()
     assert once_per_lab([busy, other], said) == [busy, other]

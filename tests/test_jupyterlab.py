@@ -401,6 +401,12 @@ _CLIPPED = """() => {
 }"""
 
 
+# the text of the elements matched that does not fit them (wider than their box)
+_CUT = """(sel) => [...document.querySelectorAll(sel)].flatMap(el => [el, ...el.querySelectorAll('*')])
+  .filter(d => d.clientWidth && d.scrollWidth > d.clientWidth + 1)
+  .map(d => (d.textContent || '').trim().slice(0, 60))"""
+
+
 @pytest.mark.timeout(900)
 def test_panel_fits_1280_and_marks_what_the_lab_would_refuse(tmp_path):
     """Issue 26 in a real JupyterLab page 1280 px wide: no control clipped, every default
@@ -432,6 +438,15 @@ def test_panel_fits_1280_and_marks_what_the_lab_would_refuse(tmp_path):
         pg.wait_for_function("() => document.querySelector('button.nbtools-run').disabled",
                              timeout=30_000)
         assert "needs CUDA" in run_button.get_attribute("title")
+        # issue 54: the reason shows beside Run, whole, not only on hover
+        reason = pg.locator(".nbtools-refused-reason").first
+        assert reason.is_visible()
+        assert "cudagraph='manual' needs CUDA" in reason.inner_text(), reason.inner_text()
+        assert pg.evaluate(_CUT, ".nbtools-refused-reason") == []
+        # and every checkbox's hover text is words, not markup
+        titles = pg.evaluate("""() => [...document.querySelectorAll(
+            '.widget-checkbox [title]')].map(e => e.getAttribute('title'))""")
+        assert titles and not [t for t in titles if "<" in t or "style=" in t], titles
         page.shot("refused-1280")
         pg.locator(".nbtools-cudagraph select").first.select_option(index=0)
         pg.wait_for_function("() => !document.querySelector('button.nbtools-run').disabled",

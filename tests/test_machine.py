@@ -60,8 +60,15 @@ def test_a_clock_low_outside_the_timed_steps_and_a_quiet_host_say_nothing():
 def test_a_busy_host_is_named_once_per_host():
     reports = {r: _report([1980.0] * 4, [0] * 4, running=[40.0, 52.0, 48.0, 44.0])
                for r in (0, 1)}
+    for rep in reports.values():     # every core busy, the two ranks one core each
+        rep["signals"]["values"].update(cpu_pct=[100.0] * 4, host_cpu_pct=[100.0] * 4)
     cols = M.columns(reports, pd.concat([_steps(0), _steps(1)])).assign(host="h1")
-    assert M.flags(cols) == ["host busy: load 2.9 per core on h1 while rank(s) 0, 1 timed steps"]
+    assert M.flags(cols) == ["host busy: load 2.9 per core on h1 while rank(s) 0, 1 timed "
+                             "steps; processes other than the ranks kept 14.0 of its 16 cores "
+                             "busy"]
+    # a summary saved before the ranks' CPU was read: judged and said by its load, as then
+    old = cols.drop(columns=["host_other_cores"])
+    assert M.flags(old) == ["host busy: load 2.9 per core on h1 while rank(s) 0, 1 timed steps"]
 
 
 def test_the_cpu_sampler_reads_the_host_and_needs_no_nvml():
@@ -182,3 +189,33 @@ def test_cupti_is_torn_down_after_profiles_unless_graphs_or_the_person_say_other
     assert not quiet.cupti_teardown("12.8", False) and os.environ["TEARDOWN_CUPTI"] == "0"
     monkeypatch.setenv("TEARDOWN_CUPTI", "1")
     assert quiet.cupti_teardown("12.8", True) and os.environ["TEARDOWN_CUPTI"] == "1"
+
+
+def _cpu_report(host_load, cpu_pct, host_cpu_pct, cores=2):
+    """A CPU rank's signals through its 10 measured steps: runnable tasks (per core, as the
+    wire holds them), its own CPU and the host's busy share."""
+    n = 10
+    return {"host": "vm", "machine": dict(cores=cores, pid=11),
+            "signals": dict(ts_ns=[i * 100 * MS + 50 * MS for i in range(n)],
+                            values=dict(host_load=[host_load] * n, cpu_pct=[cpu_pct] * n,
+                                        host_cpu_pct=[host_cpu_pct] * n))}
+
+
+def test_the_ranks_own_load_is_not_a_busy_host():
+    # issue 54: 2 CPU ranks on a quiet 2-core host, each a core busy: 2 runnable per core,
+    # every core busy, all of it the ranks' own -> no flag (it fired on every such run)
+    quiet = {r: _cpu_report(2.0, 98.0, 100.0) for r in (0, 1)}
+    cols = M.columns(quiet, pd.concat([_steps(0), _steps(1)])).assign(host="vm")
+    assert cols["host_other_cores"].tolist() == pytest.approx([0.04, 0.04])
+    assert M.flags(cols) == []
+    assert not M.busy_host(cols).any()
+    # a busy loop beside them: the ranks get 2/3 of a core each, the third is someone else's
+    loop = {r: _cpu_report(1.5, 66.0, 100.0) for r in (0, 1)}
+    cols = M.columns(loop, pd.concat([_steps(0), _steps(1)])).assign(host="vm")
+    (flag,) = M.flags(cols)
+    assert flag == ("host busy: load 1.5 per core on vm while rank(s) 0, 1 timed steps; "
+                    "processes other than the ranks kept 0.7 of its 2 cores busy")
+    assert F.identify(flag) == "host-busy"
+    # a flag saved by an older version is still recognised as this flag
+    assert F.identify("host busy: load 2.0 per core on vm while rank(s) 0, 1 timed steps") \
+        == "host-busy"

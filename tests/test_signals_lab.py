@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from browser import ARTIFACTS, open_page
 from nbtools import Run, StepConfig, export_html, load_traces
@@ -222,3 +223,34 @@ def test_the_exported_report_draws_the_lanes_offline_in_chromium(lab, tmp_path):
         (ARTIFACTS / "signals-lane-panned.png").write_bytes(png)
         assert _near(png, cpu) > 50, "the lane went blank after the pan"
         assert not errors, errors
+
+
+def test_a_busy_loop_beside_the_ranks_makes_the_host_busy_and_their_own_load_does_not(lab):
+    # issue 54: the flag counts what is not the lab's (the host's busy cores less the ranks'
+    # own CPU); a loop per core that this test starts (and kills by its pid) is someone else's
+    import os
+    import subprocess
+    import sys
+
+    from nbtools.analysis import flags as F
+    from nbtools.analysis import machine as M
+    cfg = StepConfig(scenario="tp-mlp-infer", warmup=1, steps=12, profiled=1)
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+             for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(0.5)                  # the loops run before the steps do
+        run = lab.run(cfg)
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+    assert run.ok, run.errors
+    s = run.summary
+    assert (s["host_other_cores"] >= M.OTHERS_BUSY).all(), s[["host_cpu_pct", "cpu_pct"]]
+    (flag,) = [f for f in M.flags(s) if F.identify(f) == "host-busy"]
+    assert "processes other than the ranks kept" in flag
+    assert flag in run.flags or "host-busy" in lab.said_once, run.flags
+    # the ranks' own CPU is what was left out: never more than the host's busy cores
+    own = s["cpu_pct"].sum() / 100
+    busy = s["host_cpu_pct"].mean() * s["host_cores"].max() / 100
+    assert s["host_other_cores"].max() == pytest.approx(max(busy - own, 0.0))

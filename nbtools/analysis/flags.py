@@ -15,6 +15,7 @@ class Flag:
     template: str
     means: str
     todo: str
+    older: tuple = ()     # templates this flag was printed with before: saved runs hold them
 
     def text(self, **fields) -> str:
         """This flag's text with ``fields`` filled into its template."""
@@ -23,7 +24,7 @@ class Flag:
     def matches(self, text: str) -> bool:
         """True when ``text`` is this flag's template filled in: how a saved run's flag is
         recognised again."""
-        return bool(_pattern(self.template).fullmatch(text))
+        return any(_pattern(t).fullmatch(text) for t in (self.template, *self.older))
 
 
 def _pattern(template: str):
@@ -141,14 +142,19 @@ REGISTRY = (
          "steps: they can take SMs, memory bandwidth and memory from the step.",
          "Find them with nvidia-smi and stop them, or give the lab GPUs of its own."),
     Flag("host-busy", "host busy: load {load} per core on {host} while rank(s) {ranks} "
-         "timed steps",
-         "Over the timed steps the host had more runnable tasks than cores (sampled from "
-         "/proc/stat; the lab's own engines count): a step's threads waited for a core, so "
-         "host-bound steps read slower and noisier than on a quiet machine. Said once per "
-         "lab (the first run that shows it; host_load is in every run's summary), or when the "
-         "lab starts where its ranks have more threads than the cores they share.",
+         "timed steps; processes other than the ranks kept {others} of its {cores} cores busy",
+         "Over the timed steps the host had more runnable tasks than cores (/proc/loadavg's "
+         "runnable tasks at each sample, not uptime's load average) and processes other "
+         "than the lab's ranks kept at least half a core busy (the host's busy cores from "
+         "/proc/stat less the ranks' own CPU time): a step's threads waited for a core "
+         "that something else held, so host-bound steps read slower and noisier than on a "
+         "quiet machine. The ranks' own threads are not counted as the load that disturbs "
+         "them. Said once per lab (the first run that shows it; host_load and "
+         "host_other_cores are in every run's summary), or when the lab starts where its "
+         "ranks have more threads than the cores they share.",
          "Rerun on a quieter host, fewer ranks per host, or fewer threads per rank; treat "
-         "differences smaller than the steps' spread as noise."),
+         "differences smaller than the steps' spread as noise.",
+         older=("host busy: load {load} per core on {host} while rank(s) {ranks} timed steps",)),
     Flag("not-finite", "rank(s) {ranks}: the step returned {value} at its last measured "
          "step (not a finite number)",
          "The loss (or the step's result) became NaN or infinite: the run diverged, so its "

@@ -20,10 +20,13 @@ from nbtools.analysis.samples import reason_words
 CLOCK_LOW = 0.9          # a clock below 90 % of its maximum during a timed step is flagged
 CLOCK_DROP = 5.0         # % the SM clock fell within the measured steps, below its highest there
 HOST_BUSY = 1.0          # more runnable tasks than cores: a step's threads waited for a core
+OTHERS_BUSY = 0.5        # cores other processes kept busy before that wait is theirs, not the
+                         # ranks' own: a 2-rank CPU run fills a 2-core host by itself
 COLUMNS = ("host_load", "sm_clock_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "gpu_temp_c",
            "gpu_power_w", "throttle", "clock_low_steps", "gpu_other_procs", "gpu_index",
-           "gpu_util_pct", "sm_active_pct", "tensor_active_pct", "dram_bw_pct", "cpu_pct", "host_cpu_pct", "throttle_seen",
-           "throttle_steps", "sm_clock_drop_pct", "clock_drop_steps")
+           "gpu_util_pct", "sm_active_pct", "tensor_active_pct", "dram_bw_pct", "cpu_pct",
+           "host_cpu_pct", "throttle_seen", "throttle_steps", "sm_clock_drop_pct",
+           "clock_drop_steps", "host_other_cores", "host_cores")
 TIMED = ("measured", "profiled")
 MEASURED = ("measured",)
 
@@ -72,8 +75,48 @@ def columns(reports: dict, steps: pd.DataFrame, samples: pd.DataFrame | None = N
                 row[col] = _mean(S.trailing(one, st, r, col, period, MEASURED))
         if "sm_max_mhz" in m:
             row.update(_gpu(one, st, r, m))
+        row["_host"], row["host_cores"] = rep.get("host", ""), m.get("cores", np.nan)
+        row["_busy"], row["_own"] = _host_and_own(one, st, r)
         rows.append(row)
-    return pd.DataFrame(rows)
+    return _others(pd.DataFrame(rows))
+
+
+def _host_and_own(one: pd.DataFrame, st: pd.DataFrame, r: int) -> tuple:
+    """(host's busy %, the rank's own CPU %) over the host readings whose window (since the
+    reading before, /proc/stat every 0.25 s or more) overlaps the timed steps: the same
+    stretch of time for both. Where none does (steps shorter than a window, sampling ended
+    before the next read) the last reading before them stands for them: the others' CPU
+    just before the steps."""
+    ts, busy = S.series(one, r, "host_cpu_pct")
+    st = st[st["phase"].astype(str).isin(list(TIMED))] if len(st) else st
+    if not len(ts) or not len(st):
+        return np.nan, np.nan
+    first = int(one["ts_ns"].min())
+    lo, hi = int(st["ts_ns"].min()), int((st["ts_ns"] + st["dur_ns"]).max())
+    since = np.concatenate([[first], ts[:-1]])
+    pick = (ts >= lo) & (since <= hi)
+    if not pick.any():
+        pick = np.arange(len(ts)) == len(ts) - 1
+    t_own, own = S.series(one, r, "cpu_pct")
+    inside = np.zeros(len(t_own), bool)
+    for a, b in zip(since[pick], ts[pick]):
+        inside |= (t_own > a) & (t_own <= b)
+    return float(np.mean(busy[pick])), _mean(own[inside])
+
+
+def _others(cols: pd.DataFrame) -> pd.DataFrame:
+    """``host_other_cores`` on every rank's row: the cores of its host that processes other
+    than the lab's ranks there kept busy while they timed steps, the host's busy share
+    (each rank reads it; their mean) less the ranks' own CPU time (never below 0; NaN
+    where a rank had no reading). The runnable count (host_load) cannot tell the ranks'
+    threads from others'."""
+    if not len(cols):
+        return cols
+    by = cols["_host"].astype(str)
+    per_host = (cols["_busy"].groupby(by).transform("mean") * cols["host_cores"] / 100
+                - cols["_own"].groupby(by).transform(lambda v: v.sum(min_count=len(v))) / 100)
+    cols["host_other_cores"] = per_host.clip(lower=0.0)
+    return cols.drop(columns=["_host", "_busy", "_own"])
 
 
 def _gpu(one: pd.DataFrame, st: pd.DataFrame, r: int, m: dict) -> dict:
@@ -152,14 +195,36 @@ def flags(summary: pd.DataFrame) -> list[str]:
         for _, r in other.iterrows():
             out.append(F.make("gpu-shared", gpu=int(r["gpu_index"]),
                               n=int(r["gpu_other_procs"]), rank=int(r["rank"])))
-    if "host_load" in summary:
-        busy = summary[pd.to_numeric(summary["host_load"], errors="coerce") > HOST_BUSY]
-        hosts = busy.groupby(busy["host"] if "host" in busy else pd.Series("", busy.index))
-        for host, g in hosts:
-            out.append(F.make("host-busy", load=f"{g['host_load'].max():.1f}",
-                              ranks=", ".join(str(int(x)) for x in g["rank"]),
-                              host=host or "this host"))
+    busy = summary[busy_host(summary)]
+    hosts = busy.groupby(busy["host"] if "host" in busy else pd.Series("", busy.index))
+    for host, g in hosts:
+        words = dict(load=f"{g['host_load'].max():.1f}", host=host or "this host",
+                     ranks=", ".join(str(int(x)) for x in g["rank"]))
+        if "host_other_cores" not in g:      # a summary without the ranks' CPU: load alone
+            out.append(F.FLAGS["host-busy"].older[0].format(**words))
+            continue
+        others = pd.to_numeric(g["host_other_cores"], errors="coerce").max()
+        out.append(F.make("host-busy", others=f"{others:.1f}", cores=_cores(g), **words))
     return out
+
+
+def _cores(g: pd.DataFrame) -> str:
+    c = pd.to_numeric(g.get("host_cores", pd.Series(dtype=float)), errors="coerce").max()
+    return f"{c:.0f}" if np.isfinite(c) else "the"
+
+
+def busy_host(summary: pd.DataFrame) -> pd.Series:
+    """Per summary row: its rank timed steps on a host busy with something else, more
+    runnable tasks than cores while processes other than the lab's ranks kept
+    OTHERS_BUSY cores or more busy. A saved run from before host_other_cores was measured
+    is judged by its load alone, as it was then."""
+    if "host_load" not in summary:
+        return pd.Series(False, index=summary.index)
+    loaded = pd.to_numeric(summary["host_load"], errors="coerce") > HOST_BUSY
+    if "host_other_cores" not in summary:
+        return loaded
+    others = pd.to_numeric(summary["host_other_cores"], errors="coerce")
+    return loaded & (others >= OTHERS_BUSY)
 
 
 # flags that describe the machine a lab runs on rather than one run: said once per lab

@@ -189,8 +189,9 @@ _ALL = (
     _m("cache", "", "more", "", "", "compile-cache policy: fresh (reset per config) or continue"),
     # the machine's state over the timed steps (engine/machine.py samples, analysis/machine.py)
     _m("host_load", "/core", "more", "max", "lower", "runnable tasks per core on the rank's host, "
-       "mean over the timed steps (sampled from /proc/stat; the lab's own engines count): "
-       "above 1 a step's threads waited for a core; the run's is the busiest host's"),
+       "mean over the timed steps of the tasks runnable at each sample (/proc/loadavg, not "
+       "uptime's load average; the lab's own ranks count): above 1 a step's threads waited "
+       "for a core; the run's is the busiest host's"),
     _m("sm_clock_mhz", "MHz", "gpu", "max", "higher", "median SM clock over the timed steps "
        "(NVML); the run's is the fastest rank's, read beside sm_clock_min_mhz", short="sm_MHz"),
     _m("sm_clock_min_mhz", "MHz", "gpu", "min", "higher", "lowest SM clock sampled in a timed "
@@ -227,6 +228,10 @@ _ALL = (
     _m("host_cpu_pct", "%", "more", "max", "lower", "share of all the host's cores busy over "
        "the measured steps (/proc/stat, every process counted); the run's is the busiest "
        "host's"),
+    _m("host_other_cores", "cores", "more", "max", "lower", "cores of the rank's host that "
+       "processes other than the lab's ranks kept busy over the measured steps (host_cpu_pct "
+       "less the ranks' cpu_pct): what disturbs the steps, the ranks' own load left out"),
+    _m("host_cores", "", "more", "max", "", "cores of the rank's host"),
     _m("throttle_seen", "", "gpu", "", "", "throttling reasons NVML reported while the "
        "measured steps ran (power cap, thermal or hardware slowdown, power brake)"),
     _m("throttle_steps", "", "gpu", "", "", "the measured steps during which NVML reported a "

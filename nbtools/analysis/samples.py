@@ -72,8 +72,10 @@ SIGNALS = (
     Signal("rss_mb", "process memory", "MB", "", "resident memory of the rank's process"),
     Signal("host_cpu_pct", "host CPU", "%", 100.0, "share of all the host's cores busy, every "
            "process counted (/proc/stat, over 0.25 s or more: it counts 10 ms ticks)"),
-    Signal("host_load", "host load", "/core", "", "runnable tasks per core on the host now "
-           "(/proc/stat procs_running over the cores): above 1 a thread waits for a core"),
+    Signal("host_load", "runnable tasks now", "/core", "", "tasks runnable on the host at the "
+           "instant of each sample, per core (/proc/loadavg's running count over the cores; "
+           "not uptime's load, a minute's average; the lab's own ranks count): above 1 a "
+           "thread waits for a core"),
 )
 BY_NAME = {s.name: s for s in SIGNALS}
 # NVML clock event reasons (nvml.h nvmlClocksEventReason*) -> words

@@ -93,6 +93,7 @@ def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rou
         ex.note = ex.note or (f"interrupted (Ctrl-C) after {ex.ab_count} A/B(s): what "
                               "finished is kept")
     ex.elapsed_s = time.perf_counter() - x.t0
+    getattr(lab, "explorations", []).append(ex)   # the panel's Export holds them
     return ex          # the caller shows it (its repr and HTML carry the verdict)
 
 

@@ -95,7 +95,7 @@ class Lab:
         self._pg_broken = False
         self.engine_warnings: dict = {}     # rank -> the last run's library warnings, in full
         self.engine_log = engine_output.EngineLog()   # every run's, by kind
-        self.notes: list = []               # what the lab said once (analysis.machine)
+        self.notes, self.explorations = [], []   # what it said once; lab.explore's results
         self.said_once: set = set()         # ids of the once-per-lab flags said (host-busy)
         try:
             self._start()

@@ -116,7 +116,10 @@ def export_html(path, runs, notes: str = "", title: str = "torch-nbtools finding
         parts.append(("html", "<h2>A/B comparisons</h2>"))
     for j, cmp in enumerate(pairs):
         ca, cb = clean[id(cmp.a)], clean[id(cmp.b)]
-        parts.append(("html", _compare_header(dataclasses.replace(cmp, a=ca, b=cb))))
+        drawn = bool(len(ca.events) or len(cb.events))
+        parts.append(("html", _compare_header(dataclasses.replace(cmp, a=ca, b=cb), drawn)))
+        if not drawn:
+            continue
         lay = compare_figure(ca, cb, width=width, backend=backend, live=False)
         lay.name = f"compare-{j}"
         roots.append(lay)
@@ -282,7 +285,7 @@ def _config_table(runs) -> str:
     return _matrix(runs, rows)
 
 
-def _compare_header(cmp: Comparison) -> str:
+def _compare_header(cmp: Comparison, drawn: bool = True) -> str:
     a, b = cmp.a, cmp.b
     rounds = f" · {cmp.rounds} round{'s' if cmp.rounds != 1 else ''} of A B B A, the runs nearest each side's median shown" \
         if cmp.runs_a is not None else ""
@@ -294,7 +297,10 @@ def _compare_header(cmp: Comparison) -> str:
                    + "</p>")
     out.append(compared_html(cmp))     # the panel's verdict, numbers and table
     out.append("<p class='muted'>Timelines aligned at each run's first profiled step; events "
-               "narrower than a pixel are merged as in each run's own timeline.</p>")
+               "narrower than a pixel are merged as in each run's own timeline.</p>" if drawn
+               else "<p class='muted nbtools-no-timelines'>No timelines: neither run was "
+               "profiled (profiled=0, or a run whose trace held no events), so there is "
+               "nothing to draw; the numbers above come from their timed steps.</p>")
     return "".join(out)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.flags import identify
-from nbtools.analysis.machine import HOST_BUSY
+from nbtools.analysis.machine import busy_host
 from nbtools.analysis.metrics import COMPARED, combine, is_count
 from nbtools.analysis.step_metrics import category_ms as per_category
 from nbtools.analysis.verdict import (EQUIVALENCE, Verdict, rounds_verdict, single_verdict,
@@ -263,12 +263,10 @@ def _value_word(x: float) -> str:
 
 
 def _busy(run: Run) -> bool:
-    """A rank of this run timed its steps on a host with more runnable tasks than cores (the
-    host-busy flag's rule; a lab says that flag once, the load stays in every summary)."""
+    """A rank of this run timed its steps on a host busy with something else (the host-busy
+    flag's rule; a lab says that flag once, the load stays in every summary)."""
     s = run.summary
-    if s is None or "host_load" not in s:
-        return False
-    return bool((pd.to_numeric(s["host_load"], errors="coerce") > HOST_BUSY).any())
+    return s is not None and bool(busy_host(s).any())
 
 
 def category_ms(run: Run) -> pd.Series:

@@ -37,8 +37,10 @@ def figure(ex, width=None, height=None):
     pad = (hi / lo) ** 0.15 if hi > lo else 1.1
     p = bfig(y_range=list(reversed(labels)), x_axis_type="log", x_range=(lo / pad, hi * pad),
              height=height or max(140, 60 + 34 * len(labels)), width=width or 720,
-             title=f"B over A per change tried ({ex.metric}; below 1: faster) — "
-                   + summary_line(ex)[:90], tools="save", toolbar_location="right")
+             title=title_lines(f"B over A per change tried ({ex.metric}; below 1: faster)",
+                               summary_line(ex), (width or 720) - _axis_px(labels)),
+             tools="save", toolbar_location="right")
+    p.height += 16 * p.title.text.count("\n")       # the title's lines above the same plot
     p.add_layout(Span(location=1.0, dimension="height", line_color="#444",
                       line_dash="dashed"))
     if rows:
@@ -50,6 +52,23 @@ def figure(ex, width=None, height=None):
             ("verdict", "@verdict"), ("outcome", "@outcome")]))
     p.xaxis.axis_label = "ratio B / A, 95 % interval"
     return p
+
+
+TITLE_PX = 8.0      # a character of Bokeh's title font (13 px bold), at most
+TOOLBAR_PX = 40     # the toolbar on the right of the plot
+
+
+def _axis_px(labels: list) -> int:
+    """The y axis' width left of the frame, where the title starts: its longest label."""
+    return int(6.5 * max(map(len, labels), default=0)) + 20
+
+
+def title_lines(head: str, text: str, width: int) -> str:
+    """The plot's title: ``head``, then ``text`` whole, wrapped at words to the ``width``
+    right of the y axis (a title cut at the figure's edge read "...B is 1.89x faster (:")."""
+    import textwrap
+    chars = max(int((width - TOOLBAR_PX) / TITLE_PX), 20)
+    return "\n".join([head] + textwrap.wrap(text, chars, break_on_hyphens=False))
 
 
 def exploration_html(ex) -> str:

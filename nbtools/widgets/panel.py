@@ -112,6 +112,7 @@ class Panel:
                                   icon="play")
         self.auto = W.Checkbox(value=False, description="auto re-run on change", indent=False)
         self.status = html_widget("ready", "nbtools-status")
+        self.refused = html_widget("", "nbtools-refused-reason")   # why Run is off, in words
         self.signals = SignalStrip()      # each rank's machine signals while a run runs
         self.signals.watch(lab)
         self.error = html_widget("", "nbtools-error")
@@ -159,7 +160,7 @@ class Panel:
         log_box.selected_index = None
         self.widget = _PanelBox([
             W.HBox(groups, layout=W.Layout(flex_flow="row wrap")),
-            W.HBox([self.run_button, self.auto, self.status]), self.signals.widget,
+            W.HBox([self.run_button, self.auto, self.status]), self.refused, self.signals.widget,
             W.HBox([self.error, self.restart_button]), self.flags, self.summary,
             self.timeline_view, log_box,
             W.HTML("<b>history</b>"), W.HBox([self.history_list, self.load_button]),

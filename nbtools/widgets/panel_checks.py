@@ -4,7 +4,7 @@ with the other controls as they are is marked (a ✗ before it in its dropdown, 
 on hover) and Run is disabled with the reason on hover, from the same checks lab.run makes
 (StepConfig's rules, the device's, the Workload's or step's); a comparison is cleared when
 its A/B selectors move away from the pair it shows; Export writes the runs picked in a list
-(by default the ones this panel ran) while its status counts the seconds."""
+(by default the ones this panel ran, else the newest) while its status counts the seconds."""
 from __future__ import annotations
 
 import html
@@ -104,8 +104,14 @@ class Guard:
                 tip = ("the lab would refuse:\n" + "\n".join(
                     f"{o}: {r}" for o, r in mine.items())) if mine else None
                 w.tooltip = tip
-                # ipywidgets shows no tooltip on a described dropdown or checkbox: the
-                # reasons go on its name instead, where hovering finds them
+                if isinstance(w, W.Checkbox):
+                    # a checkbox's hover text is its description as written (ipywidgets 8):
+                    # plain words only; the reason its other side is refused goes there
+                    w.description_allow_html = False
+                    w.description = name
+                    w.tooltip = None
+                    continue
+                # a described dropdown's hover is its name's: the reasons go there
                 w.description_allow_html = True
                 w.description = (f"<span title='{html.escape(tip, quote=True)}' style='"
                                  f"border-bottom:1px dotted #888;cursor:help'>{name}</span>"
@@ -114,6 +120,9 @@ class Guard:
             self.panel.run_button.disabled = bool(self.reason) or self.panel._busy
             self.panel.run_button.tooltip = (f"the lab would refuse this config: {self.reason}"
                                              if self.reason else RUN_TIP)
+            self.panel.refused.value = refused_line(self.reason, {
+                n: r for n, r in self.refused.items()
+                if isinstance(self.panel.controls.get(n), W.Checkbox)})
             if self.reason:
                 self.panel.run_button.add_class("nbtools-refused")
             else:
@@ -136,6 +145,24 @@ class Guard:
                                     "them</i>")
 
 
+def refused_line(reason: str, boxes: dict) -> str:
+    """What shows under Run: why the lab would refuse the config in the controls (Run is
+    off then), and what switching a checkbox would be refused for (a checkbox has no hover
+    that could say it). Wrapped, never cut."""
+    out = []
+    if reason:
+        out.append(f"<div style='color:#a40000'>✗ Run is off: {html.escape(reason)}</div>")
+    for name, refused in boxes.items():
+        for value, why in refused.items():
+            if why == reason:          # refused whatever the box says: said once above
+                continue
+            out.append(f"<div style='color:#666'>{html.escape(name)}={value} would be "
+                       f"refused: {html.escape(why)}</div>")
+    return ("<div style='white-space:normal;overflow-wrap:anywhere;max-width:1180px;"
+            "line-height:1.5'>"
+            + "".join(out) + "</div>") if out else ""
+
+
 def export_list() -> W.SelectMultiple:
     """The list of runs an export holds (several can be chosen)."""
     w = W.SelectMultiple(options=[], rows=5, description="runs",
@@ -147,10 +174,11 @@ def export_list() -> W.SelectMultiple:
 
 def refresh_export_list(panel, opts: list) -> None:
     """The history's runs as options, picked: the runs this panel ran (the history may hold
-    other notebooks' runs too), until the person picks others: then those (still there)."""
+    other notebooks' runs too; none yet: the newest run), until the person picks others:
+    then those (still there)."""
     w = panel.export_runs
     ids = {v for _, v in opts}
-    default = tuple(r for r in panel.mine if r in ids)
+    default = tuple(r for r in panel.mine if r in ids) or tuple(v for _, v in opts[-1:])
     chosen = tuple(r for r in w.value if r in ids)
     keep = set(w.value) != set(getattr(panel, "_export_default", ()))
     w.options = opts

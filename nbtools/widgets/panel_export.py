@@ -15,6 +15,15 @@ from nbtools.widgets.panel_parts import Ticker, button, html_widget
 from nbtools.widgets.panel_work import say
 
 
+def explorations(panel) -> list:
+    """Every exploration the lab made (lab.explore in the notebook, or the panel's Explore),
+    in order, and the panel's own if the lab does not hold it."""
+    out = list(getattr(panel.lab, "explorations", None) or ())
+    if panel.exploration is not None and not any(e is panel.exploration for e in out):
+        out.append(panel.exploration)
+    return out
+
+
 class Exporter:
     """The export row's widgets and its two actions, for ``panel``."""
 
@@ -56,7 +65,7 @@ class Exporter:
                 out = export_html(path, runs, notes=self.notes.value,
                                   comparisons=[p.comparison] if p.comparison is not None
                                   else [pair] if both else (),
-                                  explorations=[p.exploration] if p.exploration else (),
+                                  explorations=explorations(p),
                                   force=self.replace.value)
         except Exception as e:  # noqa: BLE001 - said beside the button, the panel goes on
             say(self.status, f"export failed: {type(e).__name__}: {e}", error=True)

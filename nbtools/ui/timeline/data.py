@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis.tables import CATEGORIES, string_codes
+from nbtools.analysis.tables import CATEGORIES, STEP_PATTERNS, string_codes
 from nbtools.analysis.units import fmt_number
 from nbtools.trace.details import attach, collective_detail
 
@@ -340,8 +340,11 @@ def step_starts(steps: pd.DataFrame) -> dict:
                     steps["ts_ns"].astype(np.int64).tolist()))
 
 
-def steps_data(steps, ranks=(), first=None, rows=(), t0=0, lo=0, hi=0) -> dict:
-    """The profiled steps' bands behind each rank's rows (``first``: rank -> its first row)."""
+def steps_data(steps, ranks=(), first=None, rows=(), t0=0, lo=0, hi=0, events=None) -> dict:
+    """The profiled steps' bands behind each rank's rows (``first``: rank -> its first row).
+    A band is labelled "step N" only on a rank whose ``events`` hold no step range: there
+    the range's own name ("nbtools/step 13", "ProfilerStep#2") says it, and the band's grey
+    label was printed over it."""
     prof = steps[steps["phase"] == "profiled"]
     if not len(prof) and len(steps):   # e.g. traces without phases: steps inside the window
         prof = steps[(steps["ts_ns"] < hi) & (steps["ts_ns"] + steps["dur_ns"] > lo)]
@@ -355,10 +358,20 @@ def steps_data(steps, ranks=(), first=None, rows=(), t0=0, lo=0, hi=0) -> dict:
     bottom = np.array([nxt[r] for r in rank.tolist()], float) - 0.5
     ts = prof["ts_ns"].to_numpy(np.int64)
     step = prof["step"].to_numpy(np.int32)
+    label = np.char.add("step ", step.astype(str)).astype(object)
+    label[np.isin(rank, _ranged(events))] = ""
     return dict(left=(ts - t0) / 1e6, right=(ts + prof["dur_ns"].to_numpy(np.int64) - t0) / 1e6,
                 bottom=bottom, top=top,
                 shade=np.where(step % 2 == 0, "#f2f2f2", "#e6eef7").astype(object),
-                label=np.char.add("step ", step.astype(str)).astype(object), label_y=top + 0.05)
+                label=label, label_y=top + 0.05)
+
+
+def _ranged(events) -> list:
+    """The ranks whose events hold a step range (tables.STEP_PATTERNS)."""
+    if events is None or not len(events):
+        return []
+    hit = [n for n in pd.unique(events["name"]) if any(p.match(str(n)) for p in STEP_PATTERNS)]
+    return events.loc[events["name"].isin(hit), "rank"].unique().tolist() if hit else []
 
 
 def summary_data(summary: pd.DataFrame, ranks: list) -> dict:

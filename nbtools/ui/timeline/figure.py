@@ -277,7 +277,7 @@ class Timeline:
         self._details = getattr(run, "event_details", None)
 
         lo, hi = initial_window(run, t0, self.window)
-        self.steps_source.data = steps_data(run.steps, ranks, first, rows, t0, lo, hi)
+        self.steps_source.data = steps_data(run.steps, ranks, first, rows, t0, lo, hi, events)
         self._flow_table = collective_flows(run.events)
         fig = self.figure
         self.window_ms = ((lo - t0) / 1e6, (hi - t0) / 1e6)
