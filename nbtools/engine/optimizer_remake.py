@@ -40,7 +40,7 @@ def constructor_params(cls) -> set:
 
 
 def remade(opt: torch.optim.Optimizer, impl: str) -> torch.optim.Optimizer:
-    """The same optimizer (class, groups, settings) made again with ``impl``=True (foreach
+    """The same optimizer (class, groups, settings) made again with ``impl=True`` (foreach
     or fused). Before its first step it holds no state, so nothing is lost. A group keeps
     its own values (a no-decay group's weight_decay=0) and its own keys (a name); a
     setting the constructor derives itself (AdamW's decoupled_weight_decay) is left to it."""

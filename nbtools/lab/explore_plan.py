@@ -50,6 +50,7 @@ class Plan:
             self.open[k] = row
 
     def closed(self, row: dict) -> None:
+        """A planned move's row has its outcome: it is no longer open."""
         self.open.pop((row["rule"], row["change"]), None)
 
     def not_reached(self, how: str) -> None:
