@@ -194,18 +194,14 @@ class StepConfig:
         # The one place a StepConfig is checked (the constructor, replace and from_dict all
         # come here): every field's type and range first, so the cross-field rules below
         # only ever see well-typed values.
-        for name, allowed in FIELD_CHOICES.items():
-            v = as_str(name, getattr(self, name), allowed, optional=name in _OPTIONAL)
-            object.__setattr__(self, name, v)
+        for name in FIELD_CHOICES:
+            object.__setattr__(self, name, field_value(name, getattr(self, name)))
         if self.scenario != "custom" and self.scenario not in SCENARIOS:
             raise ConfigError(
                 f"scenario={self.scenario!r} is unknown; use one of {', '.join(SCENARIOS)} "
                 "or lab.run(my_step_fn, cfg) for your own step")
-        for name in _BOOLS:
-            object.__setattr__(self, name, as_bool(name, getattr(self, name)))
-        for name, (low, high) in INT_RANGES.items():
-            object.__setattr__(self, name, as_int(name, getattr(self, name), low, high,
-                                                   optional=name in _OPTIONAL))
+        for name in _BOOLS + tuple(INT_RANGES):
+            object.__setattr__(self, name, field_value(name, getattr(self, name)))
         self._check_combination()
 
     # -- cross-field rules -------------------------------------------------------------
@@ -383,6 +379,30 @@ def refuse_unknown(where: str, changes: Mapping) -> dict:
         raise ConfigError(f"{where}: unknown StepConfig field(s) {', '.join(hints)}; the "
                           f"fields are {', '.join(_FIELDS)}")
     return dict(changes)
+
+
+def field_value(name: str, value):
+    """``value`` checked as field ``name`` on its own (its type and range, not the rules
+    that combine fields), as the constructor stores it; else ConfigError naming it."""
+    if name in FIELD_CHOICES:
+        return as_str(name, value, FIELD_CHOICES[name], optional=name in _OPTIONAL)
+    if name in _BOOLS:
+        return as_bool(name, value)
+    if name in INT_RANGES:
+        low, high = INT_RANGES[name]
+        return as_int(name, value, low, high, optional=name in _OPTIONAL)
+    return value
+
+
+def checked_changes(where: str, changes: Mapping) -> dict:
+    """A change of StepConfig fields, each name and value checked on its own (the
+    combination is checked where the change meets a config): ConfigError naming ``where``,
+    the field and what to give."""
+    out = refuse_unknown(where, changes)
+    try:
+        return {k: field_value(k, v) for k, v in out.items()}
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def _checked_init(init):

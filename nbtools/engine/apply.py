@@ -12,6 +12,7 @@ import torch
 from nbtools.config.engine_notes import NO_BLOCKS_NOTE
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.engine.materialize import Built, output_tensor, tp_parallelize
+from nbtools.engine.optimizer_remake import remade
 from nbtools.engine import workload_errors as blame
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -260,22 +261,6 @@ def make_optimizer(wl: Built, module, impl: str = "as-built") -> Optional[torch.
     else:
         opt = torch.optim.SGD(_param_groups(module), lr=1e-3, momentum=0.9)
     return remade(opt, impl) if impl in ("foreach", "fused") else opt
-
-
-def remade(opt: torch.optim.Optimizer, impl: str) -> torch.optim.Optimizer:
-    """The same optimizer (class, groups, settings) made again with foreach=True or
-    fused=True. Before its first step it holds no state, so nothing is lost."""
-    drop = ("foreach", "fused")
-    groups = [{k: v for k, v in g.items() if k not in drop} for g in opt.param_groups]
-    kw = {k: v for k, v in opt.defaults.items() if k not in drop}
-    try:
-        return type(opt)(groups, **kw, foreach=impl == "foreach", fused=impl == "fused")
-    except (TypeError, RuntimeError, ValueError) as e:
-        raise RuntimeError(
-            f"optimizer_impl={impl!r}: {type(opt).__name__} could not be made with "
-            f"{impl}=True ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
-            "torch's Adam, AdamW, SGD and Adagrad take it, other optimizers may not: "
-            "leave optimizer_impl='as-built'") from e
 
 
 def compiled_optimizer_step(optimizer, cfg: StepConfig) -> Callable:

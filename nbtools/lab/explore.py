@@ -12,14 +12,20 @@ budget it keeps.
    proof). Kept when B is resolved better; "no difference bigger than X %" and a resolved
    loss are remembered so the lab does not propose them again. After a keep the new best's
    run is advised again and the rest is screened against it: changes combine greedily.
-4. The budget: each screen and proof is priced before it starts from warm runs measured
-   on this lab plus a compile estimate (lab/price.py), never from a cold start run; inside
-   an A/B a run that would end past the budget is not started. So the whole exploration
-   ends within ``budget_s`` plus one run, and the table says what each step cost and what
-   was left untried for lack of budget.
+4. The second pass (lab/explore_plan.py): when the queue is done and budget is left, the
+   moves left untried (priced over budget, gone after a keep) are priced again and tried
+   where they fit, then the moves that each read faster but were not kept are tried
+   together once.
+5. The budget: each screen and proof is priced before it starts from warm runs measured
+   on this lab plus a compile estimate (lab/price.py), never from a cold start run: when
+   the start run was cold (a rank built its state), one warm run of it is measured, and
+   the cold start's one-time part is not charged. Inside an A/B a run that would end past
+   the budget is not started. So the exploration ends within ``budget_s`` plus one run
+   (plus that one-time part), and the table says what each step cost and what was left
+   untried with what it would cost.
 
 Every run stays in the history; a failing change is recorded and skipped; Ctrl-C or
-``stop`` returns what finished."""
+``stop`` returns what finished and records the planned moves it did not reach."""
 from __future__ import annotations
 
 import time
@@ -28,13 +34,14 @@ from typing import Callable, Optional
 
 from nbtools.analysis.advice import valid_change
 from nbtools.analysis.verdict import EQUIVALENCE
-from nbtools.config.step_config import ConfigError, StepConfig
+from nbtools.config.step_config import ConfigError
 from nbtools.config.workload import Workload, with_model_patch
 from nbtools.lab import ab as ab_rounds
 from nbtools.lab import price, tried
 from nbtools.lab.explore_args import check_also, check_budget, target_and_start
-from nbtools.lab.explore_runs import (Runs, clearly_worse, first_error, gain, screen_text,
-                                      sure_gain)
+from nbtools.lab.explore_plan import Plan, new_move, same, untried  # noqa: F401 (untried)
+from nbtools.lab.explore_runs import (Null, Runs, check_side, clearly_worse, failed_run,
+                                      first_error, gain, screen_text, side, sure_gain)
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.live_line import LiveLine
 from nbtools.lab.numerics_check import changes_numbers, check_numbers
@@ -85,13 +92,17 @@ def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rou
     x = _Explorer(lab, ex, rounds, opts, width, on_step, on_run, stop, screen,
                   None if on_step is not None else LiveLine(lab))
     try:
-        with (x.line or _Null()):
+        with (x.line or Null()):
             first = x.start_run()
             if first is not None:
                 x.loop(first, extra)
     except KeyboardInterrupt:
         ex.note = ex.note or (f"interrupted (Ctrl-C) after {ex.ab_count} A/B(s): what "
                               "finished is kept")
+        if ex.start_run is not None and not ex.advice:    # Ctrl-C before the first screen
+            x.plan(x.suggested(x.lab.advise(ex.start_run)) + [(None, c) for c in extra])
+    if ex.note:
+        x.not_reached("interrupted" if ex.note.startswith("interrupted") else "stopped")
     ex.elapsed_s = time.perf_counter() - x.t0
     getattr(lab, "explorations", []).append(ex)   # the panel's Export holds them
     return ex          # the caller shows it (its repr and HTML carry the verdict)
@@ -113,7 +124,7 @@ class _Candidate:
     extra: dict = field(default_factory=dict)
 
 
-class _Explorer(Runs):
+class _Explorer(Runs, Plan):
     def __init__(self, lab, ex, rounds, opts, width, on_step, on_run, stop, screen, line):
         self.lab, self.ex, self.rounds, self.opts = lab, ex, rounds, opts
         self.width, self.on_step, self.on_run, self.stop = width, on_step, on_run, stop
@@ -123,6 +134,11 @@ class _Explorer(Runs):
         self.deadline = self.t0 + ex.budget_s
         self.seen: set = set()
         self.budget_hit = False
+        self.moves: dict = {}       # the plan: move key -> (suggestion, change)
+        self.open: dict = {}        # planned moves without an outcome -> their row or None
+        self.retried: set = set()   # moves the second pass took up again
+        self.gains: dict = {}       # move key -> what its screen read, as times better
+        self.together_done = False
 
     # -- the budget ---------------------------------------------------------------------
     def left(self) -> float:
@@ -146,6 +162,18 @@ class _Explorer(Runs):
             raise RunFailed(f"explore: the start config failed, nothing to advise: "
                             f"{first_error(first)}", first)
         ex.start_run = first
+        if any(not r.get("reused") for r in (first.ranks or {}).values()):
+            # a cold start (engines' first run, the model built, compiled) is no price of
+            # the runs after it (issue 51: 5.2 s cold, 0.09 s warm; every screen priced 21 s)
+            self.say(f"explore: the start run was cold ({ex.start_s:.1f} s): one warm run "
+                     "to price the screens from")
+            t = time.perf_counter()
+            warm = run_or_keep(self.lab, checked, timeout=self.opts["timeout"])
+            ex.start_warm_s = time.perf_counter() - t
+            if warm.ok:
+                self.prices.record(price.key(fn, ex.start), ex.start_warm_s, warm)
+                ex.uncharged_s = max(ex.start_s - ex.start_warm_s, 0.0)
+                self.deadline += ex.uncharged_s
         return first
 
     # -- the loop -----------------------------------------------------------------------
@@ -153,6 +181,7 @@ class _Explorer(Runs):
         advice = self.advise(first)
         queue = self.suggested(advice) + [(None, c) for c in extra if self.new(c)]
         while queue:
+            self.plan(queue)
             promising = self.screen_all(queue)
             if self.ex.note:
                 return
@@ -167,6 +196,8 @@ class _Explorer(Runs):
                     queue = self.suggested(advice) + self.still_shown(
                         advice, promising[i + 1:], cand.row["change"])
                     break
+            if not queue:
+                queue = self.second_pass()
 
     def advise(self, run):
         """lab.advise: a run on warm engines reused its graphs, and lab.advise adds the
@@ -183,15 +214,15 @@ class _Explorer(Runs):
         return untried(advice, self.seen)
 
     def new(self, change: dict) -> bool:
-        return _new(change, self.seen)
+        return new_move(change, self.seen)
 
     def still_shown(self, advice, rest: list, kept: str) -> list:
         """The candidates not proven yet that the new best's advice still has (and the
         ``also`` changes); the others went with the kept change and are recorded so."""
-        now = {_same(s) for s in advice}
+        now = {same(s) for s in advice}
         out = []
         for c in rest:
-            if c.s is None or _same(c.s) in now:
+            if c.s is None or same(c.s) in now:
                 out.append((c.s, c.change))
             else:
                 self.add(new_row(c.s, c.change, c.patch), f"{GONE} {kept}")
@@ -204,6 +235,7 @@ class _Explorer(Runs):
         # (a model patch such as HF's config.use_cache); otherwise it is theirs to make
         patch = dict(s.model_patch) if s is not None and not change else {}
         row = new_row(s, change, patch)
+        self.opened(row)
         if not change and not patch:
             return self.add(row, IN_YOUR_CODE)
         if patch and not isinstance(ex.best_workload, Workload):
@@ -224,9 +256,9 @@ class _Explorer(Runs):
                            "compiles belong before the measured steps")
             base, cand = base.replace(warmup=MIN_WARMUP), cand.replace(warmup=MIN_WARMUP)
         try:
-            a, b = _side(ex.best_workload, base), _side(wl, cand)
-            _check(self.lab, a)
-            _check(self.lab, b)
+            a, b = side(ex.best_workload, base), side(wl, cand)
+            check_side(self.lab, a)
+            check_side(self.lab, b)
         except ConfigError as e:
             return self.add(row, f"not valid: {e}")
         metric = s.metric if s is not None else "step_ms"
@@ -246,6 +278,7 @@ class _Explorer(Runs):
                 out.append(c)
                 continue
             cost, how = self.prices.screen_s(c.ka, c.kb)
+            c.row["cost_s"] = cost
             if cost > self.left():
                 self.add(c.row, f"{OVER_BUDGET}: its screen round ~{cost:.0f} s ({how}), "
                          f"{max(self.left(), 0):.0f} s left")
@@ -254,15 +287,18 @@ class _Explorer(Runs):
                 return out
             cmp, t = self.ab(c, rounds=1, screen=True)
             c.row["seconds"] += time.perf_counter() - t
+            if self.ex.note:             # interrupted or stopped in its round
+                return out
             if cmp is None:
                 continue
             c.row["runs"] += len(cmp.runs_a or []) + len(cmp.runs_b or [])
             v = cmp.verdict
             c.row["screen"] = screen_text(cmp, c.metric)
             if not v.rounds:
-                self.add(c.row, f"failed in the screen: {first_error(_failed(cmp))}")
+                self.add(c.row, f"failed in the screen: {first_error(failed_run(cmp))}")
                 continue
             c.gain, c.sure = gain(v.ratio, c.metric), sure_gain(cmp, c.metric)
+            self.gains[(c.row["rule"], c.row["change"])] = c.gain
             if clearly_worse(cmp, c.metric, self.ex.equivalence):
                 tried.remember(self.lab, self.ex.best_workload, self.ex.best, c.s or c.change,
                                f"its screen round read {c.row['screen']}")
@@ -280,6 +316,7 @@ class _Explorer(Runs):
         if not per:
             per, _ = self.prices.screen_s(c.ka, c.kb)
         need = ab_rounds.FIRST_LOOK if self.opts["auto"] else self.opts["rounds"]
+        c.row["cost_s"] = per * need
         if per * need > self.left():
             return self.add(c.row, f"{OVER_BUDGET}: the proof needs ~{per * need:.0f} s ("
                             f"{need} rounds of ~{per:.0f} s), {max(self.left(), 0):.0f} s "
@@ -353,60 +390,12 @@ class _Explorer(Runs):
 
     def add(self, row: dict, outcome: str):
         row["outcome"], row["kept"] = outcome, outcome == KEPT
+        self.closed(row)
         self.ex.rows.append(row)
         if self.on_step is not None:
             self.on_step(dict(row))
         return None
 
 
-def untried(advice, seen: set) -> list:
-    """[(suggestion, change)] of ``advice`` not listed before (``seen``: the keys of what
-    was, updated): a field change or model patch once each, and a fix in the person's own
-    code once per rule, not again after each kept change re-advises."""
-    out = []
-    for s in advice:
-        if s.model_patch and not s.change:
-            key = {f"model.{k}": v for k, v in s.model_patch.items()}
-        else:
-            key = dict(s.change) or {f"(in your code) {s.rule}": s.title}
-        if _new(key, seen):
-            out.append((s, dict(s.change)))
-    return out
-
-
-def _new(change: dict, seen: set) -> bool:
-    k = tuple(sorted((f, repr(v)) for f, v in change.items()))
-    if k in seen:
-        return False
-    seen.add(k)
-    return True
-
-
 def _pct(b) -> str:
     return f"{100 * b:.3g} %" if b == b else "?"
-
-
-def _check(lab, side):
-    return lab.check(*side) if isinstance(side, tuple) else lab.check(side)
-
-
-def _same(s) -> tuple:
-    """What makes two runs' suggestions the same one."""
-    return s.rule, repr(sorted(s.change.items())), repr(sorted(s.model_patch.items()))
-
-
-def _side(fn, cfg: StepConfig):
-    return (fn, cfg) if fn is not None else cfg
-
-
-def _failed(cmp):
-    runs = list(cmp.runs_b or []) + list(cmp.runs_a or [])
-    return next((r for r in runs if not r.ok), cmp.b)
-
-
-class _Null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False

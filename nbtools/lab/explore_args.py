@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from nbtools.config.step_config import ConfigError, StepConfig, refuse_unknown
+from nbtools.config.step_config import ConfigError, StepConfig, checked_changes
 from nbtools.config.workload import Workload
 
 
@@ -48,7 +48,9 @@ def check_budget(budget_s) -> float:
 
 def check_also(also) -> list:
     """The changes to try beside the advice: a dict or a list of dicts of StepConfig
-    fields, each checked as a change of a StepConfig (unknown fields named)."""
+    fields, each name and value checked before the first run (an unknown field or a bad
+    value, ``{'compile': 'bogus'}`` or ``{'steps': -1}``, is a ConfigError naming it; how
+    a change combines with the best config is checked when it is its turn: the best moves)."""
     if also is None:
         return []
     if isinstance(also, dict):
@@ -61,5 +63,5 @@ def check_also(also) -> list:
         if not isinstance(c, dict) or not c:
             raise ConfigError(f"also={also!r}: give a list of StepConfig field changes, e.g. "
                               "also=[{'compile': 'default'}]")
-        out.append(refuse_unknown("lab.explore(also=...)", c))
+        out.append(checked_changes("lab.explore(also=...)", c))
     return out

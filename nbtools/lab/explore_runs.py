@@ -35,7 +35,12 @@ class Runs:
                                max_rounds=max_rounds or self.opts["rounds"], width=self.width,
                                equivalence=None if screen else self.opts["equivalence"])
         except KeyboardInterrupt:
-            self.ex.note = f"interrupted (Ctrl-C) during the A/B of {what}"
+            # before both sides ran: lab.ab had nothing to compare; the row says so
+            c.row["runs"] += ends.runs
+            c.row["seconds"] += time.perf_counter() - t
+            self.ex.note = (f"interrupted (Ctrl-C) during the {'screen' if screen else 'A/B'}"
+                            f" of {what}")
+            self.add(c.row, f"interrupted: not kept ({ends.runs} run(s))")
             raise
         except Exception as e:  # noqa: BLE001 - a change that fails is recorded and skipped
             c.row["runs"] += ends.runs
@@ -178,3 +183,29 @@ def first_error(run) -> str:
 def one_line(e) -> str:
     """An exception's first line, for a table cell."""
     return (str(e).strip().splitlines() or [""])[0][:200]
+
+
+def check_side(lab, side):
+    """lab.check of a side as lab.ab takes it (a config, or a (workload, config) pair)."""
+    return lab.check(*side) if isinstance(side, tuple) else lab.check(side)
+
+
+def side(fn, cfg):
+    """A side as lab.ab takes it: the config, with its workload or step where there is one."""
+    return (fn, cfg) if fn is not None else cfg
+
+
+def failed_run(cmp):
+    """The first failed run of an A/B (B's first), else its B."""
+    runs = list(cmp.runs_b or []) + list(cmp.runs_a or [])
+    return next((r for r in runs if not r.ok), cmp.b)
+
+
+class Null:
+    """A context that does nothing (no live line to hold)."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False

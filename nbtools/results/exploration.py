@@ -19,7 +19,7 @@ from nbtools.config.script_code import script_code
 from nbtools.results.views import view
 
 COLUMNS = ("change", "rule", "metric", "screen", "verdict", "ratio", "low", "high", "resolved",
-           "rounds", "runs", "seconds", "kept", "outcome", "numerics", "note")
+           "rounds", "runs", "seconds", "cost_s", "kept", "outcome", "numerics", "note")
 KEPT = "kept"
 NOT_FASTER = "not resolved faster"
 SLOWER = "resolved worse: not kept"
@@ -30,6 +30,9 @@ IN_YOUR_CODE = "not tried: the fix is in your code (see the suggestion's code)"
 GONE = "not tried: the new best's run no longer shows it, after keeping"
 NOTHING = "nothing tried was resolved faster"
 DIVERGES = "faster, but not kept: its numbers diverge"
+NOT_REACHED = "not tried: {how} before its turn"
+LEFT = (OVER_BUDGET, GONE, "not tried: interrupted", "not tried: stopped")
+"""The outcomes of a move the exploration meant to try and did not (Exploration.left_untried)."""
 
 
 def new_row(s, change: dict, patch: dict) -> dict:
@@ -38,8 +41,8 @@ def new_row(s, change: dict, patch: dict) -> dict:
     return dict(change=change_text(change) if not patch else patch_text(patch),
                 rule=s.rule if s else "also", metric=getattr(s, "metric", "step_ms"),
                 screen="", verdict="", ratio=math.nan, low=math.nan, high=math.nan,
-                resolved=False, rounds=0, runs=0, seconds=0.0, kept=False, ab=None, note="",
-                numerics="")
+                resolved=False, rounds=0, runs=0, seconds=0.0, cost_s=math.nan, kept=False,
+                ab=None, note="", numerics="")
 
 
 def change_text(change: dict) -> str:
@@ -78,13 +81,25 @@ class Exploration:
     """Wall seconds of the start run (a cold one pays its compile)."""
     advice: list = field(default_factory=list)
     """What lab.advise said of each run it advised (the start's first): Suggestions."""
+    planned: list = field(default_factory=list)
+    """Every move it queued to try (the advice's and ``also``'s), as change texts in the
+    order planned; an interrupted or stopped exploration's rows say which it reached."""
+    start_warm_s: float = math.nan
+    """Wall seconds of the warm run of start measured after a cold start run (NaN: the
+    start run was warm): what the screens were priced from."""
+    uncharged_s: float = 0.0
+    """The cold start run's one-time part (the engines' first run, the model's build, its
+    compile: its wall less the warm run's) that any first run pays: not charged to the
+    budget, said in budget_text."""
 
     @property
     def steps(self) -> pd.DataFrame:
         """One row per change considered: the change, the suggesting rule, the metric its
         A/B judged (step_ms, or items_per_s for a batch change), what its screen round read,
         the A/B's verdict text, ratio (B over A), its 95 % interval low-high, resolved,
-        rounds, runs made (screen and proof), seconds they took, kept (bool) and outcome
+        rounds, runs made (screen and proof), seconds they took, cost_s (what its screen or
+        proof was priced at before it started, or would cost where it was left untried),
+        kept (bool) and outcome
         ("kept", "dropped in the screen ...", "no difference bigger than 2 % ...",
         "resolved worse ...", "not resolved faster", "not tried for lack of budget ...",
         "failed: ...", "not valid: ...", ...), and a note on how it was measured (warm-up
@@ -104,15 +119,29 @@ class Exploration:
             OVER_BUDGET)]
 
     @property
+    def left_untried(self) -> list:
+        """The moves it meant to try and did not, each a dict: ``change`` (text), ``rule``,
+        ``cost_s`` (the seconds its screen or proof was priced at: NaN where it was not
+        priced) and ``why`` (the row's outcome: over budget, interrupted, gone after a
+        keep)."""
+        return [dict(change=r["change"], rule=r.get("rule", ""),
+                     cost_s=float(r.get("cost_s", math.nan)), why=r["outcome"])
+                for r in self.rows if str(r.get("outcome", "")).startswith(LEFT)]
+
+    @property
     def budget_text(self) -> str:
-        """What the exploration spent against its budget, and what the budget left untried."""
+        """What the exploration spent against its budget, and what it left untried with
+        what each would cost."""
         spent = f"{self.elapsed_s:.0f} s" + (f" of a {self.budget_s:.0f} s budget"
                                              if math.isfinite(self.budget_s) else "")
         runs = sum(int(r.get("runs") or 0) for r in self.rows)
-        out = f"spent {spent}: the start run {fmt_s(self.start_s)}, then {runs} run(s) in " \
-              f"screens and A/Bs"
-        if self.untried:
-            out += f"; left untried for lack of budget: {', '.join(self.untried)}"
+        start = f"the start run {fmt_s(self.start_s)}"
+        if self.start_warm_s == self.start_warm_s:
+            start += (f" (cold; a warm run {fmt_s(self.start_warm_s)}, the prices' base; the "
+                      f"cold start's {fmt_s(self.uncharged_s)} not charged to the budget)")
+        out = f"spent {spent}: {start}, then {runs} run(s) in screens and A/Bs"
+        if self.left_untried:
+            out += "; left untried: " + "; ".join(_untried_text(u) for u in self.left_untried)
         return out
 
     @property
@@ -161,6 +190,8 @@ class Exploration:
             if over:
                 parts.append(f"no budget left to prove {', '.join(over)}")
             return f"nothing proven better: {'; '.join(parts)}{note}"
+        if self.note and self.planned:
+            return f"nothing tried to the end: {self.note}; planned: {', '.join(self.planned)}"
         if self.untried:
             return (f"nothing tried: the budget ({self.budget_s:.0f} s) was spent before the "
                     f"first A/B (the start run took {fmt_s(self.start_s)}){note}")
@@ -209,9 +240,15 @@ class Exploration:
 
     def __repr__(self) -> str:
         n = sum(r.get("ab") is not None for r in self.rows)
+        left = "; ".join(_untried_text(u) for u in self.left_untried)
         return (f"<Exploration: {n} A/B(s) in {self.elapsed_s:.0f} s, kept "
                 f"{', '.join(change_text(c) for c in self.kept) or 'nothing'}; "
-                f"{self.verdict.text}>")
+                f"{self.verdict.text}" + (f"; left untried: {left}" if left else "") + ">")
+
+
+def _untried_text(u: dict) -> str:
+    cost = f"~{u['cost_s']:.0f} s" if math.isfinite(u["cost_s"]) else "not priced"
+    return f"{u['change']} ({cost}: {u['why']})"
 
 
 def summary_line(ex: Exploration) -> str:

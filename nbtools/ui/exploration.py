@@ -107,7 +107,10 @@ def step_cells(ex) -> list:
         metric = r.get("metric") or "step_ms"
         change = r["change"] + ("" if metric == "step_ms" else f" (judged on {metric})")
         runs, secs = int(r.get("runs") or 0), float(r.get("seconds") or 0.0)
-        cost = f"{runs} runs, {secs:.0f} s" if runs else ""
+        priced = finite(r.get("cost_s"))
+        # a move left untried shows what it would have cost (the price that decided it)
+        cost = f"{runs} runs, {secs:.0f} s" if runs else (
+            f"would cost ~{priced:.0f} s" if priced is not None else "")
         outcome = r["outcome"] + (f"; {r['note']}" if r.get("note") else "")
         out.append((str(i + 1), change, str(r.get("rule") or ""), r.get("screen") or "",
                     ratio_words(r), r.get("verdict") or "", cost, outcome))
@@ -116,7 +119,8 @@ def step_cells(ex) -> list:
 
 def steps_html(ex) -> str:
     """The exploration's steps as an HTML table: change, rule, what its screen round read,
-    B / A with its interval, the verdict, the runs and seconds it cost, and the outcome (with
+    B / A with its interval, the verdict, the runs and seconds it cost (what it would cost,
+    where it was left untried), and the outcome (with
     how it was measured, where the lab changed that)."""
     e = html.escape
     head = "".join(f"<th>{h}</th>" for h in HEADS)
