@@ -86,15 +86,15 @@ def main() -> int:
             say("-- verdict:", ex.verdict.text)
             say("-- budget:", ex.budget_text)
             say("-- numerics:", ex.numerics)
+            say("-- planned:", ex.planned, "| left untried:", getattr(ex, "left_untried", None))
             say("-- code():\n" + ex.code())
             if a.hand == "no":
                 continue
             # by hand: the start against what a person would try, on the same card
-            tries = [dict(autocast=half), dict(autocast=half, compile="default"),
-                     dict(matmul_precision="high"), dict(matmul_precision="high", compile="default")]
-            if name == "cnn":
-                tries += [dict(autocast=half, memory_format="channels_last"),
-                          dict(autocast=half, memory_format="channels_last", compile="default")]
+            tries = ([dict(autocast=half), dict(autocast=half, compile="default"),
+                      dict(matmul_precision="high", compile="default")] if name == "gpt" else
+                     [dict(autocast=half), dict(autocast=half, memory_format="channels_last"),
+                      dict(autocast=half, memory_format="channels_last", compile="default")])
             best = ex.best
             if best != base and best.to_dict() not in [base.replace(**c).to_dict() for c in tries]:
                 tries.append({k: v for k, (_, v) in base.diff(best).items()})

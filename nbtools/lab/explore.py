@@ -43,6 +43,7 @@ from nbtools.lab.explore_plan import Plan, new_move, same, untried  # noqa: F401
 from nbtools.lab.explore_runs import (Null, Runs, check_side, clearly_worse, failed_run,
                                       first_error, gain, screen_text, side, sure_gain)
 from nbtools.lab.keep_going import run_or_keep
+from nbtools.lab.explore_overall import overall
 from nbtools.lab.live_line import LiveLine
 from nbtools.lab.numerics_check import changes_numbers, check_numbers
 from nbtools.results.exploration import (DIVERGES, DROPPED, EQUIVALENT, GONE, IN_YOUR_CODE, KEPT,
@@ -96,6 +97,7 @@ def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rou
             first = x.start_run()
             if first is not None:
                 x.loop(first, extra)
+                overall(x)
     except KeyboardInterrupt:
         ex.note = ex.note or (f"interrupted (Ctrl-C) after {ex.ab_count} A/B(s): what "
                               "finished is kept")

@@ -84,6 +84,10 @@ class Exploration:
     planned: list = field(default_factory=list)
     """Every move it queued to try (the advice's and ``also``'s), as change texts in the
     order planned; an interrupted or stopped exploration's rows say which it reached."""
+    overall: object = None
+    """With 2 or more changes kept: the Comparison of start against best (None: not made)."""
+    overall_note: str = ""
+    """Why that A/B was not made (its price over the budget left), else ''."""
     start_warm_s: float = math.nan
     """Wall seconds of the warm run of start measured after a cold start run (NaN: the
     start run was warm): what the screens were priced from."""
@@ -160,15 +164,26 @@ class Exploration:
 
     @property
     def verdict(self) -> Verdict:
-        """Best against start: the verdict of the A/B that kept the last change (its A was
-        the best before it, which earlier A/Bs proved faster than start), or, when nothing
-        was kept, a verdict that says so, unresolved."""
+        """Best against start: with one change kept, the A/B that kept it; with more, the
+        last A/B of start against best (``overall``, lab/explore_overall.py), else - no
+        budget left for it - the A/B that kept the last change (its A was the best before
+        it), saying so and what the kept A/Bs multiply to; nothing kept: a verdict that
+        says so, unresolved."""
+        if self.overall is not None and self.overall.verdict.rounds:
+            return self.overall.verdict.with_caveats(
+                (f"start against best, the {len(self.kept)} kept changes together",))
         cmp = self.last_kept
         if cmp is not None:
             v = cmp.verdict
             if len(self.kept) > 1:
+                ratios = [self.comparisons[r["ab"]].verdict.ratio for r in self.rows
+                          if r.get("kept") and r.get("ab") is not None]
+                prod = math.prod(ratios) if ratios else math.nan
                 v = v.with_caveats((f"the last of {len(self.kept)} changes kept, each proven "
-                                    "against the best before it",))
+                                    "against the best before it"
+                                    + (f"; their B/A multiply to {prod:.3g} (not one A/B)"
+                                       if prod == prod else "")
+                                    + (f"; {self.overall_note}" if self.overall_note else ""),))
             return v
         return Verdict(self.metric, math.nan, math.nan, math.nan, False, 0, self._nothing())
 

@@ -1,0 +1,38 @@
+"""lab.explore's last A/B: where more than one change was kept, each was proven against the
+best before it, so no A/B has yet measured the best against the start. One more A/B (a few
+rounds of warm runs, priced first) does, and its verdict is the exploration's."""
+from __future__ import annotations
+
+from nbtools.lab import ab as ab_rounds
+from nbtools.lab import price
+
+ROUNDS = 3
+"""Rounds of the start-against-best A/B: both sides are warm and the gap is the sum of the
+kept changes, so a few rounds resolve it."""
+
+
+def overall(x) -> None:
+    """``x``: lab.explore's _Explorer after its loop. Runs start against best when 2 or more
+    changes were kept and the budget holds its rounds; records the Comparison as
+    ``ex.overall`` (or why not, as ``ex.overall_note``)."""
+    ex = x.ex
+    if len(ex.kept) < 2 or ex.note:
+        return
+    ka, kb = price.key(ex.workload, ex.start), price.key(ex.best_workload, ex.best)
+    per = x.prices.round_s(ka, kb) or x.prices.screen_s(ka, kb)[0]
+    if per * ROUNDS > x.left():
+        ex.overall_note = (f"start against best not measured in one A/B: its {ROUNDS} rounds "
+                           f"need ~{per * ROUNDS:.0f} s, {max(x.left(), 0):.0f} s left")
+        return
+    side = (lambda wl, cfg: (wl, cfg) if wl is not None else cfg)
+    metric = "items_per_s" if any(r.get("kept") and r.get("metric") == "items_per_s"
+                                  for r in ex.rows) else "step_ms"
+    x.say(f"explore: the start against the best ({len(ex.kept)} changes kept), {ROUNDS} rounds")
+    try:
+        cmp = ab_rounds.ab(x.lab, side(ex.workload, ex.start), side(ex.best_workload, ex.best),
+                           rounds=ROUNDS, metric=metric, timeout=x.opts["timeout"],
+                           equivalence=x.opts["equivalence"])
+    except Exception as e:  # noqa: BLE001 - the kept changes stand on their own A/Bs
+        ex.overall_note = f"start against best not measured: {type(e).__name__}: {e}"[:300]
+        return
+    ex.overall = cmp
