@@ -178,8 +178,6 @@ def test_numpy_rounds_and_a_stop_return_the_finished_rounds(lab):
 
 
 def test_ctrl_c_part_way_returns_the_finished_rounds_and_the_lab_goes_on(lab):
-    import time
-
     def on_run(e):
         # Ctrl-C as the main thread sees it, right after round 2's first run: raised here,
         # in the loop, it is what a SIGINT becomes; a timer's SIGINT lands wherever a loaded
@@ -191,8 +189,8 @@ def test_ctrl_c_part_way_returns_the_finished_rounds_and_the_lab_goes_on(lab):
     cmp = lab.ab(A, B, rounds=3, on_run=on_run)
     assert cmp.rounds == 1 and "interrupted (Ctrl-C) after 1 of 3 rounds" in cmp.verdict.text
     assert len(lab.history) == n + 5 and len(cmp.runs_a) == len(cmp.runs_b) == 2
-    t = time.perf_counter()
-    assert lab.run(A).ok and time.perf_counter() - t < 120
+    # goes on: the next run completes (a hung lab is the timeout's failure, on any host)
+    assert lab.run(A).ok
 
 
 def test_different_workloads_and_busy_hosts_are_said_in_the_verdict(lab, ab):

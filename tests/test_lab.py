@@ -1,5 +1,4 @@
 """The lab on 2 CPU ranks through real ipyparallel engines and torch.distributed on gloo."""
-import time
 
 import pytest
 
@@ -72,16 +71,18 @@ def _collective_step(ctx):
 
 
 def test_rank_exception_is_one_clear_error_and_peers_are_released(lab, capsys):
-    t = time.perf_counter()
+    from nbtools.lab.assemble import _PEER_SIGNS
     with pytest.raises(RunFailed) as e:
         lab.run(_collective_step, StepConfig(scenario="custom", warmup=0, steps=5, profiled=0))
-    elapsed = time.perf_counter() - t
     msg = str(e.value)
     assert "rank 1" in msg and "planted failure" in msg
-    # rank 0 was waiting in all_reduce: released by rank 1's abort, not by the 120 s timeout
-    assert elapsed < 60, elapsed
     run = e.value.run
     assert run.status == "failed" and set(run.errors) == {0, 1}
+    # rank 0 was waiting in all_reduce: released by rank 1's abort (its error says a peer
+    # failed), not by the 120 s timeout (gloo's "Timed out"): read from the error, not the
+    # clock, which a busy host stretches
+    assert any(sign in str(run.errors[0]) for sign in _PEER_SIGNS), run.errors[0]
+    assert "timed out" not in str(run.errors[0]).lower(), run.errors[0]
     assert lab.history[-1] is run
     # the lab keeps working: the next run re-initialises the process group
     ok = lab.run(_collective_step_ok, StepConfig(scenario="custom", warmup=0, steps=2, profiled=0))

@@ -5,7 +5,8 @@
 #
 #   benchmarks/suite/run.sh [--coverage] OUTDIR [more arguments for dev.py test]
 #
-# OUTDIR gets clone/, pytest.log, time.txt (GNU time -v), profile.jsonl, cpu_kinds.json and, with
+# OUTDIR gets clone/, pytest.log, time.txt (GNU time -v), profile.jsonl, cpu_kinds.json,
+# junit.xml, wall.txt (benchmarks/suite/wall.py: seconds per test folder/file) and, with
 # --coverage, coverage.txt (the report) and coverage.json (lines per file).
 set -euo pipefail
 cov=0
@@ -19,7 +20,7 @@ cd "$out/clone"
 git log --oneline -1 | tee "$out/commit.txt"
 python3 dev.py setup > "$out/setup.log" 2>&1
 export CI=true NBPROF_OUT="$out/profile.jsonl" PYTHONPATH="$out/clone/benchmarks/suite"
-export PYTEST_ADDOPTS="-p suite_profile"
+export PYTEST_ADDOPTS="-p suite_profile --junitxml=$out/junit.xml"
 if [ $cov = 1 ]; then
     .venv/bin/python -m pip install -q coverage
     # every python the venv starts (pytest, its workers, engines, kernels) measures itself
@@ -40,5 +41,7 @@ if [ $cov = 1 ]; then
     .venv/bin/python -m coverage report --rcfile=benchmarks/suite/coverage.toml > "$out/coverage.txt" || true
     .venv/bin/python -m coverage json -q --rcfile=benchmarks/suite/coverage.toml -o "$out/coverage.json" || true
 fi
+# seconds per test folder/file, slowest first (--compare an earlier junit.xml: the change)
+python3 benchmarks/suite/wall.py "$out/junit.xml" > "$out/wall.txt" || true
 tail -1 "$out/pytest.log"
 exit $rc
