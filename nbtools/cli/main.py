@@ -328,7 +328,8 @@ def _cmd_run(args) -> int:
     from nbtools.lab.lab import Lab
     from nbtools.lab.sweeps import round_order
     need_folder(args.history, "history folder", must_exist=False)
-    need_outputs([("--html", args.html)], force=args.force)   # never over a notebook
+    need_outputs([("--html", args.html)], force=args.force,   # never over a notebook or
+                 histories=[args.history])                     # into a saved run
     need_space(lab_places(args))   # a full disk: one line, before engines fail on it
     if args.cmd == "run":
         values = {k: getattr(args, k) for k in _FIELDS if getattr(args, k) is not None}
