@@ -154,6 +154,45 @@ def test_nvml_missing_says_why_and_the_host_signals_go_on(monkeypatch):
     assert meta["nvml"].startswith("NVML unavailable") and "cpu_pct" in wire["values"]
 
 
+@pytest.mark.parametrize("call", ["nvmlDeviceGetTemperature", "nvmlDeviceGetFieldValues",
+                                  "nvmlGpmQueryDeviceSupport"])
+def test_a_call_raising_not_an_nvmlerror_while_the_reader_is_built_is_a_missing_signal(call):
+    """An OSError ("driver gone") from an NVML call while the GPU reader was built made
+    every run raise; now that source's signals are missing, with the reason."""
+    dev = fake_nvml.Device(raises={call: OSError("driver gone")})
+    with fake_nvml.installed(dev):
+        s = signals.Sampler("cuda", publish=False).start()
+        meta, wire = s.finish()
+    assert "sm_clock_mhz" in s.names and "cpu_pct" in wire["values"]
+    gone = [n for n, why in meta["missing"].items() if why == "OSError: driver gone"]
+    assert gone and not set(gone) & set(s.names), meta["missing"]
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), -0.02, 0, 1e-6, "0.1", True])
+def test_a_bad_sampling_interval_is_refused_where_it_is_set(bad):
+    """inf stopped the thread with a traceback; nan or a negative one sampled ~30k a second."""
+    with pytest.raises(ValueError, match="interval_s=.*seconds between samples"):
+        signals.Sampler("cpu", interval_s=bad, publish=False)
+
+
+def test_a_full_buffer_keeps_one_uniform_spacing_over_the_whole_run(monkeypatch):
+    """Halving a full buffer thinned the oldest samples again at every fill (strides 8, 4,
+    2, 1 side by side); now the whole run keeps one stride. Each read is bracketed by the
+    clock, so each kept sample is known by the read it came from."""
+    monkeypatch.setattr(signals, "MAX_SAMPLES", 16)
+    s = signals.Sampler("cpu", publish=False)
+    spans = []
+    for _ in range(200):
+        t0 = time.time_ns()
+        s._sample()
+        spans.append((t0, time.time_ns()))
+    s.host.close()
+    reads = [next(i for i, (a, b) in enumerate(spans) if a <= t <= b) for t in s.ts]
+    assert s.decimated >= 3 and len(reads) <= 16
+    assert len(set(np.diff(reads))) == 1 and reads[0] == 0, reads
+    assert np.diff(reads)[0] == s.stride
+
+
 # -- the table, the summary columns and the flags ----------------------------------------
 def _steps(rank, n=10, dur_ms=100, first=0, phase="measured"):
     return pd.DataFrame({"rank": rank, "step": range(first, first + n), "phase": phase,
