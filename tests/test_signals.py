@@ -317,3 +317,32 @@ def test_sm_activity_counts_the_gpm_readings_whose_period_lies_inside_the_measur
     assert M.columns({0: rep}, steps).loc[0, "sm_active_pct"] == 20.0
     short = pd.concat([_steps(0, n=3, phase="warmup"), _steps(0, n=2, first=3)])
     assert np.isnan(M.columns({0: rep}, short).loc[0, "sm_active_pct"])
+
+
+@pytest.mark.parametrize("junk", [dict(ts_ns=5), dict(ts_ns=[1, 2], procs_running=["x", 1]),
+                                  dict(ts_ns=[1, 2], procs_running=[1.0, 2.0], cores="x")])
+def test_an_old_run_with_malformed_machine_samples_loses_only_their_lanes(tmp_path, junk):
+    """issue 54: an old-format run (no samples.parquet) whose run.json held a malformed
+    machine.samples was marked damaged as a whole; now it loads, that rank's lanes are
+    left out and a flag says so, the other rank's lanes stay."""
+    import json
+    from pathlib import Path
+    from nbtools import load_traces
+    from nbtools.results.history import History
+    h200 = Path(__file__).resolve().parents[1] / "nbtools" / "data" / "h200"
+    run = load_traces(sorted(h200.glob("tp_off_rank*.json.gz")))
+    History(tmp_path / "h").add(run)
+    (run.folder / "samples.parquet").unlink(missing_ok=True)
+    meta = json.loads((run.folder / "run.json").read_text())
+    cores = junk.pop("cores", 4)
+    meta["ranks"]["0"]["machine"] = dict(cores=cores, samples=junk)
+    meta["ranks"]["1"]["machine"] = dict(cores=4, samples=dict(
+        ts_ns=[1, 2, 3], procs_running=[2.0, 4.0, 6.0], sm_mhz=[1980.0] * 3))
+    (run.folder / "run.json").write_text(json.dumps(meta))
+    loaded = History.load(tmp_path / "h")
+    assert not loaded.damaged and len(loaded) == 1, loaded.damaged
+    back = loaded.runs[0]
+    assert len(back.events) == len(run.events) and len(back.steps) == len(run.steps)
+    assert set(back.samples["rank"]) == {1}
+    assert any("machine samples of rank(s) 0 cannot be read" in f for f in back.flags), \
+        back.flags
