@@ -35,6 +35,9 @@ class Device:
         "util", "fields_power", "fields_pcie", "nvlink", "gpm", "reasons", "power"})
     links: int = 2
     lost: set = field(default_factory=set)   # functions that fail with GPU_IS_LOST now
+    # C function name -> an exception it raises (not an NVML return code: a driver going
+    # away under ctypes raises OSError)
+    raises: dict = field(default_factory=dict)
     calls: dict = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic)
 
@@ -156,7 +159,7 @@ def library(dev: Device) -> SimpleNamespace:
     def shutdown():
         return OK
 
-    return SimpleNamespace(
+    lib = SimpleNamespace(
         nvmlInitWithFlags=init, nvmlDeviceGetHandleByIndex_v2=handle_by_index,
         nvmlDeviceGetHandleByUUID=handle_by_uuid, nvmlDeviceGetMaxClockInfo=max_clock,
         nvmlDeviceGetClockInfo=clock, nvmlDeviceGetEnforcedPowerLimit=enforced_limit,
@@ -169,6 +172,15 @@ def library(dev: Device) -> SimpleNamespace:
         nvmlGpmSampleGet=gpm_get, nvmlGpmSampleFree=gpm_free, nvmlGpmMetricsGet=gpm_metrics,
         nvmlDeviceGetComputeRunningProcesses_v3=processes,
         nvmlDeviceGetGraphicsRunningProcesses_v3=processes, nvmlShutdown=shutdown)
+    for name, exc in dev.raises.items():
+        setattr(lib, name, _raiser(exc))
+    return lib
+
+
+def _raiser(exc):
+    def fn(*args):
+        raise exc
+    return fn
 
 
 @contextlib.contextmanager

@@ -298,3 +298,23 @@ def test_the_guard_text_the_issue_quotes_is_read_as_a_module_int():
 
 def test_a_run_with_no_tables_gets_no_advice():
     assert advise(Run(config=None)) == [] and advise(Run(config=StepConfig())) == []
+
+
+@pytest.mark.parametrize("gone", [("steps", "events"), ("compile_events",),
+                                  ("steps", "events", "compile_events", "summary")])
+def test_a_saved_run_whose_tables_were_deleted_gets_no_advice_and_says_why(tmp_path, gone):
+    """issue 54: advise on a saved run whose steps and events files were deleted said
+    "nothing ... shows a known problem" (its summary alone was left to the rules)."""
+    from nbtools.results.history import History
+    run = load_traces(sorted(H200.glob("tp_off_rank*.json.gz")))
+    History(tmp_path / "h").add(run)
+    for name in gone:
+        (run.folder / f"{name}.parquet").unlink()
+    (back,) = History.load(tmp_path / "h").runs
+    said = advise(back)
+    assert said.unreadable and not len(said)
+    for text in (str(said), html.unescape(said._repr_html_()), str(back.advise())):
+        assert NOTHING not in text and "known problem" not in text, text
+        assert "No advice: run #" in text and (
+            "has no tables" in text if len(gone) == 4 else
+            f"lost its {', '.join(gone)} table(s)" in text), text

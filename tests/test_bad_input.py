@@ -118,6 +118,70 @@ def test_gzipped_blanks_stop_at_the_blank_bound(tmp_path):
         load_traces(p)
 
 
+def _gzip_padded(p: Path, pieces: list) -> Path:
+    """A gzip of the pieces, each an int (that many MB of blanks) or bytes."""
+    z, block = zlib.compressobj(1, zlib.DEFLATED, 31), b" \n" * (1 << 19)
+    with open(p, "wb") as fh:
+        for piece in pieces:
+            for chunk in [block] * piece if isinstance(piece, int) else [piece]:
+                fh.write(z.compress(chunk))
+        fh.write(z.flush())
+    return p
+
+
+# the child loads the unpadded trace first, so what the padded one adds to its peak RSS is
+# the padding's doing, not the import's or the columns'
+_PEAK = """import json, resource, sys
+from nbtools import load_traces
+from nbtools.results.load import TraceError
+n = len(load_traces(sys.argv[1]).events)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    said = len(load_traces(sys.argv[2]).events)
+except TraceError as e:
+    said = str(e)
+print(json.dumps([n, said, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10]))
+"""
+
+
+def _peak(tmp: Path, padded: Path):
+    import subprocess
+    import sys
+    plain = tmp / "plain.json"
+    plain.write_bytes(json.dumps(DOC).encode())
+    out = subprocess.run([sys.executable, "-c", _PEAK, str(plain), str(padded)],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def test_blanks_between_events_stream_in_bounded_memory(tmp_path):
+    """A 0.5 MB .json.gz with blanks inside its events array was held whole once gunzipped
+    (1.6 GB RSS; 2 GB of blanks: 6.4 GB). 200 MB of them after '[', between events (before
+    and after a comma) and before ']' now stream past: the trace loads, the peak grows by
+    far less than the blanks."""
+    head = json.dumps({k: v for k, v in DOC.items() if k != "traceEvents"})[:-1]
+    ev = [json.dumps(e).encode() for e in DOC["traceEvents"]]
+    a, b = len(ev) // 3, 2 * len(ev) // 3
+    p = _gzip_padded(tmp_path / "rank-0.json.gz", [
+        head.encode() + b', "traceEvents": [', 50, b",".join(ev[:a]), 50,
+        b"," + b",".join(ev[a:b]) + b",", 50, b",".join(ev[b:]), 50, b"]}"])
+    assert p.stat().st_size < 2 << 20
+    n, said, grew_mb = _peak(tmp_path, p)
+    assert said == n, said
+    assert grew_mb < 60, f"peak RSS grew {grew_mb} MB for 200 MB of blanks"
+
+
+def test_blanks_inside_an_event_are_refused_at_a_bound(tmp_path):
+    """Blanks that cannot be skipped (inside an event) are held: past scan.MAX_HELD_BLANK
+    the file is refused with its name and the bound, before they take the memory."""
+    text = json.dumps(DOC).encode()
+    at = text.index(b'"ph":', len(text) // 2) + 5
+    p = _gzip_padded(tmp_path / "rank-0.json.gz", [text[:at], 200, text[at:]])
+    _, said, grew_mb = _peak(tmp_path, p)
+    assert str(p) in said and "more than 64 MB of blanks in a row inside an event" in said
+    assert grew_mb < 150, f"peak RSS grew {grew_mb} MB"
+
+
 def test_bytes_after_a_complete_gzip_are_ignored_with_a_flag(tmp_path, whole):
     """A whole gzip plus 8 stray bytes was "cannot be read, copy it again"."""
     p = _write(tmp_path, None, "rank-0.json.gz", raw=H200.read_bytes() + b"\x00junk!!\n")

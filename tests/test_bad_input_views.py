@@ -72,6 +72,30 @@ def test_outputs_never_replace_the_traces_being_read(tmp_path, capsys, traces):
     assert rc == 2 and t.read_bytes() == before
 
 
+def test_view_html_never_writes_into_a_run_it_reads(tmp_path, capsys):
+    """`view HISTORY --html HISTORY/<run>/summary.parquet --force` wrote the report over
+    the run's table (the run was then damaged); a trace being read was already refused.
+    Inside a run folder it reads, no name is taken, --force or not."""
+    h, run = History(tmp_path / "h"), load_traces(OFF)
+    h.add(run)
+    folder = run.folder
+    table = folder / "summary.parquet"
+    before = table.read_bytes()
+    for target, force in ((table, ["--force"]), (table, []), (folder / "report.html", [])):
+        rc, out, err = cli(capsys, "view", h.folder, "--html", target, *force)
+        assert rc == 2 and f"is inside {folder}, a saved run" in one_line(err), err
+        assert out == "" and not (folder / "report.html").exists()
+    # `run` writes into the history it names: refused the same, before any engine starts
+    rc, out, err = cli(capsys, "run", "--history", h.folder, "--html", table, "--force")
+    assert rc == 2 and f"is inside {folder}, a saved run" in one_line(err), err
+    assert table.read_bytes() == before
+    loaded = History.load(h.folder)
+    assert len(loaded) == 1 and not loaded.damaged
+    rc, out, err = cli(capsys, "view", h.folder, "--html", h.folder / "report.html")
+    assert rc == 0 and (h.folder / "report.html").exists(), err   # beside the runs is fine
+    assert len(History.load(h.folder)) == 1
+
+
 def test_outputs_never_replace_a_notebook_or_a_trace_without_force(tmp_path, capsys, traces):
     nb = tmp_path / "analysis.ipynb"
     nb.write_text('{"cells": []}')

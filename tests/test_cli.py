@@ -537,3 +537,23 @@ def test_view_of_a_folder_without_runs_says_how_to_make_some(tmp_path):
         hist = "" if where == "nbtools-runs" else f" --history {where}"
         assert f"`python -m nbtools run{hist}`" in r.stderr, r.stderr
         assert f"Lab(history='{where}')" in r.stderr and "profiler traces" in r.stderr
+
+
+def test_a_subcommands_unknown_option_prints_that_commands_usage(capsys):
+    """issue 54: `view --bogus` printed the top level's usage (run|demo|view|...)."""
+    from nbtools.cli.main import main
+    for cmd in ("view", "run"):
+        with pytest.raises(SystemExit) as e:
+            main([cmd, "--bogus"])
+        err = capsys.readouterr().err
+        assert e.value.code == 2
+        assert err.startswith(f"usage: nbtools {cmd} ") and \
+            f"nbtools {cmd}: error: unrecognized arguments: --bogus" in err, err
+
+
+def test_lab_help_suggests_the_current_token_option(tmp_path):
+    """issue 54: `lab --help` suggested --ServerApp.token, which jupyter_server 2 deprecates
+    for --IdentityProvider.token (the venv's jupyter lab warns on the old spelling)."""
+    r = nbtools_cli("lab", "--help", cwd=tmp_path)
+    assert r.returncode == 0 and "--IdentityProvider.token=" in r.stdout, r.stdout
+    assert "ServerApp.token" not in r.stdout

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -370,3 +371,27 @@ def test_a_save_that_fails_after_the_logs_keeps_the_runs_torch_trace_logs(small_
     run.save(small_disk / "kept")
     assert run.torch_trace_logs == {} and [p.name for p in run.torch_trace] == \
         ["dedicated_log_torch_trace_rank_0_x.log"]
+
+
+def _file_size_limit(limit: int):
+    def pre():
+        import resource
+        import signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # EFBIG, not the signal's kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return pre
+
+
+def test_run_past_the_file_size_limit_names_the_folder_it_could_not_write(tmp_path):
+    """issue 54: `nbtools run` on a full disk said "[Errno 27] File too large" and named no
+    file: ipyparallel's own writes (its cluster file) bypass common/atomic.py. The limit is
+    RLIMIT_FSIZE in the child (EFBIG, as a full disk's writes fail), no root needed."""
+    r = subprocess.run([sys.executable, "-m", "nbtools", "run", "--steps", "1", "--warmup",
+                        "0", "--profiled", "0", "--quiet", "--history", str(tmp_path / "runs")],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       preexec_fn=_file_size_limit(1000))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert re.search(r"nbtools run: \S+/ipython: could not be written \(File too large\)",
+                     line), r.stderr
+    assert "ulimit -f" in line and "[Errno" not in line

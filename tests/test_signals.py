@@ -154,6 +154,45 @@ def test_nvml_missing_says_why_and_the_host_signals_go_on(monkeypatch):
     assert meta["nvml"].startswith("NVML unavailable") and "cpu_pct" in wire["values"]
 
 
+@pytest.mark.parametrize("call", ["nvmlDeviceGetTemperature", "nvmlDeviceGetFieldValues",
+                                  "nvmlGpmQueryDeviceSupport"])
+def test_a_call_raising_not_an_nvmlerror_while_the_reader_is_built_is_a_missing_signal(call):
+    """An OSError ("driver gone") from an NVML call while the GPU reader was built made
+    every run raise; now that source's signals are missing, with the reason."""
+    dev = fake_nvml.Device(raises={call: OSError("driver gone")})
+    with fake_nvml.installed(dev):
+        s = signals.Sampler("cuda", publish=False).start()
+        meta, wire = s.finish()
+    assert "sm_clock_mhz" in s.names and "cpu_pct" in wire["values"]
+    gone = [n for n, why in meta["missing"].items() if why == "OSError: driver gone"]
+    assert gone and not set(gone) & set(s.names), meta["missing"]
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), -0.02, 0, 1e-6, "0.1", True])
+def test_a_bad_sampling_interval_is_refused_where_it_is_set(bad):
+    """inf stopped the thread with a traceback; nan or a negative one sampled ~30k a second."""
+    with pytest.raises(ValueError, match="interval_s=.*seconds between samples"):
+        signals.Sampler("cpu", interval_s=bad, publish=False)
+
+
+def test_a_full_buffer_keeps_one_uniform_spacing_over_the_whole_run(monkeypatch):
+    """Halving a full buffer thinned the oldest samples again at every fill (strides 8, 4,
+    2, 1 side by side); now the whole run keeps one stride. Each read is bracketed by the
+    clock, so each kept sample is known by the read it came from."""
+    monkeypatch.setattr(signals, "MAX_SAMPLES", 16)
+    s = signals.Sampler("cpu", publish=False)
+    spans = []
+    for _ in range(200):
+        t0 = time.time_ns()
+        s._sample()
+        spans.append((t0, time.time_ns()))
+    s.host.close()
+    reads = [next(i for i, (a, b) in enumerate(spans) if a <= t <= b) for t in s.ts]
+    assert s.decimated >= 3 and len(reads) <= 16
+    assert len(set(np.diff(reads))) == 1 and reads[0] == 0, reads
+    assert np.diff(reads)[0] == s.stride
+
+
 # -- the table, the summary columns and the flags ----------------------------------------
 def _steps(rank, n=10, dur_ms=100, first=0, phase="measured"):
     return pd.DataFrame({"rank": rank, "step": range(first, first + n), "phase": phase,
@@ -278,3 +317,32 @@ def test_sm_activity_counts_the_gpm_readings_whose_period_lies_inside_the_measur
     assert M.columns({0: rep}, steps).loc[0, "sm_active_pct"] == 20.0
     short = pd.concat([_steps(0, n=3, phase="warmup"), _steps(0, n=2, first=3)])
     assert np.isnan(M.columns({0: rep}, short).loc[0, "sm_active_pct"])
+
+
+@pytest.mark.parametrize("junk", [dict(ts_ns=5), dict(ts_ns=[1, 2], procs_running=["x", 1]),
+                                  dict(ts_ns=[1, 2], procs_running=[1.0, 2.0], cores="x")])
+def test_an_old_run_with_malformed_machine_samples_loses_only_their_lanes(tmp_path, junk):
+    """issue 54: an old-format run (no samples.parquet) whose run.json held a malformed
+    machine.samples was marked damaged as a whole; now it loads, that rank's lanes are
+    left out and a flag says so, the other rank's lanes stay."""
+    import json
+    from pathlib import Path
+    from nbtools import load_traces
+    from nbtools.results.history import History
+    h200 = Path(__file__).resolve().parents[1] / "nbtools" / "data" / "h200"
+    run = load_traces(sorted(h200.glob("tp_off_rank*.json.gz")))
+    History(tmp_path / "h").add(run)
+    (run.folder / "samples.parquet").unlink(missing_ok=True)
+    meta = json.loads((run.folder / "run.json").read_text())
+    cores = junk.pop("cores", 4)
+    meta["ranks"]["0"]["machine"] = dict(cores=cores, samples=junk)
+    meta["ranks"]["1"]["machine"] = dict(cores=4, samples=dict(
+        ts_ns=[1, 2, 3], procs_running=[2.0, 4.0, 6.0], sm_mhz=[1980.0] * 3))
+    (run.folder / "run.json").write_text(json.dumps(meta))
+    loaded = History.load(tmp_path / "h")
+    assert not loaded.damaged and len(loaded) == 1, loaded.damaged
+    back = loaded.runs[0]
+    assert len(back.events) == len(run.events) and len(back.steps) == len(run.steps)
+    assert set(back.samples["rank"]) == {1}
+    assert any("machine samples of rank(s) 0 cannot be read" in f for f in back.flags), \
+        back.flags

@@ -139,23 +139,28 @@ _OLD = {"procs_running": "host_load", "sm_mhz": "sm_clock_mhz", "temp_c": "gpu_t
         "power_w": "gpu_power_w", "reasons": "throttle"}
 
 
-def from_machine_reports(ranks: dict) -> pd.DataFrame:
+def from_machine_reports(ranks: dict, damaged: list | None = None) -> pd.DataFrame:
     """The samples of a run saved before ``samples.parquet`` existed: what each rank's
     ``machine`` report kept over the timed steps (host load, SM clock, temperature, power,
-    reasons), so an old run still draws its lanes and keeps its columns."""
+    reasons), so an old run still draws its lanes and keeps its columns. A rank whose
+    samples cannot be read loses its lanes, not the run: its key goes to ``damaged``."""
     frames = []
-    for r, m in sorted(ranks.items()):
+    for r, m in sorted(ranks.items(), key=lambda kv: str(kv[0])):
         m = (m or {}).get("machine") if isinstance(m, dict) else None
         smp = (m or {}).get("samples") if isinstance(m, dict) else None
-        if not isinstance(smp, dict) or not len(smp.get("ts_ns") or ()):
+        if smp is None:
             continue
-        values = {new: smp[old] for old, new in _OLD.items() if old in smp}
-        if "host_load" in values:
-            values["host_load"] = np.asarray(values["host_load"], float) / float(m.get("cores") or 1)
-        try:
+        try:   # anything in an old run.json may be malformed (ts_ns: 5, cores: "x", ...)
+            if not len(smp.get("ts_ns") or ()):
+                continue
+            values = {new: smp[old] for old, new in _OLD.items() if old in smp}
+            if "host_load" in values:
+                values["host_load"] = np.asarray(values["host_load"], float) / \
+                    float(m.get("cores") or 1)
             frames.append(from_wire(int(r), dict(ts_ns=smp["ts_ns"], values=values)))
-        except (TypeError, ValueError):
-            continue     # a damaged old report loses its lanes, not the run
+        except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
+            if damaged is not None:
+                damaged.append(str(r))
     return tables.concat(frames, SAMPLE_COLUMNS)
 
 

@@ -82,11 +82,11 @@ def need_notebook(path):
         raise UserError(str(e)) from None
 
 
-def need_outputs(outputs, inputs=(), force: bool = False) -> None:
+def need_outputs(outputs, inputs=(), force: bool = False, histories=()) -> None:
     """Each (flag, path) of ``outputs`` may be written, before any work: never over one of
     ``inputs`` (the traces or notebook being read) or over another output; never over a file
     nbtools did not write (a notebook, a saved run's file, a trace, a README) without
-    --force. A report path in a missing folder, on a device (/dev/full) or without write
+    --force; never inside a run folder of ``histories`` (the history read or written). A report path in a missing folder, on a device (/dev/full) or without write
     permission would otherwise fail only after the whole sweep or notebook ran."""
     from pathlib import Path
     from nbtools.common.outputs import output_refusal
@@ -94,7 +94,7 @@ def need_outputs(outputs, inputs=(), force: bool = False) -> None:
     for flag, path in outputs:
         if not path:
             continue
-        why = output_refusal(path, "--force", inputs=inputs, force=force)
+        why = output_refusal(path, "--force", inputs=inputs, force=force, histories=histories)
         if why:
             raise UserError(f"{flag + ': ' if flag else ''}{why}")
         key = Path(path).expanduser().resolve()

@@ -143,7 +143,10 @@ def _main(argv) -> int:
         # every option after `lab` belongs to jupyter lab (argparse would claim --no-browser)
         from nbtools.cli.tutorials import lab_main
         return lab_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args, unknown = ap.parse_known_args(argv)
+    if unknown:   # the command's own usage, not the top level's (`view --bogus`)
+        ap.commands.get(args.cmd, ap).error(f"unrecognized arguments: {' '.join(unknown)}")
     return _dispatch(args)
 
 
@@ -153,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version",
                     version=f"torch-nbtools {__version__} (python {sys.executable})")
     sub = ap.add_subparsers(dest="cmd", required=True)
+    ap.commands = sub.choices   # name -> its parser, for its own usage line
     for name in ("run", "demo"):
         p = sub.add_parser(name, formatter_class=_Help,
                            help="sweep configs on a lab" if name == "run" else
@@ -328,7 +332,8 @@ def _cmd_run(args) -> int:
     from nbtools.lab.lab import Lab
     from nbtools.lab.sweeps import round_order
     need_folder(args.history, "history folder", must_exist=False)
-    need_outputs([("--html", args.html)], force=args.force)   # never over a notebook
+    need_outputs([("--html", args.html)], force=args.force,   # never over a notebook or
+                 histories=[args.history])                     # into a saved run
     need_space(lab_places(args))   # a full disk: one line, before engines fail on it
     if args.cmd == "run":
         values = {k: getattr(args, k) for k in _FIELDS if getattr(args, k) is not None}

@@ -115,7 +115,7 @@ docs/ work. From an installed package it first copies the tutorials into DIR (de
 ./{DEFAULT_DIR}; copies you edited are kept) and serves that folder.
 
 Every other option goes to `jupyter lab` as written, e.g. --no-browser, --port 8899,
---ServerApp.token=... (see `jupyter lab --help`). As root (GPU containers often are) it
+--IdentityProvider.token=... (see `jupyter lab --help`). As root (GPU containers often are) it
 passes --allow-root, and says so. {{extra}}"""
 
 

@@ -47,7 +47,7 @@ def view(args) -> int:
                         "trace files. A saved run writes its own: History.load(folder)"
                         "[run_id].to_perfetto('run.json') (from nbtools.results.history "
                         "import History)")
-    need_outputs([("--html", args.html)], force=args.force)
+    need_outputs([("--html", args.html)], force=args.force, histories=[args.folder])
     h = History.load(args.folder, nested=True)
     if h.nested:     # the tutorials' folders under nbtools-runs/: say whose runs these are
         say("runs from " + ", ".join(f"{name}/ ({n})" for name, n in h.nested)

@@ -19,6 +19,12 @@ _OLD_SUFFIX = ".nbtools-old"       # a folder being replaced, for the moment of 
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
+def disk_full(e: OSError) -> bool:
+    """A write refused for room: the disk or quota is full, or the file-size limit
+    (RLIMIT_FSIZE, ``ulimit -f``) is reached."""
+    return e.errno in _FULL
+
+
 class WriteFailed(OSError):
     """A write that did not complete, said in one line: the file, why, and that the file there
     before (if any) is unchanged. An OSError (errno, strerror and filename as the cause's)."""
@@ -31,8 +37,10 @@ class WriteFailed(OSError):
 
     def __str__(self) -> str:
         kept = "the file there before is unchanged" if self.existed else "nothing was left there"
-        todo = "free space on that disk, or give another place" if self.errno in _FULL \
-            else "give another place"
+        todo = "give another place" if self.errno not in _FULL else \
+            "free space on that disk (or raise the file-size limit, `ulimit -f`), or give " \
+            "another place" if self.errno == errno.EFBIG else \
+            "free space on that disk, or give another place"
         return f"{self.path}: could not be written ({self.strerror}); {kept}: {todo}"
 
 

@@ -110,15 +110,21 @@ def _is_trace(path) -> bool:
 
 
 def output_refusal(path, knob: str = "force=True", inputs=(), force: bool = False,
-                   parents: bool = False) -> str:
+                   parents: bool = False, histories=()) -> str:
     """Why ``path`` must not be written (one line naming it and what to do), or "".
     Always refused: one of ``inputs`` (the files being read now), a folder, something that
     is not a regular file (a device such as /dev/full, a pipe), a place that cannot be
     written. Refused unless ``force``: any existing file nbtools did not write (a
     notebook, a file of a saved run, a profiler trace, a README: named as what it is).
     ``knob`` is how the caller's user says force; ``parents``: a missing folder is made by
-    the writer (its nearest existing folder must take it)."""
+    the writer (its nearest existing folder must take it). ``histories``: history folders
+    being read or written; a path inside one of their run folders is always refused."""
     p = Path(path).expanduser()
+    run = _in_a_run(p, histories)
+    if run is not None:
+        # --force replaced summary.parquet with the report: the run was then damaged
+        return (f"{path}: is inside {run}, a saved run of the history being read; writing "
+                "there would damage the run. Give a file name outside its run folders")
     for f in inputs:
         try:
             same = p.exists() and os.path.samefile(p, f)
@@ -159,6 +165,28 @@ def output_refusal(path, knob: str = "force=True", inputs=(), force: bool = Fals
     if why:
         return f"{path}: folder {p.parent} cannot be written ({why}); give another place"
     return ""
+
+
+def _in_a_run(p: Path, histories) -> "Path | None":
+    """The run folder (a saved run, or one whose save was cut) of ``histories`` that holds
+    ``p`` at any depth, or None."""
+    try:
+        where = p.resolve()
+    except (OSError, RuntimeError):   # a loop of links: the writer's own check says so
+        return None
+    for h in histories:
+        try:
+            top = Path(h).expanduser().resolve()
+        except (OSError, RuntimeError):
+            continue
+        if where == top or top not in where.parents:
+            continue
+        for folder in where.parents:
+            if folder == top:
+                break
+            if _saved_run(folder) or (folder / "run.json").is_file():
+                return folder
+    return None
 
 
 def _saved_run(folder: Path) -> bool:

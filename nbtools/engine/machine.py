@@ -173,6 +173,14 @@ def gpu():
     return None if isinstance(_nvml, Exception) else _nvml
 
 
+def gave_up(e: BaseException) -> None:
+    """NVML answered, but building the GPU reader failed with something not an NVMLError
+    (a driver going away raised OSError): the run goes on without GPU signals, and its
+    machine report says why (``nvml_error()``)."""
+    global _nvml
+    _nvml = RuntimeError(f"the GPU reader could not be built: {type(e).__name__}: {e}")
+
+
 def nvml_error() -> str:
     """Why NVML could not be used on this engine ('' when it could, or was not tried)."""
     return f"NVML unavailable: {_nvml}" if isinstance(_nvml, Exception) else ""
@@ -290,6 +298,13 @@ class _Gpm:
                 else NAN for i in range(len(self.ids))]
 
 
+def _why(nv, e: Exception) -> str:
+    """Why a source gave nothing: NVML's own words, else the exception's kind too."""
+    if isinstance(e, nv.NVMLError):
+        return str(e) or type(e).__name__
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
 class GpuReader:
     """The NVML signals this GPU reports, each source tried once (``missing``: signal -> why
     not). ``read()``: one float per name; a source whose call fails at one read gives NaN
@@ -312,26 +327,27 @@ class GpuReader:
             f = _Fields(g, self.missing)
             if f.names:
                 sources.append((tuple(f.names), f.read))
-        except (nv.NVMLError, AttributeError) as e:   # AttributeError: an older pynvml
+        except Exception as e:   # noqa: BLE001 - NVMLError, an older pynvml, a driver gone
             for n in ("gpu_power_w", "pcie_tx_mbps", "pcie_rx_mbps", "nvlink_tx_mbps",
                       "nvlink_rx_mbps"):
-                self.missing[n] = str(e) or type(e).__name__
+                self.missing[n] = _why(nv, e)
         if not any("gpu_power_w" in names for names, _ in sources):
             sources.append((("gpu_power_w",), lambda: [nv.nvmlDeviceGetPowerUsage(h) / 1e3]))
         self.gpm = None
         try:
             self.gpm = _Gpm(g, gpm_every)
             sources.append((self.gpm.names, self.gpm.read))
-        except (nv.NVMLError, AttributeError) as e:   # AttributeError: a pynvml without GPM
+        except Exception as e:   # noqa: BLE001 - NVMLError, a pynvml without GPM, ...
             for n in _Gpm.names:
-                self.missing[n] = str(e) or type(e).__name__
+                self.missing[n] = _why(nv, e)
         self.sources = []
         for names, fn in sources:
             try:
                 fn()
-            except nv.NVMLError as e:
+            except Exception as e:   # noqa: BLE001 - an OSError from a driver going away made
+                # every run raise; any failure is that signal missing, said with its reason
                 for n in names:
-                    self.missing.setdefault(n, str(e))
+                    self.missing.setdefault(n, _why(nv, e))
                 continue
             self.sources.append((names, fn))
         self.names = tuple(n for names, _ in self.sources for n in names)

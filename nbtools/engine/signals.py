@@ -19,6 +19,7 @@ Python lines around them. ``quiet.SETTINGS["sample_machine"]`` turns the sampler
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from array import array
@@ -30,6 +31,7 @@ PUBLISH_S = 0.5          # the latest samples to the client this often
 LIVE_S = 3.0             # each message repeats the last 3 s: one lost message loses nothing
 LIVE_HZ = 10.0           # points per second in a message (means over the samples between)
 MAX_SAMPLES = 1 << 20    # per signal: past it every other sample is dropped (hours of run)
+MIN_INTERVAL_S = 0.005   # faster, the thread alone would take a core from the step
 KEY = "nbtools_signals"
 
 _gpu_reader = None       # one per engine: the device's signals are found out once
@@ -58,7 +60,11 @@ def _gpu():
     global _gpu_reader
     if _gpu_reader is None:
         g = machine.gpu()
-        _gpu_reader = machine.GpuReader(g) if g is not None else False
+        try:
+            _gpu_reader = machine.GpuReader(g) if g is not None else False
+        except Exception as e:   # noqa: BLE001 - the sampler never fails a run
+            machine.gave_up(e)
+            _gpu_reader = False
     return _gpu_reader or None
 
 
@@ -70,7 +76,7 @@ class Sampler:
     def __init__(self, device_type: str, rank: int = 0, run_id: str = "",
                  interval_s: float | None = None, publish: bool = True):
         self.device_type, self.rank, self.run_id = device_type, rank, run_id
-        self.interval = interval_s or INTERVAL_S.get(device_type, 0.05)
+        self.interval = _interval(interval_s, device_type)
         self.publish = publish
         self.host = machine.HostReader()
         self.gpu = _gpu() if device_type == "cuda" else None
@@ -84,6 +90,10 @@ class Sampler:
         self._thread = None
         self.procs = []
         self.decimated = 0
+        # a full buffer keeps every other sample and from then on stores only every
+        # ``stride``-th read: the whole run at one uniform spacing (halving the buffer alone
+        # thinned the oldest samples again at every fill, the newest never)
+        self.stride, self._reads = 1, 0
         self.cpu_s = float("nan")
         self._t0 = time.monotonic()
 
@@ -108,7 +118,10 @@ class Sampler:
                 t_pub = time.monotonic()
                 self._publish()
 
-    def _sample(self):
+    def _sample(self, last: bool = False):
+        self._reads += 1
+        if (self._reads - 1) % self.stride and not last:
+            return
         row = self.host.read()
         if self.gpu is not None:
             row += self.gpu.read()
@@ -117,10 +130,11 @@ class Sampler:
             self.ts.append(ts)
             for buf, v in zip(self.values, row):
                 buf.append(v)
-            if len(self.ts) >= MAX_SAMPLES:
+            if len(self.ts) >= MAX_SAMPLES and not last:
                 self.ts = self.ts[::2]
                 self.values = [b[::2] for b in self.values]
                 self.decimated += 1
+                self.stride *= 2
 
     def recent(self, seconds: float = LIVE_S, hz: float = LIVE_HZ) -> dict:
         """The last ``seconds`` of samples at most ``hz`` points a second (each point the
@@ -129,10 +143,11 @@ class Sampler:
         import numpy as np
         with self._lock:
             n = len(self.ts)
-            k = max(1, min(n, int(round(seconds / self.interval)) + 1))
+            every = self.interval * self.stride
+            k = max(1, min(n, int(round(seconds / every)) + 1))
             ts = np.frombuffer(self.ts, np.int64)[n - k:].copy()
             vals = [np.frombuffer(b, np.float64)[n - k:].copy() for b in self.values]
-        step = max(1, min(len(ts), int(round(1.0 / (hz * self.interval)))))
+        step = max(1, min(len(ts), int(round(1.0 / (hz * every)))))
         m = (len(ts) // step) * step
         out = {}
         for name, v in zip(self.names, vals):
@@ -144,7 +159,7 @@ class Sampler:
             out[name] = np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan).tolist()
         t = ts[len(ts) - m:].reshape(-1, step)[:, -1].tolist() if m else []
         return dict(rank=self.rank, run_id=self.run_id, ts_ns=t, values=out,
-                    sent_ns=time.time_ns(), interval_s=self.interval)
+                    sent_ns=time.time_ns(), interval_s=every)
 
     def _publish(self) -> None:
         try:
@@ -166,7 +181,7 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(2.0)
-        self._sample()
+        self._sample(last=True)
         if self.publish:
             self._publish()
 
@@ -184,7 +199,7 @@ class Sampler:
         wire = dict(ts_ns=np.frombuffer(self.ts, np.int64).copy(),
                     values={n: np.frombuffer(b, np.float64).copy()
                             for n, b in zip(self.names, self.values)})
-        m = dict(cores=self.host.cores, pid=_pid(), interval_s=self.interval,
+        m = dict(cores=self.host.cores, pid=_pid(), interval_s=self.interval * self.stride,
                  samples=len(self.ts), decimated=self.decimated,
                  # the sampling thread's CPU seconds over the seconds it ran
                  sampler_cpu_s=self.cpu_s, sampler_s=time.monotonic() - self._t0,
@@ -202,6 +217,19 @@ class Sampler:
                      gpu_procs=[[pid, mb] for pid, mb in sorted(procs.items())],
                      missing=dict(self.gpu.missing), read_errors=dict(self.gpu.errors))
         return m, wire
+
+
+def _interval(interval_s, device_type: str) -> float:
+    """The sampling interval asked for, checked: inf stopped the thread with a traceback,
+    nan or a negative one sampled as fast as it could (~30,000 a second)."""
+    if interval_s is None:
+        return INTERVAL_S.get(device_type, 0.05)
+    if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or \
+            not math.isfinite(interval_s) or interval_s < MIN_INTERVAL_S:
+        raise ValueError(f"interval_s={interval_s!r}: give the seconds between samples as a "
+                         f"finite number >= {MIN_INTERVAL_S} (None: "
+                         f"{INTERVAL_S.get(device_type, 0.05)} s on {device_type})")
+    return float(interval_s)
 
 
 def _pid() -> int:

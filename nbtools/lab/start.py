@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+from nbtools.common.atomic import WriteFailed, disk_full
 from nbtools.config.step_config import ConfigError
 from nbtools.engine import process_group
 from nbtools.lab import arguments, hosts, hub, placement
@@ -20,6 +21,17 @@ def launch(lab, ipp) -> list:
         lab.hosts = hosts.Hosts(lab, spec)
         return lab.hosts.launch(ipp)
     n, gpus = count(lab)
+    try:
+        return _launch(lab, ipp, n, gpus)
+    except OSError as e:
+        # ipyparallel writes its connection and cluster files itself, past common/atomic.py:
+        # a full disk was "[Errno 27] File too large", naming no file
+        if e.filename or not disk_full(e):
+            raise
+        raise WriteFailed(lab.workdir / "ipython", e, existed=False) from None
+
+
+def _launch(lab, ipp, n: int, gpus: list) -> list:
     from nbtools.lab.launchers import EngineSetLauncher, start_controller
     local = lab.engines == "local"
     lab.cluster = start_controller(ipp, EngineSetLauncher if local else lab.engines,

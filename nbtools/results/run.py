@@ -252,7 +252,11 @@ class Run:
         if problem:
             flags.append(f"damaged: {problem}")
         elif not len(frames["samples"]):   # saved before samples.parquet: run.json kept a few
-            frames["samples"] = signal_samples.from_machine_reports(_dict(meta, "ranks"))
+            bad: list = []
+            frames["samples"] = signal_samples.from_machine_reports(_dict(meta, "ranks"), bad)
+            if bad:   # the run's tables stand; only these ranks' signal lanes are lost
+                flags.append(f"damaged: run.json's machine samples of rank(s) {', '.join(bad)} "
+                             "cannot be read: their signal lanes are left out")
         status = str(meta.get("status", "ok"))
         # values no run writes: replaced, each said in a flag (results/odd_values.py)
         frames["summary"] = odd_values.check_summary(frames["summary"], status == "ok", flags)

@@ -96,7 +96,18 @@ def unreadable(run) -> str:
     if all(t is None or not len(t) for t in tables):
         return (f"run #{run.run_id} has no tables: they are gone (deleted from its folder?) "
                 "or it never finished a step. Run the config again, then advise that run")
+    # a saved run whose table file went (Run.load flags it "damaged: steps.parquet is
+    # missing ..."): the rules would read nothing there and say "nothing shows a known problem"
+    lost = [t for t in _RULE_TABLES if any(str(f).startswith(f"damaged: {t}.parquet ")
+                                           for f in run.flags or ())]
+    if lost:
+        return (f"run #{run.run_id} lost its {', '.join(lost)} table(s) (missing or unreadable "
+                "in its folder): the rules read them, so no advice is honest without them. "
+                "Run the config again, then advise that run")
     return ""
+
+
+_RULE_TABLES = ("steps", "events", "compile_events", "summary")
 
 
 def merge(out: list) -> list:

@@ -5,8 +5,9 @@ stays near the size of the columns. Plain or gzip, object or bare-array format.
 Damaged input is either refused with a TraceError that says what is wrong, or loaded with
 the damage counted in ``Columns.problems`` (load_traces turns them into the run's flags).
 Bounds: every scan is linear in the file (scan.py), the decompressed size is capped
-(``max_gb``), leading blanks are capped (scan.MAX_BLANK), and what is kept is seven numeric
-columns of the span ('X') events."""
+(``max_gb``), leading blanks are capped (scan.MAX_BLANK), blanks between events are dropped
+as they stream and a run of them held anywhere else is capped (scan.MAX_HELD_BLANK), and what
+is kept is seven numeric columns of the span ('X') events."""
 from __future__ import annotations
 
 import gc
@@ -23,7 +24,8 @@ except ImportError:  # pragma: no cover - isal is a dependency
     _zlib, _ZLIB_ERRORS = zlib, (zlib.error,)
 
 from nbtools.trace.read_json.columns import Columns, hashable, short_repr, parse  # noqa: F401
-from nbtools.trace.read_json.scan import RankUnknown, TraceError, Cutter, Head, json_loads  # noqa: F401
+from nbtools.trace.read_json.scan import (MAX_HELD_BLANK, RankUnknown, TraceError, Cutter,  # noqa: F401
+                                          Head, json_loads)
 
 MAX_GB = 4.0
 """Default cap on a trace's decompressed size: far above what torch.profiler writes for one
@@ -95,9 +97,16 @@ def read_trace(path, max_gb: float = MAX_GB) -> tuple[dict, Columns]:
     max_bytes = max_gb * 2**30 if math.isfinite(max_gb) else math.inf
     was_enabled = gc.isenabled()
     gc.disable()   # batches are acyclic dicts: collections would rescan them for nothing
+    held_blank = 0
     try:
         for chunk in _chunks(path, max_bytes, cols.problems):
             buf += chunk
+            held_blank = held_blank + len(chunk) if chunk.isspace() else 0
+            if held_blank > MAX_HELD_BLANK and len(buf) > MAX_HELD_BLANK:
+                raise TraceError(
+                    f"holds more than {MAX_HELD_BLANK >> 20} MB of blanks in a row inside an "
+                    "event or its metadata, where they cannot be skipped: it is not a trace a "
+                    "profiler writes (a damaged or padded file). Export the trace again.")
             if head is None and (found := finder.find(buf)) is not None:
                 head, at = found   # from here on buf starts with the events array's '['
                 del buf[:at]

@@ -35,6 +35,10 @@ _STR_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*')
 # (the padding tests use 32 MB) it is not a trace: 2 GB of gzipped blanks took 20 s to be
 # called "empty"; now they stop here, after about a second of gunzip.
 MAX_BLANK = 256 << 20
+# Blanks between events are dropped as they stream (Cutter); a run that cannot be (inside an
+# event, or in the metadata) is held in memory, so past this much of it the file is refused:
+# no profiler pads a value with megabytes of blanks
+MAX_HELD_BLANK = 64 << 20
 # bounded: an unbounded \s* re-read a long whitespace run on every chunk (quadratic); a
 # separator wider than this is not cut at, and the rest is parsed at once instead
 _SEP, _SEP_MAX = re.compile(rb"[ \t\r\n]{0,64},[ \t\r\n]{0,64}\{"), 130
@@ -116,9 +120,14 @@ class Cutter:
     def __init__(self, add, parse=json_loads_view):
         # parse: bytes of '[' + events + ']' -> what add takes; ValueError if not JSON
         self.add, self.parse, self.tried_to, self.misses = add, parse, 0, 0
+        # after a cut at blanks: None, or what the bytes after the '[' must reach next
+        # (b"," then b"{"); blanks up to it lie between events, outside any string
+        self.pending = b"["
 
     def cut(self, buf: bytearray) -> bool:
         """False once cutting is given up (then the rest is parsed at once)."""
+        if self.pending is not None and not self._skip_blanks(buf):
+            return True
         if self._cut(buf):
             self.misses, self.tried_to = 0, 0
         else:
@@ -134,6 +143,8 @@ class Cutter:
             if k < 0:
                 return False
             m = _SEP.match(buf, k + 1)
+            if m is None and end == len(buf) and self._cut_at_blanks(buf, k):
+                return True
             if m is not None:
                 saved, buf[k + 1] = buf[k + 1], 93   # ']'
                 try:
@@ -149,3 +160,50 @@ class Cutter:
                     return True
             end = k
         return False
+
+    def _cut_at_blanks(self, buf: bytearray, k: int) -> bool:
+        """The last '}' followed only by blanks and maybe the ',' or the array's ']': a
+        separator wider than _SEP sees. If '[' .. k parses, k ends an event: its events are
+        added and the blanks dropped as they stream (a gzip of 200 MB of blanks between two
+        events was held whole, 700 MB RSS; 2 GB of them took 6.4 GB). The scan after k only
+        covers what came since the last miss (k >= tried_to)."""
+        if k + 1 >= len(buf):
+            return False
+        m = _NOT_SPACE.search(buf, k + 1)
+        sep = buf[m.start()] if m is not None else None
+        if m is not None and (sep not in (44, 93) or _NOT_SPACE.search(buf, m.start() + 1)):
+            return False
+        saved, buf[k + 1] = buf[k + 1], 93   # ']'
+        try:
+            with memoryview(buf) as view, view[:k + 2] as prefix:
+                events = self.parse(prefix)
+        except ValueError:
+            buf[k + 1] = saved
+            return False
+        self.add(events)
+        del buf[1:]
+        self.pending = {None: b",", 44: b"{", 93: b"]"}[sep]
+        if sep == 93:
+            buf += b"]"
+        return True
+
+    def _skip_blanks(self, buf: bytearray) -> bool:
+        """Drops the blanks after the '[' (or the '[]' of a closed array) while a separator
+        is pending: they lie between events, outside any string. True once what follows
+        them is in the buffer."""
+        start = 2 if self.pending == b"]" else 1
+        while True:
+            m = _NOT_SPACE.search(buf, start)
+            if m is None:
+                del buf[start:]
+                return False
+            at, c = m.start(), buf[m.start()]
+            if self.pending == b"," and c == 44:
+                del buf[1:at + 1]
+                self.pending = b"{"
+                continue
+            # '[' + '{': the next event; '[' + ']': the array ends. Anything else is damage
+            # the whole parse names (the comma is put back: "[ev, ]" stays invalid)
+            buf[start:at] = b"," if self.pending == b"{" and c != 123 else b""
+            self.pending = None
+            return True
