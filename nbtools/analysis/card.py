@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from nbtools.analysis.units import finite_or_nan
 
 # Dense (no sparsity) peak TFLOP/s from the vendors' datasheets, SXM parts. fp32 is the
 # CUDA cores' rate (PyTorch's default: no TF32 for matmuls); tf32 the tensor cores'.
@@ -79,23 +80,15 @@ def card(run) -> Card | None:
         if isinstance(rep, dict) and isinstance(rep.get("machine"), dict):
             m = rep["machine"]
             break
-    mem_mhz, bus = _num(m.get("mem_max_mhz")), _num(m.get("mem_bus_bits"))
+    mem_mhz, bus = finite_or_nan(m.get("mem_max_mhz")), finite_or_nan(m.get("mem_bus_bits"))
     cc = env.get("gpu_cc")
     try:
         cc = tuple(int(x) for x in str(cc).split(".")) if cc else ()
     except ValueError:
         cc = ()
     peaks = _peaks(name)
-    sms = _num(env.get("gpu_sms"))
-    return Card(name=name, sms=int(sms) if sms == sms else 0, cc=cc, max_sm_mhz=_num(m.get("sm_max_mhz")),
+    sms = finite_or_nan(env.get("gpu_sms"))
+    return Card(name=name, sms=int(sms) if sms == sms else 0, cc=cc, max_sm_mhz=finite_or_nan(m.get("sm_max_mhz")),
                 # DDR: two transfers a clock over the bus (H100 SXM: 2 x 2619 MHz x 640 B)
                 mem_bw_gbs=2 * mem_mhz * bus / 8 / 1e3 if mem_mhz > 0 and bus > 0 else math.nan,
                 peaks=dict(peaks))
-
-
-def _num(v) -> float:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return v if math.isfinite(v) else math.nan

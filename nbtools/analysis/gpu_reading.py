@@ -14,6 +14,7 @@ import pandas as pd
 
 from nbtools.analysis import kernels as K
 from nbtools.analysis.card import Card, card
+from nbtools.analysis.units import finite_or_nan
 
 # short names for the long ones (C++ signatures): the kernel, not its argument list
 _CUT = 64
@@ -113,7 +114,7 @@ def readings(run) -> list:
         busy = float(one["ms"].sum())
         kinds = one.groupby("kind")["share"].sum().sort_values(ascending=False)
         row = sm[sm["rank"] == r].iloc[0] if len(sm) and "rank" in sm and (sm["rank"] == r).any() else {}
-        g = (lambda k: _num(row.get(k)) if len(row) else math.nan)  # noqa: E731
+        g = (lambda k: finite_or_nan(row.get(k)) if len(row) else math.nan)  # noqa: E731
         mine = top[top["rank"] == r]
         out.append(GpuReading(
             rank=int(r), busy_ms=busy, window_ms=g("profiled_window_ms"),
@@ -147,13 +148,6 @@ def html_of(rs: list) -> str:
     """The readings as an HTML list (the report, the panel)."""
     return "<ul>" + "".join(f"<li>{html.escape(r.text)}</li>" for r in rs) + "</ul>" if rs else ""
 
-
-def _num(v) -> float:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return v if math.isfinite(v) else math.nan
 
 
 def _pct(x: float) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from nbtools.analysis.units import finite_or_nan
 
 NUMERICS_TOLERANCE = {"loss": 0.02, "output": 0.05}
 """Largest relative difference from full fp32 that a precision move may make and be kept:
@@ -49,7 +50,7 @@ def numerics(run) -> Numerics:
         chk = rep.get("check") if isinstance(rep, dict) else None
         if not isinstance(chk, dict) or "full_max_rel" not in chk:
             continue
-        rel = _num(chk.get("full_max_rel"))
+        rel = finite_or_nan(chk.get("full_max_rel"))
         finite = bool(chk.get("finite", True)) and rel == rel
         key = (not finite, rel if rel == rel else math.inf)
         if worst is None or key > worst[0]:
@@ -60,13 +61,5 @@ def numerics(run) -> Numerics:
     what = "loss" if str(chk.get("what", "loss")) == "loss" else "output"
     tol = NUMERICS_TOLERANCE[what]
     return Numerics(measured=True, ok=finite and rel <= tol, what=what, rel=rel,
-                    abs=_num(chk.get("full_max_abs")), value=_num(chk.get("value")),
-                    full_value=_num(chk.get("full_value")), tolerance=tol, finite=finite)
-
-
-def _num(v) -> float:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return v if math.isfinite(v) else math.nan
+                    abs=finite_or_nan(chk.get("full_max_abs")), value=finite_or_nan(chk.get("value")),
+                    full_value=finite_or_nan(chk.get("full_value")), tolerance=tol, finite=finite)

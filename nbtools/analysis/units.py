@@ -151,3 +151,14 @@ def fmt_column(v, unit: str, none: str = "-") -> str:
         return none
     rule = _COLUMN.get(unit)
     return rule.format(float(v)) if rule else fmt_number(v)
+
+
+def finite_or_nan(v) -> float:
+    """``v`` as a float, NaN when it is missing, not a number or not finite (a table cell
+    or a rank's report, read where NaN means "not measured")."""
+    import math
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return v if math.isfinite(v) else math.nan

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.idle import CAUSE_WORDS, CPU_WORDS, HOST_CAUSES, cpu_step_split
+from nbtools.analysis.units import finite_or_nan
 
 BOUND_SHARE = 0.30
 """The GPU idle for at least this share of the profiled step is a step the GPU waits in:
@@ -163,7 +164,7 @@ def diagnose(run, cpu_split: bool = False) -> list:
     if cpu_split and (sm.get("device", pd.Series(dtype=object)) != "gpu").any():
         split = cpu_step_split(run.events)
     for _, r in sm.iterrows():
-        g = lambda k: _num(r.get(k))  # noqa: E731
+        g = lambda k: finite_or_nan(r.get(k))  # noqa: E731
         device = str(r.get("device", "") or "")
         window = g("profiled_window_ms")
         common = dict(rank=int(r["rank"]), window_ms=window, step_ms=g("step_ms"),
@@ -238,13 +239,6 @@ class Why(list):
                     + "".join(f"<li>{html.escape(g.text)}</li>" for g in self.gpu) + "</ul>")
         return out
 
-
-def _num(v) -> float:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return v if np.isfinite(v) else math.nan
 
 
 def _pct(x: float) -> str:
