@@ -30,6 +30,23 @@ def test_values_round_trip(cfg):
     assert config_from_values(values) == cfg
 
 
+def test_every_field_has_a_control_for_each_of_its_values():
+    """Without a lab (the fast tier): every StepConfig field is in one group and its control
+    takes each value the field accepts (a new str field once got a number box)."""
+    from nbtools.config.step_config import FIELD_CHOICES
+    from nbtools.widgets.panel import CHOICES, GROUPS
+    from nbtools.widgets.panel_parts import control
+    grouped = [name for _, names in GROUPS for name in names]
+    fields = {f.name for f in dataclasses.fields(StepConfig)}
+    assert sorted(grouped) == sorted(fields)
+    defaults = values_from_config(StepConfig())
+    for name in fields:
+        if FIELD_CHOICES.get(name):
+            assert set(FIELD_CHOICES[name]) <= set(CHOICES[name]), name
+        for value in CHOICES.get(name, (defaults[name],)):
+            assert control(name, value, CHOICES).value == value, (name, value)
+
+
 def test_none_fields_have_widget_values():
     v = values_from_config(StepConfig())
     # one word for every default, as on the command line (and in the export)

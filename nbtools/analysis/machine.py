@@ -60,10 +60,9 @@ def columns(reports: dict, steps: pd.DataFrame, samples: pd.DataFrame | None = N
         one = samples[samples["rank"] == r]
         load, _ = S.during(one, st, r, "host_load", TIMED)
         row = dict(rank=r, host_load=_mean(load))
-        for col in ("cpu_pct", "host_cpu_pct"):
-            v, _ = S.during(one, st, r, col, MEASURED)
-            if len(v):
-                row[col] = _mean(v)
+        v, _ = S.during(one, st, r, "cpu_pct", MEASURED)
+        if len(v):
+            row["cpu_pct"] = _mean(v)
         # NVML's utilisation covers up to a second before each read, a GPM metric the time
         # since the last GPM sample (100 ms or more): only readings whose whole period lies
         # inside the measured steps (none where those span less)
@@ -77,6 +76,11 @@ def columns(reports: dict, steps: pd.DataFrame, samples: pd.DataFrame | None = N
             row.update(_gpu(one, st, r, m))
         row["_host"], row["host_cores"] = rep.get("host", ""), m.get("cores", np.nan)
         row["_busy"], row["_own"] = _host_and_own(one, st, r)
+        # the host's busy share over the same readings host_other_cores is made from (a
+        # busy host once starved the sampler of any reading after the steps: the other
+        # cores were counted and the share itself was missing)
+        if np.isfinite(row["_busy"]):
+            row["host_cpu_pct"] = row["_busy"]
         rows.append(row)
     return _others(pd.DataFrame(rows))
 

@@ -25,9 +25,8 @@ from nbtools.ui.preset import not_run_yet, opening_run, preset_config
 from nbtools.analysis.metrics import combine
 from nbtools.analysis.units import fmt_number
 from nbtools.lab.errors import RunFailed
-from nbtools.config.step_config import (AUTOCAST, AUTOCAST_SCOPES, BACKENDS, CACHE_POLICIES, CAPTURE, COMPILE_MODES,
-                     CUDAGRAPH, DDP_WRAP, DYNAMIC, FSDP_COMPILE, OPTIMIZE_DDP, OPTIMIZER_IMPLS, PARALLEL,
-                     SEQ_SCHEDULES, SIZES, ConfigError, StepConfig)
+from nbtools.config.step_config import (FIELD_CHOICES, PARALLEL, SEQ_SCHEDULES, ConfigError,
+                                        StepConfig)
 from nbtools.ui.html import describe_error, flags_html, summary_html
 from nbtools.config.scenarios import SCENARIOS
 from nbtools.ui.timeline import Timeline
@@ -41,21 +40,19 @@ from nbtools.widgets.panel_work import Work
 from nbtools.widgets.panel_checks import (DEFAULT, NONE_AS, NUMBER_OR_DEFAULT,  # noqa: F401
                                           config_from_values, values_from_config)
 
-CHOICES = {
-    "scenario": tuple(SCENARIOS), "compile": COMPILE_MODES, "backend": BACKENDS,
-    "dynamic": DYNAMIC, "autocast": AUTOCAST, "autocast_scope": AUTOCAST_SCOPES,
-    "cudagraph": CUDAGRAPH, "parallel": (DEFAULT,) + PARALLEL, "cache": CACHE_POLICIES,
-    "ddp_wrap": DDP_WRAP, "optimize_ddp": OPTIMIZE_DDP, "fsdp_compile": FSDP_COMPILE,
-    "seq_schedule": (DEFAULT,) + SEQ_SCHEDULES,
-    "capture": CAPTURE, "size": SIZES, "optimizer_impl": OPTIMIZER_IMPLS,
-}
+# The dropdowns are StepConfig's own choices (one definition); the scenario lists what is
+# registered, and an optional field offers the word every default is shown as.
+CHOICES = {**{k: v for k, v in FIELD_CHOICES.items() if v is not None},
+           "scenario": tuple(SCENARIOS), "parallel": (DEFAULT,) + PARALLEL,
+           "seq_schedule": (DEFAULT,) + SEQ_SCHEDULES}
 # Every StepConfig field has a control (tests check this), grouped as a user thinks of them.
 GROUPS = (
     ("workload", ("scenario", "parallel", "reshard_after_forward", "optimizer_impl", "batch",
                   "seq_len", "seq_schedule", "size", "seed")),
     ("compile", ("compile", "backend", "fullgraph", "dynamic", "cache", "ddp_wrap",
                  "optimize_ddp", "fsdp_compile")),
-    ("precision & graphs", ("autocast", "autocast_scope", "cudagraph")),
+    ("precision & graphs", ("autocast", "autocast_scope", "matmul_precision",
+                            "memory_format", "cudagraph")),
     ("steps & capture", ("warmup", "steps", "profiled", "capture", "check", "torch_trace",
                             "memory", "stack")),
 )
