@@ -219,3 +219,15 @@ def test_the_ranks_own_load_is_not_a_busy_host():
     # a flag saved by an older version is still recognised as this flag
     assert F.identify("host busy: load 2.0 per core on vm while rank(s) 0, 1 timed steps") \
         == "host-busy"
+
+
+def test_a_rank_whose_sampler_read_no_host_share_still_counts_the_others():
+    # a full-suite run on a 2-core host with a loop per core: rank 0's sampler got no
+    # /proc/stat reading at all, and the host's other cores came out NaN for both ranks
+    starved = _cpu_report(1.5, 66.0, 100.0)
+    del starved["signals"]["values"]["host_cpu_pct"]
+    reports = {0: starved, 1: _cpu_report(1.5, 66.0, 100.0)}
+    cols = M.columns(reports, pd.concat([_steps(0), _steps(1)])).assign(host="vm")
+    assert cols["host_cpu_pct"].tolist() == [100.0, 100.0]
+    assert cols["host_other_cores"].tolist() == pytest.approx([0.68, 0.68])
+    assert F.identify(M.flags(cols)[0]) == "host-busy"

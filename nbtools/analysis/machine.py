@@ -76,6 +76,10 @@ def columns(reports: dict, steps: pd.DataFrame, samples: pd.DataFrame | None = N
             row.update(_gpu(one, st, r, m))
         row["_host"], row["host_cores"] = rep.get("host", ""), m.get("cores", np.nan)
         row["_busy"], row["_own"] = _host_and_own(one, st, r)
+        if not np.isfinite(row["_own"]):
+            # no own reading inside a host window (a starved sampler on a busy host): its
+            # CPU over the measured steps stands for it rather than losing the whole host
+            row["_own"] = row.get("cpu_pct", np.nan)
         # the host's busy share over the same readings host_other_cores is made from (a
         # busy host once starved the sampler of any reading after the steps: the other
         # cores were counted and the share itself was missing)
@@ -120,6 +124,10 @@ def _others(cols: pd.DataFrame) -> pd.DataFrame:
     per_host = (cols["_busy"].groupby(by).transform("mean") * cols["host_cores"] / 100
                 - cols["_own"].groupby(by).transform(lambda v: v.sum(min_count=len(v))) / 100)
     cols["host_other_cores"] = per_host.clip(lower=0.0)
+    if "host_cpu_pct" in cols:
+        # one host, one busy share: a rank whose sampler read none shows its host's
+        cols["host_cpu_pct"] = cols["host_cpu_pct"].fillna(
+            cols["_busy"].groupby(by).transform("mean"))
     return cols.drop(columns=["_host", "_busy", "_own"])
 
 
