@@ -231,3 +231,16 @@ def test_a_rank_whose_sampler_read_no_host_share_still_counts_the_others():
     assert cols["host_cpu_pct"].tolist() == [100.0, 100.0]
     assert cols["host_other_cores"].tolist() == pytest.approx([0.68, 0.68])
     assert F.identify(M.flags(cols)[0]) == "host-busy"
+
+
+def test_a_run_shorter_than_a_host_window_still_reads_the_host_at_its_end():
+    # tp-mlp-infer's 12 steps took 0.15 s: no /proc/stat window closed, and a busy host
+    # went unseen; the last read of a run takes the share over its shorter window
+    import time
+    r = machine.HostReader()
+    try:
+        time.sleep(machine.LAST_WINDOW_S + 0.02)
+        assert r.read()[2] != r.read()[2]                  # NaN: inside a window
+        assert 0.0 <= r.read(last=True)[2] <= 100.0
+    finally:
+        r.close()

@@ -235,8 +235,10 @@ def test_a_busy_loop_beside_the_ranks_makes_the_host_busy_and_their_own_load_doe
     from nbtools.analysis import flags as F
     from nbtools.analysis import machine as M
     cfg = StepConfig(scenario="tp-mlp-infer", warmup=1, steps=12, profiled=1)
+    # two a core: with one a core the ranks' own threads won back half of it, and the
+    # others' share sat on the flag's 0.5-core line
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-             for _ in range(os.cpu_count() or 1)]
+             for _ in range(2 * (os.cpu_count() or 1))]
     try:
         time.sleep(0.5)                  # the loops run before the steps do
         run = lab.run(cfg)
@@ -250,7 +252,8 @@ def test_a_busy_loop_beside_the_ranks_makes_the_host_busy_and_their_own_load_doe
     (flag,) = [f for f in M.flags(s) if F.identify(f) == "host-busy"]
     assert "processes other than the ranks kept" in flag
     assert flag in run.flags or "host-busy" in lab.said_once, run.flags
-    # the ranks' own CPU is what was left out: never more than the host's busy cores
-    own = s["cpu_pct"].sum() / 100
+    # the ranks' own CPU is what was left out: the others are the host's busy cores less
+    # something (the ranks' share over the host's reading windows, which summary's cpu_pct
+    # - over the steps alone - need not equal; CI once read 1.32 against 1.41 from it)
     busy = s["host_cpu_pct"].mean() * s["host_cores"].max() / 100
-    assert s["host_other_cores"].max() == pytest.approx(max(busy - own, 0.0))
+    assert s["host_other_cores"].max() <= busy - 0.1, (busy, s["cpu_pct"].tolist())

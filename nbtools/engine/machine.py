@@ -20,6 +20,8 @@ import time
 
 NAN = float("nan")
 HOST_WINDOW_S = 0.25     # the host's CPU % over at least this long (25 ticks a core)
+LAST_WINDOW_S = 0.08     # ... or this long for the last read, so that a run shorter than a
+                         # window still has one (a busy host went unseen on 0.2-s runs)
 
 
 def procs_running() -> float:
@@ -85,14 +87,15 @@ class HostReader:
         except Exception:   # noqa: BLE001 - a memory read that fails is a gap
             return NAN
 
-    def read(self) -> list:
-        """[cpu_pct, rss_mb, host_cpu_pct, host_load] now (NaN where there is none)."""
+    def read(self, last: bool = False) -> list:
+        """[cpu_pct, rss_mb, host_cpu_pct, host_load] now (NaN where there is none); the
+        ``last`` read of a run takes the host's share over a shorter window."""
         cpu, wall = time.process_time(), time.monotonic()
         pct = 100.0 * (cpu - self._cpu) / (wall - self._wall) if wall > self._wall else NAN
         self._cpu, self._wall = cpu, wall
         host = NAN    # /proc/stat counts 10 ms ticks: read over 0.25 s or more, else none
         b0, t0, w0 = self._host
-        if wall - w0 >= HOST_WINDOW_S:
+        if wall - w0 >= (LAST_WINDOW_S if last else HOST_WINDOW_S):
             busy, total = self._busy()
             if total > t0:
                 host = 100.0 * (busy - b0) / (total - t0)

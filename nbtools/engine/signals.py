@@ -122,7 +122,7 @@ class Sampler:
         self._reads += 1
         if (self._reads - 1) % self.stride and not last:
             return
-        row = self.host.read()
+        row = self.host.read(last)
         if self.gpu is not None:
             row += self.gpu.read()
         ts = time.time_ns()
