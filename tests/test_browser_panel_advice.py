@@ -29,6 +29,17 @@ MODEL = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!
 CELLS = [MODEL, "p = lab.panel(wl, slow); p", "lab.close()"]
 
 
+# what of the panel's summary (not inside its sideways-scrolling box) ends past the cell
+_SUMMARY_FITS = """() => {
+  const right = document.querySelector('.jp-OutputArea-output').getBoundingClientRect().right;
+  const s = document.querySelector('.nbtools-summary');
+  const box = s.querySelector('div[style*="overflow-x"]');
+  return [s, ...s.querySelectorAll('*')].filter(d => !box.contains(d.parentElement) || d === box)
+    .filter(d => d.getBoundingClientRect().right > right + 1)
+    .map(d => d.tagName + ' ' + Math.round(d.getBoundingClientRect().right) + ' > ' + Math.round(right));
+}"""
+
+
 def _status(pg) -> str:
     return pg.locator(".nbtools-advice-status").first.inner_text()
 
@@ -47,6 +58,10 @@ def test_suggest_and_explore_in_the_panel_of_a_fresh_page(tmp_path):
         pg = page.page
         run_button.click()
         run_id = _wait_status(pg, r"#([0-9a-f]{8}) done", 200)
+        # issue 54: the run's header wraps inside the cell and only the table scrolls (the
+        # widget grew to the table's width and the header was cut at "...parameters on thi")
+        pg.get_by_text("parameters on this rank").first.wait_for(timeout=30_000)
+        assert pg.evaluate(_SUMMARY_FITS) == [], pg.evaluate(_SUMMARY_FITS)
         _open_log_console(pg)
 
         pg.locator("button.nbtools-suggest").first.click()

@@ -92,6 +92,11 @@ def test_notebook_runs_headless(path, tmp_path):
         assert "Compile the model (torch.compile)" in text, text
         assert re.search(r"best against start: B is [\d.]+x faster", text), text
         assert "model = torch.compile(model)   # changed" in text, text
+        # issue 54: the steps as a person reads them (B / A with its interval, seconds
+        # whole), not a DataFrame of raw floats (0.529214, 17.817373)
+        (shown,) = [o["data"]["text/html"] for c in nb.cells for o in c.get("outputs", [])
+                    if "nbtools-exploration" in (o.get("data") or {}).get("text/html", "")]
+        assert "B / A (95 %)" in shown and not re.search(r"\d\.\d{5,}", shown), shown
 
 
 def _text(nb) -> str:

@@ -291,8 +291,12 @@ class Panel:
     def show(self, run) -> None:
         """Put ``run`` into the timeline (data replaced in place), summary and flags."""
         self.timeline.update(run)
-        # a wide table scrolls inside the panel rather than being cut at its edge
-        self.summary.value = f"<div style='overflow-x:auto'>{summary_html(run)}</div>"
+        # a wide table scrolls inside the panel rather than being cut at its edge, and the
+        # header wraps at the panel's width: width 0 keeps the table's width out of the
+        # widget's flex sizing (it grew to the table, 1879 px in a 1226-px cell, and the
+        # header was cut at "...parameters on thi"), min-width 100 % fills the panel
+        self.summary.value = (f"<div style='overflow-x:auto;width:0;min-width:100%'>"
+                              f"{summary_html(run)}</div>")
         self.flags.value = flags_html(run.flags)
         self.shown = run
         self.repicture.poke()
