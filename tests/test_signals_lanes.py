@@ -84,3 +84,26 @@ def test_every_lane_says_what_x_zero_is_for_a_run_without_profiled_events():
     tl = Timeline(_run())
     said = {f.xaxis[0].axis_label for f in (tl.figure, tl.memory.figure, tl.signals.figure)}
     assert said == {"ms since the run's first step"}
+
+
+def test_a_saved_pictures_signal_lanes_hold_their_values():
+    # issue 54: a saved notebook reopened without its kernel drew the lanes as empty
+    # outlines: the hover's transparent boxes over the values replaced their pixels, and
+    # their line_alpha=0 outlines were drawn black
+    from PIL import ImageColor
+
+    from nbtools.ui import picture
+    from nbtools.ui.timeline.signals import PALETTE, SignalsLane
+    run = _run()
+    from bokeh.models import Range1d
+    lane = SignalsLane(dict(width=900), "canvas", Range1d(0.0, 1000.0))
+    lane.update(run, [0, 1], 0)
+    rgb = np.asarray(picture.picture(lane.figure).convert("RGB"), np.int16)
+    order = [s.name for s in S.SIGNALS]
+    for name in ("cpu_pct", "gpu_util_pct"):
+        want = np.array(ImageColor.getrgb(PALETTE[order.index(name)]), np.int16)
+        # 0.85 alpha on white, as BokehJS blends it
+        want = (0.85 * want + 0.15 * 255).astype(np.int16)
+        near = (np.abs(rgb - want).max(axis=2) <= 12).sum()
+        assert near > 2000, (name, near)
+    assert ((rgb < 40).all(axis=2)).sum() < 2000          # no black outlines over the lanes

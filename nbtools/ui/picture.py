@@ -38,6 +38,10 @@ def _rgba(color, alpha=1.0):
     except (ValueError, TypeError):
         rgb = (128, 128, 128)
     alpha = 1.0 if alpha is None else float(alpha)
+    if not alpha > 0:
+        # nothing to paint: ImageDraw replaces pixels rather than blending, so a transparent
+        # box (a hover target over the signals lanes) erased what was drawn beneath it
+        return None
     return rgb + (int(255 * max(0.0, min(1.0, alpha))),)
 
 
@@ -137,6 +141,7 @@ def _draw_glyph(draw, glyph, data, X, Y, font, skipped):
     fill_alpha = s("fill_alpha", 1.0) if hasattr(glyph, "fill_alpha") else [1.0] * n
     fills = s("fill_color") if hasattr(glyph, "fill_color") else [None] * n
     lines = s("line_color") if hasattr(glyph, "line_color") else [None] * n
+    line_alpha = s("line_alpha", 1.0) if hasattr(glyph, "line_alpha") else [1.0] * n
 
     def boxes(l, r, b, t):
         for i in range(n):
@@ -144,7 +149,8 @@ def _draw_glyph(draw, glyph, data, X, Y, font, skipped):
             if not all(map(math.isfinite, xs + ys)):
                 continue
             box = [min(xs), min(ys), max(max(xs), min(xs) + 1), max(max(ys), min(ys) + 1)]
-            draw.rectangle(box, fill=_rgba(fills[i], fill_alpha[i]), outline=_rgba(lines[i]))
+            draw.rectangle(box, fill=_rgba(fills[i], fill_alpha[i]),
+                           outline=_rgba(lines[i], line_alpha[i]))
 
     if kind == "Quad":
         boxes(s("left"), s("right"), s("bottom"), s("top"))
