@@ -3,7 +3,7 @@
 import pytest
 
 from nbtools import StepConfig
-from nbtools.lab.errors import RunFailed, RunTimeout
+from nbtools.results.errors import RunFailed, RunTimeout
 from nbtools.results.history import History
 
 from lab_steps import SMALL  # noqa: E402  (tests/ is on sys.path)

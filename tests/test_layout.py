@@ -40,7 +40,7 @@ def test_modules_stay_one_concern():
 
 def test_every_room_says_what_it_runs():
     rooms = [p for p in PKG.iterdir() if (p / "__init__.py").exists()]
-    assert {p.name for p in rooms} >= {"common", "config", "engine", "trace", "analysis",
+    assert {p.name for p in rooms} >= {"common", "config", "schema", "engine", "trace", "analysis",
                                        "results", "lab", "ui", "widgets", "report", "claims", "cli"}
     for room in rooms:
         doc = importlib.import_module(f"nbtools.{room.name}").__doc__
@@ -51,7 +51,7 @@ def test_data_and_analysis_load_no_view_and_no_torch():
     """Loading a run's data, analysing it and listing its flags pulls in neither bokeh nor
     widgets nor torch (the contracts say so statically; this checks it at run time)."""
     code = ("import sys; import nbtools.results.run, nbtools.results.load, nbtools.results.history, "
-            "nbtools.analysis.summary, nbtools.analysis.flags, nbtools.trace.export; "
+            "nbtools.analysis.summary, nbtools.analysis.flags, nbtools.results.trace_export; "
             "print(sorted(m for m in ('torch', 'bokeh', 'ipywidgets', 'jupyter_bokeh', "
             "'ipyparallel') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
@@ -93,7 +93,7 @@ def test_every_type_and_error_a_person_meets_comes_from_the_top_package():
     for n in names:
         assert f"'{n}'" in out, n
     import nbtools
-    from nbtools.lab.errors import RunFailed, RunTimeout
+    from nbtools.results.errors import RunFailed, RunTimeout
     from nbtools.results.comparison import Comparison
     assert nbtools.RunFailed is RunFailed and nbtools.RunTimeout is RunTimeout
     assert nbtools.Comparison is Comparison

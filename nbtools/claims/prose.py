@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nbtools.analysis.units import NOT_MEASURED, fmt_bytes, fmt_count, fmt_number, missing
+from nbtools.common.units import NOT_MEASURED, fmt_bytes, fmt_count, fmt_number, missing
 
 
 def num(v, fmt: str | None = None, none: str = NOT_MEASURED) -> str:

@@ -2,7 +2,7 @@
 rank and the run's own row, about 100 characters wide; and the legend under it."""
 from __future__ import annotations
 
-from nbtools.analysis.units import fmt_column, fmt_ratio
+from nbtools.common.units import fmt_column, fmt_ratio
 
 
 def _legend(traces: bool = False) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from nbtools.analysis.units import fmt_range, fmt_ratio
+from nbtools.common.units import fmt_range, fmt_ratio
 from nbtools.results.exploration import KEPT, finite, summary_line
 from nbtools.ui.summary_view import BAD, GOOD
 

@@ -12,7 +12,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis import metrics, units
+from nbtools.analysis import metrics
+from nbtools.common import units
 
 _STYLE = ("<style>.nbtools-tbl{border-collapse:collapse;font-size:12px;margin:4px 0}"
           ".nbtools-tbl th,.nbtools-tbl td{border:1px solid #ddd;padding:2px 6px;text-align:right;"
