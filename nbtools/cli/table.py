@@ -96,6 +96,6 @@ def _trace_head(run) -> str:
 
 
 def _number(column: str, value) -> str:
-    """A table cell: the unit's fixed digits (analysis/units.py), so the rows line up."""
+    """A table cell: the unit's fixed digits (common/units.py), so the rows line up."""
     from nbtools.analysis.metrics import unit
     return fmt_column(value, unit(column))

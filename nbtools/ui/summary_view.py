@@ -55,7 +55,7 @@ def _says_nothing(summary: pd.DataFrame, c: str) -> bool:
 
 
 def cell(col: str, value, row=None) -> str:
-    """One value as text (analysis/units.py, the words every surface uses): counts whole,
+    """One value as text (common/units.py, the words every surface uses): counts whole,
     other numbers to three significant figures (never e-notation), the profiler's overhead
     with its noise (or 'within noise')."""
     if col == "profiler_overhead_pct" and row is not None:
