@@ -92,8 +92,8 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB, details: bool = False) 
     """Kineto trace files -> the fields of a Run but the tables derived from the events
     (``nbtools.load_traces`` says how files, ranks, times and damage are read; it adds the
     steps and the summary). Beside the Run's fields: ``job_flags``, what the job as a whole
-    lacks, said after the flags of the derived tables; ``damaged_cat``, per rank, the events
-    whose cat was not text."""
+    lacks and the tooltips that could not be read, said after the flags of the derived
+    tables; ``damaged_cat``, per rank, the events whose cat was not text."""
 
     files, skipped = trace_files(path)
     if rank is not None and len(files) != 1:
@@ -143,7 +143,7 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB, details: bool = False) 
     if not len(events):   # nothing to show is a failure with its reason, not a blank row
         out.update(status="failed", errors=empty)
     if details:
-        out["event_details"] = _file_details(owner, flags)
+        out["event_details"] = _file_details(owner, job_flags)
     return out
 
 
