@@ -122,7 +122,7 @@ def reencode(path: Path) -> None:
 
 
 def h200_report(folder: Path) -> Path:
-    from nbtools.analysis import tables
+    from nbtools.schema import tables
     from nbtools.claims.recorded import recorded_h200
     from nbtools.common.package_data import h200_traces_dir
     from nbtools.report.html import export_html

@@ -7,7 +7,7 @@ Prints rank 0's last report of DDPAccumStep: bucket parameter indices in the ord
 gradients reached DDP's reducer (0 = first layer's weight) and the bucket sizes in bytes.
 """
 from nbtools import Lab, StepConfig
-from nbtools.claims import helpers as X
+from nbtools import tutorial as X
 
 base = StepConfig(scenario="custom", parallel="ddp", warmup=1, steps=2, profiled=0)
 with Lab(echo=False, history=None) as lab:

@@ -24,7 +24,7 @@ import threading
 import time
 
 from nbtools import Lab, StepConfig
-from nbtools.lab.errors import RunFailed
+from nbtools.results.errors import RunFailed
 
 # the heals measured here swap in warm spares: where the host has no room for them beside
 # the ranks (2 cores), the lab starts them only with its first heal; start them right after

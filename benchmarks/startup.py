@@ -50,7 +50,7 @@ from nbtools import Lab  # noqa: E402
 from nbtools.engine import liveness  # noqa: E402
 from nbtools.lab import pool as pool_mod  # noqa: E402
 from nbtools.lab import lab as lab_mod  # noqa: E402
-from nbtools.lab.errors import RunFailed  # noqa: E402
+from nbtools.results.errors import RunFailed  # noqa: E402
 
 PHASES = collections.defaultdict(float)
 

@@ -11,8 +11,8 @@ __all__ = ["Lab", "StepConfig", "Workload", "Run", "Comparison", "Verdict", "His
 
 # name -> module: every type and error a person meets after a call, importable from here.
 _LAZY = {"Comparison": "nbtools.results.comparison", "Verdict": "nbtools.analysis.verdict",
-         "History": "nbtools.results.history", "RunFailed": "nbtools.lab.errors",
-         "RunTimeout": "nbtools.lab.errors", "LabClosed": "nbtools.lab.errors",
+         "History": "nbtools.results.history", "RunFailed": "nbtools.results.errors",
+         "RunTimeout": "nbtools.results.errors", "LabClosed": "nbtools.results.errors",
          "MissingExtra": "nbtools.common.extras", "Suggestion": "nbtools.analysis.advice",
          "SSH": "nbtools.lab.hosts", "Exploration": "nbtools.results.exploration"}
 

@@ -40,7 +40,7 @@ from nbtools.claims.model_sweep import collectives_per_step, run_all, styled
 from nbtools.claims.model_sweep import table as model_table
 from nbtools.claims.prose import count, mb, num, pct_vs, policy_lines, shown
 from nbtools.claims.recorded import recorded_h200
-from nbtools.claims.steps import (DDP_OPTIMIZER_LOG, CompileCacheStep, DDPAccumStep,
+from nbtools.engine.claim_steps import (DDP_OPTIMIZER_LOG, CompileCacheStep, DDPAccumStep,
                                   DtypeProbeStep, RankDivergenceStep)
 from nbtools.claims.studies import (accumulation_study, backends_available, ddp_buckets,
                                     dtype_study, engine_log, run_reporting, warmup_table)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from nbtools import StepConfig, load_traces
-from nbtools.analysis import tables
+from nbtools.schema import tables
 from nbtools.analysis.advice import NOTHING, Suggestion, Suggestions, advise, valid_change
 from nbtools.engine.compile_recorder import CompileRecorder
 from nbtools.results.run import Run

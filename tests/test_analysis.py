@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from nbtools.analysis import step_metrics as analysis
-from nbtools.analysis import tables
+from nbtools.schema import tables
 from nbtools.results.load import load_traces
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -223,7 +223,7 @@ def test_cpu_rank_blocked_in_a_collective_is_not_computing():
     wait_tensor [40,90); gloo's thread cpu:2 runs gloo:all_reduce [30,95).
     compute = [0,40)+[90,100) = 50; comm = [30,95) = 65;
     overlap = compute while gloo communicates = [30,40)+[90,95) = 15; exposed = 65-15 = 50."""
-    from nbtools.analysis import tables
+    from nbtools.schema import tables
     from nbtools.analysis.step_metrics import per_rank
     ev = tables.from_columns(dict(
         rank=[0, 0, 0], lane=["cpu:1", "cpu:1", "cpu:2"],

@@ -18,10 +18,10 @@ import pytest
 
 from nbtools import StepConfig, export_html
 from nbtools.cli.main import main
-from nbtools.lab.errors import RunFailed
+from nbtools.results.errors import RunFailed
 from nbtools.results.comparison import Comparison
 from nbtools.results.history import History
-from nbtools.trace.export import write_kineto
+from nbtools.results.trace_export import write_kineto
 from nbtools.ui.html import describe_error, flags_html, comparison_html, run_html
 
 from browser import ARTIFACTS, open_page  # noqa: E402  (tests/ is on sys.path)

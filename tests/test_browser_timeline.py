@@ -199,7 +199,7 @@ def test_tooltip_shows_the_details_and_stack_in_chromium(tmp_path):
     from bokeh.embed import file_html
     from bokeh.resources import INLINE
     from playwright.sync_api import sync_playwright
-    from nbtools.analysis import tables
+    from nbtools.schema import tables
     from nbtools.trace.details import DETAIL_COLUMNS
     from nbtools.ui.timeline import Timeline
 

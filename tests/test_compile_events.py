@@ -13,7 +13,7 @@ import pytest
 
 import torch  # noqa: E402
 
-from nbtools.analysis import tables  # noqa: E402
+from nbtools.schema import tables  # noqa: E402
 from nbtools.engine.compile_recorder import CompileRecorder, divergence  # noqa: E402
 
 

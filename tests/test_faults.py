@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from nbtools import Lab, StepConfig
-from nbtools.lab.errors import RunFailed, RunTimeout
+from nbtools.results.errors import RunFailed, RunTimeout
 from nbtools.results.history import History
 
 pytestmark = pytest.mark.slow

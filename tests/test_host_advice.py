@@ -174,7 +174,7 @@ def test_a_failed_run_and_a_run_without_tables_say_why_there_is_no_advice():
 def test_cpu_reduce_overhead_gets_no_cuda_graph_fix_for_graphs_cpus_do_not_have():
     """issue 44: inductor captures no CUDA graphs on CPU ranks (the run's 'unused' flag);
     its 'skipping cudagraphs' events are no skip to fix there."""
-    from nbtools.analysis import tables
+    from nbtools.schema import tables
     ce = tables.empty(tables.COMPILE_COLUMNS)
     ce = pd.concat([ce, pd.DataFrame([dict(rank=0, kind="cudagraph_skip", name="forward",
                                            frame="x.py:1", reason="skipping cudagraphs due to "

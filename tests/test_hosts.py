@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from simhosts import SimHosts, why_not  # noqa: E402
 
 from nbtools import Lab, StepConfig  # noqa: E402
-from nbtools.lab.errors import RunFailed  # noqa: E402
+from nbtools.results.errors import RunFailed  # noqa: E402
 from nbtools.lab.hosts import SSH  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -157,7 +157,7 @@ def _hang_on_rank2(ctx):
 
 
 def test_rank_stuck_on_host_b_is_replaced_there(lab, sim):
-    from nbtools.lab.errors import RunTimeout
+    from nbtools.results.errors import RunTimeout
     b = sim.names[1]
     stuck = next(p for p in lab.placements if p.rank == 2)
     with pytest.raises(RunTimeout, match=r"rank\(s\) \[2\]"):

@@ -4,7 +4,7 @@ restarted engines that the lab's next run heals anyway)."""
 import pytest
 
 from nbtools import ConfigError
-from nbtools.lab.errors import RunFailed, RunTimeout
+from nbtools.results.errors import RunFailed, RunTimeout
 from nbtools.lab.keep_going import run_or_keep
 
 

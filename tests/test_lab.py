@@ -3,7 +3,7 @@
 import pytest
 
 from nbtools import StepConfig
-from nbtools.lab.errors import RunFailed, RunTimeout
+from nbtools.results.errors import RunFailed, RunTimeout
 from nbtools.results.history import History
 
 from lab_steps import SMALL  # noqa: E402  (tests/ is on sys.path)
@@ -163,7 +163,7 @@ def test_timeout_names_the_stuck_rank_then_the_lab_heals(lab):
 
 def test_sweep_in_rounds_and_spread_summarises_them(lab, capsys):
     from nbtools import ConfigError
-    from nbtools.claims import helpers as X
+    from nbtools import tutorial as X
     base = StepConfig(scenario="tp-mlp-infer", size="small", warmup=0, steps=3, profiled=0)
     runs = X.sweep(lab, base, rounds=2, batch=[1, 2])
     # each round forward then back (A B B A), so a drifting machine lands on every config alike

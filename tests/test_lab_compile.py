@@ -117,7 +117,7 @@ def test_export_carries_no_connection_key_of_this_lab(lab, tmp_path):
 def test_a_sweep_checks_each_config_once_on_the_client(lab, monkeypatch):
     """Lab.check is the one client-side check: sweep checks every config first and runs
     each as lab.run(checked), which checks nothing again (the engines trust it too)."""
-    from nbtools.claims import helpers as X
+    from nbtools import tutorial as X
     seen = []
     check = StepConfig.check_device
     monkeypatch.setattr(StepConfig, "check_device",

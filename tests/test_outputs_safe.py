@@ -25,7 +25,7 @@ import pytest
 from nbtools import export_html, load_traces
 from nbtools.common.atomic import PARTIAL_SUFFIX, TMP_SUFFIX, WriteFailed
 from nbtools.results.history import History
-from nbtools.trace.export import write_kineto
+from nbtools.results.trace_export import write_kineto
 
 from test_bad_input_views import cli, one_line  # noqa: E402  (tests/ is on sys.path)
 

@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nbtools import load_traces
-from nbtools.analysis import tables
+from nbtools.schema import tables
 from nbtools.analysis.breakdown import breakdown, rank_table, violations
 from nbtools.analysis.compile_counts import wall_s
 from nbtools.analysis.metrics import combine
 from nbtools.analysis.step_metrics import category_ms
-from nbtools.analysis.units import fmt_number
+from nbtools.common.units import fmt_number
 from nbtools.ui.timeline.data import SUMMARY_STACK, summary_data
 
 ROOT = Path(__file__).resolve().parent

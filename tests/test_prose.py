@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from nbtools.claims import helpers as X
+from nbtools import tutorial as X
 
 
 def _table():

@@ -346,3 +346,30 @@ def test_an_old_run_with_malformed_machine_samples_loses_only_their_lanes(tmp_pa
     assert set(back.samples["rank"]) == {1}
     assert any("machine samples of rank(s) 0 cannot be read" in f for f in back.flags), \
         back.flags
+
+
+# -- one spelling of each signal name (issue 53) -----------------------------------------
+def test_every_signal_an_h200_like_gpu_and_its_host_give_is_one_the_schema_defines():
+    from nbtools.schema.signals import BY_NAME, SIGNALS
+    with fake_nvml.installed(fake_nvml.Device()):
+        s = signals.Sampler("cuda", rank=0, publish=False)
+        s.host.close()
+    assert set(s.names) == set(BY_NAME), set(s.names) ^ set(BY_NAME)
+    assert len(BY_NAME) == len(SIGNALS)          # no name defined twice
+
+
+@pytest.mark.parametrize("module", ["engine/machine.py", "engine/signals.py",
+                                    "analysis/samples.py"])
+def test_the_engine_and_the_samples_table_spell_no_signal_name_of_their_own(module):
+    """The readers, the sampler and the samples table take every signal name (and the live
+    message's key) from schema/signals.py: a string spelled in one of them that names a
+    signal is a second definition, free to drift from the first."""
+    import ast
+    from pathlib import Path
+
+    from nbtools.schema.signals import BY_NAME, KEY
+    path = Path(S.__file__).parents[1] / module
+    spelled = sorted({n.value for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                      if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                      and (n.value in BY_NAME or n.value == KEY)})
+    assert not spelled, f"{module} spells {spelled}: take them from nbtools.schema.signals"

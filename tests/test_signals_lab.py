@@ -15,7 +15,7 @@ import pytest
 
 from browser import ARTIFACTS, open_page
 from nbtools import Run, StepConfig, export_html, load_traces
-from nbtools.analysis.samples import SIGNALS
+from nbtools.schema.signals import SIGNALS
 from nbtools.lab import live_signals
 from nbtools.ui.timeline import Timeline
 from nbtools.ui.timeline.signals import PALETTE, signal_rows

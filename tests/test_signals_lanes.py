@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis import samples as S
-from nbtools.analysis import tables
+from nbtools.schema.signals import SAMPLE_COLUMNS
+from nbtools.schema import tables
 from nbtools.results.run import Run
 from nbtools.ui.timeline import Timeline
 from nbtools.ui.timeline.signals import MAX_POINTS, signal_rows, signals_data
@@ -31,7 +32,7 @@ def _run(n=50, ranks=(0, 1)):
     run = Run(config=None, steps=tables.from_columns(
         {k: steps[k].tolist() for k in tables.STEP_COLUMNS}, tables.STEP_COLUMNS),
         ranks={r: {"machine": {"sm_max_mhz": 1980.0}} for r in ranks})
-    run.samples = tables.concat(frames, S.SAMPLE_COLUMNS)
+    run.samples = tables.concat(frames, SAMPLE_COLUMNS)
     return run
 
 

@@ -4,8 +4,8 @@ the categories as they were in the other)."""
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis import tables
-from nbtools.analysis.tables import string_codes
+from nbtools.schema import tables
+from nbtools.schema.tables import string_codes
 
 
 def test_categorical_and_plain_columns_code_alike():

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nbtools.analysis import tables
+from nbtools.schema import tables
 from nbtools.config.step_config import StepConfig
 from nbtools.results.run import Run
 

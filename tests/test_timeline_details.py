@@ -94,7 +94,7 @@ def test_a_failed_or_empty_run_says_why_in_one_line():
 
 
 def test_region_table_counts_events_and_clips_totals_to_the_range():
-    from nbtools.analysis import tables
+    from nbtools.schema import tables
     from nbtools.ui.timeline.region import region_events, region_table
     t0 = 1_000_000_000
     rows = [(0, "cpu:1", "cpu_op", "a", t0 + 0, 4_000_000),       # 0-4 ms

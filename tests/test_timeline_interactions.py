@@ -50,7 +50,7 @@ def test_timeline_draws_names_on_first_paint_and_searches_full_totals():
 def _collective_events(offsets_ns, steps=2, per_step=3):
     """Two or more ranks, each with compute then ``per_step`` all-reduces per step; rank r's
     collectives start offsets_ns[r] later than the scheduled time."""
-    from nbtools.analysis import tables
+    from nbtools.schema import tables
     rows = []
     for r, off in enumerate(offsets_ns):
         for s in range(steps):
@@ -94,7 +94,7 @@ def test_timeline_flows_are_switchable_and_say_who_waited():
 
 
 def test_light_capture_shows_a_clean_step_strip():
-    from nbtools.analysis import tables
+    from nbtools.schema import tables
     from nbtools.ui.timeline import Timeline
     run = synthetic_run(events_per_rank=200)
     run.events = tables.empty(tables.EVENT_COLUMNS)
@@ -133,7 +133,7 @@ def test_memory_lane_is_named_and_scaled_per_rank():
 def test_memory_lane_on_cpu_says_kb_and_not_measured_never_nan():
     """The CPU allocator: a few KB allocated, no reserve (NaN), no graph pools. The row label
     and every tooltip field are words and scaled sizes: no "0.0 MB", no NaN."""
-    from nbtools.analysis.units import fmt_bytes
+    from nbtools.common.units import fmt_bytes
     from nbtools.ui.timeline import Timeline
     run = synthetic_run(events_per_rank=200)
     t = int(run.events["ts_ns"].min())
@@ -197,7 +197,7 @@ def test_tooltip_details_say_shapes_bytes_and_the_collective():
 
 
 def test_timeline_tooltips_carry_details_of_single_events_only():
-    from nbtools.analysis import tables
+    from nbtools.schema import tables
     from nbtools.trace.details import DETAIL_COLUMNS
     from nbtools.ui.timeline import Timeline
     run = synthetic_run(events_per_rank=300)

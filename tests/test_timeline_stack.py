@@ -27,7 +27,7 @@ def _line_of(fn) -> int:
 
 
 def test_stack_names_the_users_innermost_frames_and_drops_python_frames_as_events():
-    from nbtools.analysis import tables
+    from nbtools.schema import tables
     from nbtools.trace.details import DETAIL_COLUMNS, detail_rows, details_wire
     from nbtools.trace.load import events_from_profiler
     acts = [torch.profiler.ProfilerActivity.CPU]

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from nbtools import StepConfig
-from nbtools.analysis import tables
+from nbtools.schema import tables
 from nbtools.analysis.counts import ItemsNotReported, tokens_per_s
 from nbtools.lab.sweeps import table
 from nbtools.results.history import History

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from nbtools.analysis import step_metrics as analysis
-from nbtools.analysis import tables
+from nbtools.schema import tables
 from nbtools.trace import read_json as trace_json
 from nbtools.results.load import TraceError, load_traces
 from nbtools.trace.load import classify, events_from_profiler

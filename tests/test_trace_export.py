@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nbtools.analysis import tables
-from nbtools.analysis.tables import lane_label
-from nbtools.trace import export as trace_export
+from nbtools.schema import tables
+from nbtools.schema.tables import lane_label
+from nbtools.results import trace_export
 from nbtools.results.load import load_traces
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from nbtools import StepConfig
-from nbtools.analysis import units
+from nbtools.common import units
 from nbtools.results.comparison import Comparison
 from nbtools.results.run import Run
 

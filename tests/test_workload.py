@@ -136,7 +136,7 @@ def test_unhonourable_combinations_fail_before_dispatch(lab, what, fields, match
 
 
 def test_check_on_a_step_that_returns_nothing_says_so(lab):
-    from nbtools.lab.errors import RunFailed
+    from nbtools.results.errors import RunFailed
     with pytest.raises(RunFailed, match="check=True compares what the step returns"):
         lab.run(_step, StepConfig(scenario="custom", warmup=0, steps=1, profiled=0, check=True))
 

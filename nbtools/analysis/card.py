@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from nbtools.analysis.units import finite_or_nan
+from nbtools.common.units import finite_or_nan
 
 # Dense (no sparsity) peak TFLOP/s from the vendors' datasheets, SXM parts. fp32 is the
 # CUDA cores' rate (PyTorch's default: no TF32 for matmuls); tf32 the tensor cores'.

@@ -14,7 +14,7 @@ import pandas as pd
 
 from nbtools.analysis import kernels as K
 from nbtools.analysis.card import Card, card
-from nbtools.analysis.units import finite_or_nan
+from nbtools.common.units import finite_or_nan
 
 # short names for the long ones (C++ signatures): the kernel, not its argument list
 _CUT = 64

@@ -28,7 +28,7 @@ import pandas as pd
 
 from nbtools.analysis.keyed import pair_codes
 from nbtools.analysis.step_metrics import event_columns, launchers, step_range_rows
-from nbtools.analysis.tables import string_codes
+from nbtools.schema.tables import string_codes
 
 KERNEL_WAIT_US = 30
 """HTA's default consecutive_kernel_delay: a shorter gap after an already-launched kernel is

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from nbtools.analysis.units import finite_or_nan
+from nbtools.common.units import finite_or_nan
 
 NUMERICS_TOLERANCE = {"loss": 0.02, "output": 0.05}
 """Largest relative difference from full fp32 that a precision move may make and be kept:

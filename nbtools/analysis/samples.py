@@ -1,83 +1,20 @@
 """The machine's signals through a run (``run.samples``): one row per (rank, time, signal),
-what each signal is (name, label, unit, the scale a lane draws it on), and the samples of a
-phase of the run. Pure: tables in, tables out; engine/signals.py samples them.
-
-Every signal once: the timeline's lanes, the panel's live strip, the summary columns
-(analysis/machine.py) and docs/timeline.md read ``SIGNALS``. Times are the events' clock
+and the samples of a phase of the run. Pure: tables in, tables out; engine/signals.py samples
+them. What each signal is (name, label, unit, the scale a lane draws it on) is
+schema/signals.py's ``SIGNALS``. Times are the events' clock
 (epoch ns, ``time.time_ns()`` on the rank), so a sample lines up with the kernels, steps
 and compiles of its rank.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis import tables
+from nbtools.schema import tables
+from nbtools.schema.signals import (BY_NAME, GPU_POWER, GPU_TEMP, HOST_LOAD, SAMPLE_COLUMNS,
+                                    SM_CLOCK, THROTTLE)
 
-SAMPLE_COLUMNS = {
-    "rank": np.int32,
-    "ts_ns": np.int64,    # epoch ns on the rank, the events' clock
-    "signal": "str",      # a name of SIGNALS
-    "value": np.float64,  # in the signal's unit (a read that gave nothing leaves no row)
-}
-
-
-@dataclass(frozen=True)
-class Signal:
-    """One signal: ``name`` (the table's), ``label`` and ``unit`` for people, ``scale``: the
-    value a lane's full height stands for (a number, the name of a value the rank's machine
-    report holds, e.g. "sm_max_mhz", or "" for the row's own largest value), and what it
-    ``means`` (where it comes from)."""
-    name: str
-    label: str
-    unit: str
-    scale: object
-    means: str
-    live: bool = False        # shown in the panel's live strip
-
-
-SIGNALS = (
-    Signal("gpu_util_pct", "GPU busy", "%", 100.0, "share of NVML's last sample period (1/6 "
-           "to 1 s, by product) in which a kernel ran (nvidia-smi's utilization.gpu)", True),
-    Signal("sm_active_pct", "SM activity", "%", 100.0, "share of the SMs busy between two "
-           "samples (NVML GPM, Hopper and newer): a kernel on few SMs reads low here and "
-           "high in GPU busy"),
-    Signal("tensor_active_pct", "tensor cores", "%", 100.0, "share of time the SMs ran "
-           "tensor-core instructions between two samples (NVML GPM)"),
-    Signal("dram_bw_pct", "DRAM bandwidth", "%", 100.0, "DRAM bandwidth used between two "
-           "samples, of the device's peak (NVML GPM)"),
-    Signal("gpu_mem_util_pct", "memory busy", "%", 100.0, "share of NVML's last sample period "
-           "in which device memory was read or written"),
-    Signal("sm_clock_mhz", "SM clock", "MHz", "sm_max_mhz", "the SM clock now (NVML)", True),
-    Signal("gpu_power_w", "power", "W", "power_limit_w", "board power draw (NVML: the "
-           "instant reading where the device has one, else its power usage)", True),
-    Signal("gpu_temp_c", "temperature", "°C", 100.0, "GPU core temperature (NVML)"),
-    Signal("gpu_mem_used_mb", "GPU memory used", "MB", "gpu_mem_total_mb", "device memory "
-           "in use by every process on the GPU (NVML), not only PyTorch's allocations"),
-    Signal("throttle", "clock reasons", "", 1.0, "NVML's clock event reasons as a bit mask "
-           "(power cap, thermal or hardware slowdown, power brake, ...): the lane marks the "
-           "samples with a throttling reason"),
-    Signal("pcie_tx_mbps", "PCIe out", "MB/s", "", "bytes sent over PCIe since the last "
-           "sample (NVML counters)"),
-    Signal("pcie_rx_mbps", "PCIe in", "MB/s", "", "bytes received over PCIe since the last "
-           "sample (NVML counters)"),
-    Signal("nvlink_tx_mbps", "NVLink out", "MB/s", "", "data bytes sent over the GPU's active "
-           "NVLinks since the last sample (NVML counters)"),
-    Signal("nvlink_rx_mbps", "NVLink in", "MB/s", "", "data bytes received over the GPU's "
-           "active NVLinks since the last sample (NVML counters)"),
-    Signal("cpu_pct", "process CPU", "%", "", "CPU time of the rank's process (all its "
-           "threads) since the last sample, per wall time: 100 = one core busy", True),
-    Signal("rss_mb", "process memory", "MB", "", "resident memory of the rank's process"),
-    Signal("host_cpu_pct", "host CPU", "%", 100.0, "share of all the host's cores busy, every "
-           "process counted (/proc/stat, over 0.25 s or more: it counts 10 ms ticks)"),
-    Signal("host_load", "runnable tasks now", "/core", "", "tasks runnable on the host at the "
-           "instant of each sample, per core (/proc/loadavg's running count over the cores; "
-           "not uptime's load, a minute's average; the lab's own ranks count): above 1 a "
-           "thread waits for a core"),
-)
-BY_NAME = {s.name: s for s in SIGNALS}
 # NVML clock event reasons (nvml.h nvmlClocksEventReason*) -> words
 REASONS = {0x1: "GPU idle", 0x2: "applications clocks setting", 0x4: "power cap",
            0x8: "hardware slowdown", 0x10: "sync boost", 0x20: "software thermal slowdown",
@@ -135,8 +72,8 @@ def table(reports: dict) -> pd.DataFrame:
 
 
 # runs saved before the samples table kept a few signals in run.json, at 10 or 2 per second
-_OLD = {"procs_running": "host_load", "sm_mhz": "sm_clock_mhz", "temp_c": "gpu_temp_c",
-        "power_w": "gpu_power_w", "reasons": "throttle"}
+_OLD = {"procs_running": HOST_LOAD, "sm_mhz": SM_CLOCK, "temp_c": GPU_TEMP,
+        "power_w": GPU_POWER, "reasons": THROTTLE}
 
 
 def from_machine_reports(ranks: dict, damaged: list | None = None) -> pd.DataFrame:
@@ -154,8 +91,8 @@ def from_machine_reports(ranks: dict, damaged: list | None = None) -> pd.DataFra
             if not len(smp.get("ts_ns") or ()):
                 continue
             values = {new: smp[old] for old, new in _OLD.items() if old in smp}
-            if "host_load" in values:
-                values["host_load"] = np.asarray(values["host_load"], float) / \
+            if HOST_LOAD in values:
+                values[HOST_LOAD] = np.asarray(values[HOST_LOAD], float) / \
                     float(m.get("cores") or 1)
             frames.append(from_wire(int(r), dict(ts_ns=smp["ts_ns"], values=values)))
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError):

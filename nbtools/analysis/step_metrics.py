@@ -29,7 +29,7 @@ import pandas as pd
 
 from nbtools.analysis.keyed import (group_median, lookup, measure_ns, pair_codes,  # noqa: F401
                                     union_ns)
-from nbtools.analysis.tables import STEP_PATTERNS, string_codes
+from nbtools.schema.tables import STEP_PATTERNS, string_codes
 
 PER_RANK_COLUMNS = ["rank", "gpu_busy_pct", "compute_busy_pct", "compute_ms", "comm_ms", "memcpy_ms", "overlap_pct",
                     "exposed_comm_ms", "idle_ms", "graph_coverage_pct", "kernels",

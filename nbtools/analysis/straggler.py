@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.step_metrics import step_times
-from nbtools.analysis.units import fmt_number
+from nbtools.common.units import fmt_number
 
 # A straggler is named when one rank arrives last this often, beyond chance (a balanced run
 # on busy cores can put one rank last 5 times in 6 by luck), and the others wait for it at

@@ -10,7 +10,7 @@ from nbtools.analysis.compile_counts import COMPILE_KINDS, wall_s
 from nbtools.analysis import flags as F
 from nbtools.analysis import machine
 from nbtools.analysis.straggler import attribute, sentence
-from nbtools.analysis.units import fmt_ms, fmt_number, fmt_pct
+from nbtools.common.units import fmt_ms, fmt_number, fmt_pct
 
 
 def step_stats(steps: pd.DataFrame, phase: str = "measured") -> pd.DataFrame:

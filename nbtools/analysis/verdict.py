@@ -16,7 +16,7 @@ import numpy as np
 from scipy import stats
 
 from nbtools.analysis import metrics
-from nbtools.analysis.units import fmt_range, fmt_ratio as _f
+from nbtools.common.units import fmt_range, fmt_ratio as _f
 
 CONFIDENCE = 0.95
 RESAMPLES = 9999

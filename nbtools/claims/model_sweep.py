@@ -10,7 +10,7 @@ import pandas as pd
 
 from nbtools.analysis.card import peak_tflops
 from nbtools.analysis.counts import collectives
-from nbtools.analysis.units import fmt_column
+from nbtools.common.units import fmt_column
 from nbtools.analysis.metrics import combine
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.sweeps import table as _table

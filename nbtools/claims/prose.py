@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nbtools.analysis.units import NOT_MEASURED, fmt_bytes, fmt_count, fmt_number, missing
+from nbtools.common.units import NOT_MEASURED, fmt_bytes, fmt_count, fmt_number, missing
 
 
 def num(v, fmt: str | None = None, none: str = NOT_MEASURED) -> str:
-    """A number in the words every surface uses (analysis/units.fmt_number: three
+    """A number in the words every surface uses (common/units.fmt_number: three
     significant figures, never "1.75e+04"), or ``fmt`` of it; ``none`` where it is missing
     ("MFU nan %" on CPU ranks)."""
     if missing(v):
@@ -19,7 +19,7 @@ def num(v, fmt: str | None = None, none: str = NOT_MEASURED) -> str:
 
 def count(n, noun=None, none: str = NOT_MEASURED) -> str:
     """A count with its noun in the right number: "1 cold start", "3 cold starts"
-    (analysis/units.fmt_count)."""
+    (common/units.fmt_count)."""
     return fmt_count(n, noun, none)
 
 

@@ -4,7 +4,7 @@ studies built on them (gradient accumulation under DDP, autocast dtypes, compile
 warm starts, available backends).
 
 The step classes and the log capture they call run on the engines and live in
-``nbtools.claims.steps``.
+``nbtools.engine.claim_steps``.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import logging
 import numpy as np
 import pandas as pd
 
-from nbtools.claims.steps import DDP_OPTIMIZER_LOG, DDPAccumStep, DtypeProbeStep, log_start, log_stop
+from nbtools.engine.claim_steps import DDP_OPTIMIZER_LOG, DDPAccumStep, DtypeProbeStep, log_start, log_stop
 from nbtools.config.step_config import StepConfig
 from nbtools.analysis.counts import collectives
 from nbtools.analysis.metrics import combine

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from nbtools.analysis.units import fmt_number, fmt_range
+from nbtools.common.units import fmt_number, fmt_range
 from nbtools.cli.checks import say
 from nbtools.config.step_config import StepConfig
 

@@ -2,7 +2,7 @@
 rank and the run's own row, about 100 characters wide; and the legend under it."""
 from __future__ import annotations
 
-from nbtools.analysis.units import fmt_column, fmt_ratio
+from nbtools.common.units import fmt_column, fmt_ratio
 
 
 def _legend(traces: bool = False) -> str:
@@ -96,6 +96,6 @@ def _trace_head(run) -> str:
 
 
 def _number(column: str, value) -> str:
-    """A table cell: the unit's fixed digits (analysis/units.py), so the rows line up."""
+    """A table cell: the unit's fixed digits (common/units.py), so the rows line up."""
     from nbtools.analysis.metrics import unit
     return fmt_column(value, unit(column))

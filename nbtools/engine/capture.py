@@ -10,7 +10,8 @@ import torch
 
 from nbtools.engine import progress, quiet, signals
 from nbtools.engine.memory import MemoryRecorder
-from nbtools.analysis import tables
+from nbtools.schema import tables
+from nbtools.schema.progress import STEP_PHASE
 from nbtools.engine.apply import range_ctx
 from nbtools.config.step_config import CAPTURING_MODES, StepConfig
 
@@ -94,7 +95,7 @@ def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, 
         try:
             for k in range(n):
                 if k == 0 or quiet.publish_step(phase):
-                    progress.publish(progress.STEP_PHASE[phase], k + 1, n)
+                    progress.publish(STEP_PHASE[phase], k + 1, n)
                 inputs, target = batch(i)
                 recorder.set_step(i)
                 t0 = time.time_ns()

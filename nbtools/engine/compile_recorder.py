@@ -40,7 +40,7 @@ from nbtools.engine.dynamo_records import (FrameHits, cache_counts, cached_graph
 from nbtools.analysis.compile_counts import divergence, rank_counts  # divergence: re-exported (tests, users)
 from nbtools.engine.explain import explain  # noqa: F401  (torch-free at import)
 from nbtools.engine.torch_trace import torch_trace_dir  # noqa: F401
-from nbtools.analysis import tables
+from nbtools.schema import tables
 
 __all__ = ["CompileRecorder", "divergence", "explain", "torch_trace_dir"]
 

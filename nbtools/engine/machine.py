@@ -2,7 +2,7 @@
 rank process's CPU and memory and the host's CPU and load (/proc, psutil where there is no
 /proc); ``GpuReader``: the GPU this engine sees as cuda:0 through NVML (nvidia-ml-py,
 imported lazily: absent on CPU, or without the package or driver, with no error). A reader
-returns one float per signal it has (analysis/samples.py names them); engine/signals.py
+returns one float per signal it has (schema/signals.py names them); engine/signals.py
 calls them from its sampling thread.
 
 What a device does not report is found out once, when the reader is made: every NVML call
@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 import os
 import time
+
+from nbtools.schema import signals as sig
 
 NAN = float("nan")
 HOST_WINDOW_S = 0.25     # the host's CPU % over at least this long (25 ticks a core)
@@ -41,7 +43,7 @@ class HostReader:
     few tens of µs; where there is no /proc, psutil gives the memory and the host
     signals are left out (NaN)."""
 
-    names = ("cpu_pct", "rss_mb", "host_cpu_pct", "host_load")
+    names = sig.HOST
 
     def __init__(self):
         self.cores = os.cpu_count() or 1
@@ -204,19 +206,19 @@ class _Fields:
         nv, h = g.nv, g.handle
         self.nv, self.h = nv, h
         # (signal, field, scope, unit to bytes or W, one link's or the device's)
-        want = [("gpu_power_w", getattr(nv, "NVML_FI_DEV_POWER_INSTANT", 186), 0, 1e-3, ""),
-                ("pcie_tx_mbps", getattr(nv, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", 197), 0, 1.0, ""),
-                ("pcie_rx_mbps", getattr(nv, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198), 0, 1.0, "")]
+        want = [(sig.GPU_POWER, getattr(nv, "NVML_FI_DEV_POWER_INSTANT", 186), 0, 1e-3, ""),
+                (sig.PCIE_TX, getattr(nv, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", 197), 0, 1.0, ""),
+                (sig.PCIE_RX, getattr(nv, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198), 0, 1.0, "")]
         links = _active_links(nv, h)
         for link in links:                  # data KiB counters, one per active link
-            want += [("nvlink_tx_mbps", nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link, 1024.0,
+            want += [(sig.NVLINK_TX, nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link, 1024.0,
                       "link"),
-                     ("nvlink_rx_mbps", nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link, 1024.0,
+                     (sig.NVLINK_RX, nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link, 1024.0,
                       "link")]
         if links:                           # newer drivers: byte counters of all links
             want += [(n, getattr(nv, f, fid), 0, 1.0, "all") for n, f, fid in (
-                ("nvlink_tx_mbps", "NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES", 202),
-                ("nvlink_rx_mbps", "NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES", 204))]
+                (sig.NVLINK_TX, "NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES", 202),
+                (sig.NVLINK_RX, "NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES", 204))]
         got = nv.nvmlDeviceGetFieldValues(h, [(w[1], w[2]) for w in want])
         ok, why = [], {}
         for w, f in zip(want, got):
@@ -240,7 +242,7 @@ class _Fields:
             if int(f.nvmlReturn) != self.nv.NVML_SUCCESS:
                 continue
             v, t_us = _value(f), int(f.timestamp)
-            if name == "gpu_power_w":
+            if name == sig.GPU_POWER:
                 out[name] = v * unit
                 continue
             prev = self._prev.get((fid, scope))
@@ -270,7 +272,7 @@ class _Gpm:
     performance counters, so at a tenth of a second rather than at every read. Its two
     samples live as long as the engine's reader (one per engine)."""
 
-    names = ("sm_active_pct", "tensor_active_pct", "dram_bw_pct")
+    names = sig.GPM
 
     def __init__(self, g: _Nvml, every: int):
         nv, h = g.nv, g.handle
@@ -320,22 +322,21 @@ class GpuReader:
             nv.nvmlDeviceGetCurrentClocksThrottleReasons
         util = (lambda: (lambda u: [float(u.gpu), float(u.memory)])(
             nv.nvmlDeviceGetUtilizationRates(h)))
-        sources = [(("gpu_util_pct", "gpu_mem_util_pct"), util),
-                   (("sm_clock_mhz",), lambda: [float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))]),
-                   (("gpu_temp_c",), lambda: [float(nv.nvmlDeviceGetTemperature(
+        sources = [((sig.GPU_UTIL, sig.GPU_MEM_UTIL), util),
+                   ((sig.SM_CLOCK,), lambda: [float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))]),
+                   ((sig.GPU_TEMP,), lambda: [float(nv.nvmlDeviceGetTemperature(
                        h, nv.NVML_TEMPERATURE_GPU))]),
-                   (("gpu_mem_used_mb",), lambda: [nv.nvmlDeviceGetMemoryInfo(h).used / 2**20]),
-                   (("throttle",), lambda: [float(reasons(h))])]
+                   ((sig.GPU_MEM_USED,), lambda: [nv.nvmlDeviceGetMemoryInfo(h).used / 2**20]),
+                   ((sig.THROTTLE,), lambda: [float(reasons(h))])]
         try:
             f = _Fields(g, self.missing)
             if f.names:
                 sources.append((tuple(f.names), f.read))
         except Exception as e:   # noqa: BLE001 - NVMLError, an older pynvml, a driver gone
-            for n in ("gpu_power_w", "pcie_tx_mbps", "pcie_rx_mbps", "nvlink_tx_mbps",
-                      "nvlink_rx_mbps"):
+            for n in sig.FIELDS:
                 self.missing[n] = _why(nv, e)
-        if not any("gpu_power_w" in names for names, _ in sources):
-            sources.append((("gpu_power_w",), lambda: [nv.nvmlDeviceGetPowerUsage(h) / 1e3]))
+        if not any(sig.GPU_POWER in names for names, _ in sources):
+            sources.append(((sig.GPU_POWER,), lambda: [nv.nvmlDeviceGetPowerUsage(h) / 1e3]))
         self.gpm = None
         try:
             self.gpm = _Gpm(g, gpm_every)

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import time
 
-KEY = "nbtools_progress"
-# In the order a run goes through them; "warm-up/compile" is where torch.compile compiles.
-PHASES = ("start", "warm-up/compile", "measured", "profiled", "parse", "done")
-# capture.run_steps' phase names -> what a person reads
-STEP_PHASE = {"warmup": "warm-up/compile", "measured": "measured", "profiled": "profiled"}
+from nbtools.schema.progress import KEY
 _MIN_INTERVAL_S = 0.2      # a fast step loop must not flood iopub: one message per interval
 
 _now = {"run_id": None, "phase": None, "t_phase": 0.0, "t_sent": 0.0, "phases": {}}

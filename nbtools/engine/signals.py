@@ -8,7 +8,7 @@ kernels it ran beside.
 The run starts the sampler first and stops it last (engine/runner.py): compiles, warm-up,
 measured and profiled steps are all covered. Every ``PUBLISH_S`` the thread sends the last
 ``LIVE_S`` seconds (at most 10 points a second) to the client as an ipyparallel data
-message (engine/progress.py's channel, key ``KEY``): the panel's live strip draws them
+message (engine/progress.py's channel, key schema/signals.py ``KEY``): the panel's live strip draws them
 while the run runs, and a rank whose messages stop is a rank that stalled. What comes back
 with the result is compact: the timestamps and one float array per signal.
 
@@ -25,6 +25,7 @@ import time
 from array import array
 
 from nbtools.engine import machine, progress
+from nbtools.schema.signals import KEY
 
 INTERVAL_S = {"cuda": 0.02, "cpu": 0.05}     # 50 samples a second on a GPU, 20 on CPU
 PUBLISH_S = 0.5          # the latest samples to the client this often
@@ -32,7 +33,6 @@ LIVE_S = 3.0             # each message repeats the last 3 s: one lost message l
 LIVE_HZ = 10.0           # points per second in a message (means over the samples between)
 MAX_SAMPLES = 1 << 20    # per signal: past it every other sample is dropped (hours of run)
 MIN_INTERVAL_S = 0.005   # faster, the thread alone would take a core from the step
-KEY = "nbtools_signals"
 
 _gpu_reader = None       # one per engine: the device's signals are found out once
 _current = None

@@ -1,5 +1,5 @@
-"""The ranks' reports of one run -> a Run: their tables joined, the summary and its flags,
-and the root cause of a failure named first; ``keep``: that Run in the lab's history."""
+"""The ranks' reports of one run -> a Run: their tables joined, the summary and its flags;
+``keep``: that Run in the lab's history."""
 from __future__ import annotations
 
 import pandas as pd
@@ -7,16 +7,12 @@ import pandas as pd
 from nbtools.analysis import machine
 from nbtools.analysis import samples as signal_samples
 from nbtools.analysis import summary as summ
-from nbtools.analysis import tables
+from nbtools.schema import tables
 from nbtools.analysis.compile_counts import divergence
 from nbtools.common.text import valid_texts
 from nbtools.results.run import Run
 from nbtools.trace.details import DETAIL_COLUMNS
 from nbtools.results.torch_trace import missing_logs_flags
-
-_PEER_SIGNS = ("stopped because a peer failed", "Connection closed by peer", "Connection reset",
-               "process group is broken", "NCCL communicator was aborted")
-
 
 def keep(lab, fn, cfg, run_id, t0, reports, unfinished) -> Run:
     """A finished run as lab.run keeps it (Ctrl-C is held around this, so all or none of it
@@ -85,14 +81,3 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
         run.flags += missing_logs_flags(ok, run.torch_trace_logs)
     return run
 
-
-def first_error(run: Run) -> str:
-    """The root cause first: a rank whose error is its own, not a peer's abort."""
-    own = {r: e for r, e in run.errors.items() if not any(s in e for s in _PEER_SIGNS)}
-    pick = own or run.errors
-    if not pick:
-        return ""
-    r = min(pick)
-    others = sorted(set(run.errors) - {r})
-    tail = f" (rank(s) {others} stopped with it)" if others else ""
-    return f"rank {r}: {pick[r].splitlines()[0]}{tail}. "

@@ -160,7 +160,7 @@ class _Explorer(Runs, Plan):
         self.prices.record(price.key(fn, ex.start), time.perf_counter() - t, first)
         ex.start_s = time.perf_counter() - t
         if not first.ok:
-            from nbtools.lab.errors import RunFailed
+            from nbtools.results.errors import RunFailed
             raise RunFailed(f"explore: the start config failed, nothing to advise: "
                             f"{first_error(first)}", first)
         ex.start_run = first

@@ -7,7 +7,7 @@ import math
 import time
 
 from nbtools.analysis import metrics
-from nbtools.analysis.units import fmt_ratio
+from nbtools.common.units import fmt_ratio
 from nbtools.config.workload import patch_text
 from nbtools.lab import ab as ab_rounds
 from nbtools.results.exploration import OVER_BUDGET, change_text

@@ -7,6 +7,7 @@ import sys
 import time
 
 from nbtools.lab import engine_output, live_signals, progress_view, recovery
+from nbtools.schema import progress, signals
 
 # Kineto prints a USDT line at every profiler start/stop: not the user's output.
 _NOISE = ("USDT:",)
@@ -29,7 +30,7 @@ def wait(lab, ars: dict, timeout: float, run_id: str = ""):
         pending = [ar for r, ar in ars.items() if not ar.ready() and r not in dead]
         echo(lab, ars, shown, warned)
         if view is not None:
-            view.update(progress_view.read(ars))
+            view.update(published(ars, progress.KEY))
         _show_live(lab, live, ars)
         if not pending or time.monotonic() > deadline:
             break
@@ -49,7 +50,7 @@ def wait(lab, ars: dict, timeout: float, run_id: str = ""):
     dead.update(recovery.dead_ranks(lab, ars, dead, finished_too=True))
     _show_live(lab, live, ars, finished=True)
     if view is not None:
-        view.update(progress_view.read(ars))
+        view.update(published(ars, progress.KEY))
         done = all(ar.ready() or r in dead for r, ar in ars.items())
         view.close("done" if done and not dead and not any(_failed(ar) for ar in ars.values())
                    else "failed" if done or failed_at is not None else "timed out")
@@ -97,6 +98,18 @@ def _progress_view(lab, ars, run_id):
         return None
     return progress_view.View(list(ars), run_id)
 
+def published(ars: dict, key: str) -> dict:
+    """rank -> the latest data message the rank's engine published under ``key`` (None
+    before its first) from the ranks' AsyncResults: the progress and the live signals."""
+    out = {}
+    for r, ar in ars.items():
+        try:
+            out[r] = (ar.data or {}).get(key)
+        except Exception:   # noqa: BLE001 - a result without data yet
+            out[r] = None
+    return out
+
+
 def _live(lab, ars, run_id):
     """The run's live signals where something shows them (the panel's strip)."""
     return live_signals.LiveSignals(list(ars), run_id) \
@@ -106,7 +119,7 @@ def _live(lab, ars, run_id):
 def _show_live(lab, live, ars, finished: bool = False) -> None:
     if live is None:
         return
-    live.update(live_signals.read(ars))
+    live.update(published(ars, signals.KEY))
     live.finished = finished
     try:
         live_signals.viewer(lab)(live)

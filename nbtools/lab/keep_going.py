@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from nbtools.lab.errors import RunFailed
+from nbtools.results.errors import RunFailed
 
 
 def run_or_keep(lab, checked, on_failure: Optional[Callable] = None, timeout=None):

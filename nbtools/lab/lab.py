@@ -11,15 +11,15 @@ from typing import Callable, Optional
 
 from nbtools.engine import process_group, runner as engine
 from nbtools.lab import engine_output, gather, hosts, progress_view, start, preload as preloading
-from nbtools.lab.assemble import first_error, keep
-from nbtools.lab import arguments, reaper
+from nbtools.lab.assemble import keep
+from nbtools.lab import arguments, reaper, usable
 from nbtools.lab.arguments import Checked, resolve_run
 from nbtools.lab import recovery
 from nbtools.common.interrupts import held
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.results.history import History
 from nbtools.results.run import Run
-from nbtools.lab.errors import LabClosed, RunFailed, RunTimeout, check_usable  # noqa: F401  (users catch them here)
+from nbtools.results.errors import RunFailed, RunTimeout
 from nbtools.config.workload import Workload, check_run, to_payload
 from nbtools.results.comparison import Comparison
 from nbtools.lab import ab as ab_rounds
@@ -269,7 +269,7 @@ class Lab:
         checked = self.check(fn_or_cfg, cfg, **changes)
         fn, cfg = checked.fn, checked.cfg
         timeout = arguments.check_seconds("timeout", timeout, allow_none=True) or self.timeout
-        check_usable(self)
+        usable.check_usable(self)
         recovery.ready(self)
         run_id, t0, ars = uuid.uuid4().hex[:8], time.time(), {}
         # Ctrl-C raises while the ranks work, then waits for the run to be kept and saved
@@ -289,10 +289,10 @@ class Lab:
             h.message = recovery.kept_text(self, run)
         if unfinished:
             raise RunTimeout(f"run {run_id}: rank(s) {sorted(unfinished)} did not finish within "
-                             f"{timeout:.0f} s (stuck in a collective?). {first_error(run)}Their "
+                             f"{timeout:.0f} s (stuck in a collective?). {run.first_error()}Their "
                              "engines are replaced before the next run; the history is kept.", run)
         if not run.ok:
-            raise RunFailed(f"run {run_id} failed: " + first_error(run), run)
+            raise RunFailed(f"run {run_id} failed: " + run.first_error(), run)
         return run
 
     def _send(self, engine_id, cfg, run_id, payload, device_type):

@@ -14,8 +14,6 @@ import time
 import weakref
 from typing import Callable, Optional
 
-from nbtools.engine.signals import KEY
-
 KEEP_S = 60.0          # the seconds of samples held per rank
 _VIEWS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # lab -> its view
 
@@ -37,17 +35,6 @@ def viewer(lab) -> Optional[Callable]:
         return None
 
 
-def read(ars: dict) -> dict:
-    """rank -> the latest signals message (or None) from the ranks' AsyncResults."""
-    out = {}
-    for r, ar in ars.items():
-        try:
-            out[r] = (ar.data or {}).get(KEY)
-        except Exception:   # noqa: BLE001 - a result without data yet
-            out[r] = None
-    return out
-
-
 class LiveSignals:
     """Per rank: the times (epoch ns) and values of each signal received so far this run
     (the last ``KEEP_S`` seconds), when its last message arrived, and whether the run is
@@ -62,7 +49,7 @@ class LiveSignals:
         self.finished = False
 
     def update(self, messages: dict, now: Optional[float] = None) -> bool:
-        """Take the ranks' newest messages (``read``); True when any point was added."""
+        """Take the ranks' newest messages (``gather.published``); True when any point was added."""
         now = time.monotonic() if now is None else now
         changed = False
         for r, msg in messages.items():

@@ -17,17 +17,7 @@ from typing import Callable, Optional
 from nbtools.common.display_mode import static_mode
 from nbtools.common.text import terminal_text
 from nbtools.results.views import view
-from nbtools.engine.progress import KEY, PHASES
-
-def read(ars: dict) -> dict:
-    """rank -> the latest published state (or None before the first) from AsyncResults."""
-    out = {}
-    for r, ar in ars.items():
-        try:
-            out[r] = (ar.data or {}).get(KEY)
-        except Exception:
-            out[r] = None
-    return out
+from nbtools.schema.progress import PHASES
 
 
 class Tracker:

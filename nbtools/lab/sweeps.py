@@ -18,7 +18,7 @@ from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.progress_view import clear_line
 from nbtools.analysis import metrics
 from nbtools.analysis.counts import ItemsNotReported, collectives, tokens_per_s
-from nbtools.analysis.units import fmt_number
+from nbtools.common.units import fmt_number
 
 COLUMNS = metrics.TABLE
 

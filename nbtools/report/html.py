@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.compile_counts import wall_s
-from nbtools.analysis.units import fmt_number
+from nbtools.common.units import fmt_number
 from nbtools.common.atomic import write_file
 from nbtools.common.outputs import mark_html, output_refusal
 from nbtools.common.privacy import scrub_home

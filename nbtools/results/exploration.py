@@ -10,7 +10,7 @@ from typing import Optional
 
 import pandas as pd
 
-from nbtools.analysis.units import fmt_s
+from nbtools.common.units import fmt_s
 from nbtools.analysis.verdict import Verdict
 from nbtools.config.step_config import StepConfig
 from nbtools.config.workload import Workload

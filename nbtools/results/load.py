@@ -1,7 +1,12 @@
 """Kineto traces written by any PyTorch job -> a Run, the same object a lab's run gives."""
 from __future__ import annotations
 
+import pandas as pd
+
+from nbtools.analysis.breakdown import rank_table
+from nbtools.analysis.step_metrics import step_times
 from nbtools.results.run import Run
+from nbtools.schema import tables
 from nbtools.trace.load import read_traces
 from nbtools.trace.read_json import MAX_GB, RankUnknown, TraceError  # noqa: F401  (users catch them here)
 
@@ -27,4 +32,25 @@ def load_traces(path, rank=None, max_gb: float = MAX_GB, details: bool = False) 
     and bytes where the job ran with record_shapes; a collective's name, process group,
     ranks, element counts and dtype from NCCL kernels and record_param_comms): a second,
     slower pass over each file (the whole JSON in memory at once), so off by default."""
-    return Run(**read_traces(path, rank=rank, max_gb=max_gb, details=details))
+    fields = read_traces(path, rank=rank, max_gb=max_gb, details=details)
+    events, damaged_cat = fields["events"], fields.pop("damaged_cat")
+    ranges = step_times(events, spans=False)
+    steps = profiled_steps(ranges)
+    summary = rank_table(events, steps, _ranges=ranges)
+    flags = fields["flags"]
+    for r in summary.loc[summary["device"] == "cpu", "rank"]:
+        # a damaged cat (5, null) cannot say GPU: then the cause is the damage, not the job
+        cats = damaged_cat.get(int(r))
+        flags.append(f"rank {r}: no GPU events (CPU-only trace): CPU-op busy is reported"
+                     if not cats else f"rank {r}: no GPU events recognised: {cats} event(s) "
+                     "have a cat that is not text, so their kind is unknown")
+    flags += fields.pop("job_flags")
+    return Run(steps=steps, summary=summary, **fields)
+
+
+def profiled_steps(ranges: pd.DataFrame) -> pd.DataFrame:
+    """STEP_COLUMNS rows (phase "profiled") from the step ranges a trace carries
+    (``step_times(events, spans=False)``)."""
+    return tables.from_columns({"rank": ranges["rank"], "step": ranges["step"],
+                                "ts_ns": ranges["ts_ns"], "phase": ["profiled"] * len(ranges),
+                                "dur_ns": ranges["dur_ns"]}, tables.STEP_COLUMNS)

@@ -12,10 +12,12 @@ from typing import Optional
 import pandas as pd
 
 from nbtools.analysis import samples as signal_samples
-from nbtools.analysis import tables
+from nbtools.schema import tables
+from nbtools.schema.signals import SAMPLE_COLUMNS
 from nbtools.common.atomic import atomic_folder
 from nbtools.config.step_config import ConfigError, StepConfig
 from nbtools.results import odd_values, torch_trace
+from nbtools.results.errors import root_cause
 from nbtools.results.views import view
 
 
@@ -46,7 +48,7 @@ class Run:
     """StepConfig(memory=True): rank, ts_ns, allocated, reserved, graph_pool (bytes)."""
     samples: pd.DataFrame = field(default_factory=signal_samples.empty, repr=False)
     """The machine's signals through the run: rank, ts_ns (the events' clock), signal, value
-    (analysis/samples.py SIGNALS: GPU utilisation, SM clock, power, ... on GPUs; the
+    (schema/signals.py SIGNALS: GPU utilisation, SM clock, power, ... on GPUs; the
     process's CPU and memory and the host's load everywhere). Empty for traces of another
     job and for runs with sampling off."""
     event_details: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
@@ -111,6 +113,11 @@ class Run:
 
     def _repr_html_(self) -> str:
         return view("run.html")(self)
+
+    def first_error(self) -> str:
+        """Why it failed, the root cause first: the error of the lowest rank that failed on
+        its own (not because a peer did), and which ranks stopped with it; '' when none did."""
+        return root_cause(self.errors)
 
     @property
     def compiled_by(self) -> Optional[str]:
@@ -179,10 +186,10 @@ class Run:
         """One Chrome-trace JSON (``.json``, or ``.json.gz``) of every rank (a process each),
         its steps, compile events and flows between matched collectives. Open it at
         https://ui.perfetto.dev (Open trace file; the file stays in the browser) or
-        chrome://tracing; ``nbtools.load_traces`` and HTA read ``trace.export.write_kineto``'s
+        chrome://tracing; ``nbtools.load_traces`` and HTA read ``results.trace_export.write_kineto``'s
         per-rank files. It never replaces a notebook, a saved run's file or a profiler
         trace unless ``force=True`` (FileExistsError saying which)."""
-        from nbtools.trace.export import write_perfetto
+        from nbtools.results.trace_export import write_perfetto
         return write_perfetto(self, path, force=force)
 
     # -- persistence ---------------------------------------------------------------------
@@ -248,7 +255,7 @@ class Run:
             if problem:
                 flags.append(f"damaged: {problem}")
         frames["samples"], problem = _read_table(folder / "samples.parquet",
-                                                 signal_samples.SAMPLE_COLUMNS, required=False)
+                                                 SAMPLE_COLUMNS, required=False)
         if problem:
             flags.append(f"damaged: {problem}")
         elif not len(frames["samples"]):   # saved before samples.parquet: run.json kept a few

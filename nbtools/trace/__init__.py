@@ -1,1 +1,1 @@
-"""Kineto events -> the events table: classify, read JSON, export. Pure data, no torch at import."""
+"""Kineto events -> the events table: classify, read JSON, the tooltips' details. Imports only the schemas below it (never the analysis above); pure data, no torch at import."""

@@ -17,8 +17,8 @@ import sys
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis import tables
-from nbtools.analysis.units import fmt_bytes
+from nbtools.schema import tables
+from nbtools.common.units import fmt_bytes
 
 DETAIL_COLUMNS = {"rank": np.int32, "ts_ns": np.int64, "name": "str", "detail": "str"}
 _SHORT = {"float": "f32", "c10::BFloat16": "bf16", "c10::Half": "f16", "double": "f64",

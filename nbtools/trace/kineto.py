@@ -27,13 +27,13 @@ import re
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis import tables
-from nbtools.analysis.tables import STEP_PATTERNS
+from nbtools.schema import tables
+from nbtools.schema.tables import STEP_PATTERNS
 from nbtools.common.privacy import scrub_home
 
 GPU_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
 _CORR_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync"})
-# "nbtools_step": ProfilerStep#N copies our Kineto export adds for HTA (trace_export.py)
+# "nbtools_step": ProfilerStep#N copies our Kineto export adds for HTA (results/trace_export.py)
 # python_function: with_stack's Python frames, not ops (trace.details makes them stacks)
 _DROP_KINDS = frozenset({"Trace", "ac2g", "fwdbwd", "async_cpu_to_gpu", "nbtools_step",
                          "python_function"})

@@ -2,10 +2,11 @@
 
 Two sources, one classifier: ``events_from_profiler`` reads a live torch.profiler session on
 the engine (absolute ns from ``kineto_results.events()``, no JSON written) and
-``read_traces`` reads the Kineto JSON any PyTorch job writes (trace_json.py). Both reduce
+``read_traces`` reads the Kineto JSON any PyTorch job writes (read_json/). Both reduce
 their input to the same raw columns (Kineto category, name, pid, tid, ts, dur, correlation)
 and hand them to ``kineto_events.build``, the only place that decides category, lane, step
-and graph (its docstring documents those decisions).
+and graph (its docstring documents those decisions). The tables derived from the events
+(steps, the summary) are the analysis's: results/load.py computes them.
 """
 from __future__ import annotations
 
@@ -14,11 +15,8 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from nbtools.analysis import tables
-from nbtools.analysis.breakdown import rank_table
-from nbtools.analysis.step_metrics import step_times
+from nbtools.schema import tables
 from nbtools.trace.details import add_detail
 from nbtools.trace.files import trace_files
 from nbtools.trace.kineto import GPU_KINDS, RAW, build
@@ -91,8 +89,11 @@ def _kind_of(e) -> str:
 # Kineto JSON files (read by trace_json.py)
 
 def read_traces(path, rank=None, max_gb: float = MAX_GB, details: bool = False) -> dict:
-    """Kineto trace files -> the fields of a Run (``nbtools.load_traces`` says how
-    files, ranks, times and damage are read)."""
+    """Kineto trace files -> the fields of a Run but the tables derived from the events
+    (``nbtools.load_traces`` says how files, ranks, times and damage are read; it adds the
+    steps and the summary). Beside the Run's fields: ``job_flags``, what the job as a whole
+    lacks and the tooltips that could not be read, said after the flags of the derived
+    tables; ``damaged_cat``, per rank, the events whose cat was not text."""
 
     files, skipped = trace_files(path)
     if rank is not None and len(files) != 1:
@@ -127,30 +128,22 @@ def read_traces(path, rank=None, max_gb: float = MAX_GB, details: bool = False) 
     # one non-empty file: its frame is what concat would build (0.4 ms of a fixed cost)
     events = frames[0] if len(frames) == 1 and len(frames[0]) else \
         tables.concat(frames, tables.EVENT_COLUMNS)
-    ranges = step_times(events, spans=False)
-    steps = _steps_table(ranges)
-    summary = rank_table(events, steps, _ranges=ranges)
-    for r in summary.loc[summary["device"] == "cpu", "rank"]:
-        # a damaged cat (5, null) cannot say GPU: then the cause is the damage, not the job
-        cats = damaged_cat.get(int(r))
-        flags.append(f"rank {r}: no GPU events (CPU-only trace): CPU-op busy is reported"
-                     if not cats else f"rank {r}: no GPU events recognised: {cats} event(s) "
-                     "have a cat that is not text, so their kind is unknown")
+    job_flags = []
     world = max([i.get("world_size") or 0 for i in info.values()] + [len(info)])
     missing = sorted(set(range(world)) - set(info)) if world > len(info) else []
     if missing:   # one rank shown where the job had more: said, never a silent subset
-        flags.append(f"distributedInfo says world_size {world} but {len(info)} rank(s) "
+        job_flags.append(f"distributedInfo says world_size {world} but {len(info)} rank(s) "
                      f"were read: rank(s) {_ranks_text(missing)} have no trace here")
     backends = sorted({str(i["backend"]) for i in info.values() if i.get("backend")})
     env = {"source": "traces", "world_size": int(world), "backend": ",".join(backends),
            "devices": sorted({d for i in info.values() for d in i.get("devices", [])}),
            "files": [f.name for f in files]}
-    out = dict(config=None, events=events, steps=steps, summary=summary,
-               env=env, ranks=info, flags=flags, source="traces")
+    out = dict(config=None, events=events, env=env, ranks=info, flags=flags,
+               job_flags=job_flags, damaged_cat=damaged_cat, source="traces")
     if not len(events):   # nothing to show is a failure with its reason, not a blank row
         out.update(status="failed", errors=empty)
     if details:
-        out["event_details"] = _file_details(owner, flags)
+        out["event_details"] = _file_details(owner, job_flags)
     return out
 
 
@@ -269,10 +262,3 @@ def _info(f: Path, meta: dict, n: int, flags: list) -> dict:
                           else d["name"] for d in devices if isinstance(d, dict)]
     return out
 
-
-def _steps_table(st: pd.DataFrame) -> pd.DataFrame:
-    """STEP_COLUMNS rows (phase "profiled") from the step ranges the trace carries
-    (``step_times(events, spans=False)``)."""
-    return tables.from_columns({"rank": st["rank"], "step": st["step"], "ts_ns": st["ts_ns"],
-                                "phase": ["profiled"] * len(st), "dur_ns": st["dur_ns"]},
-                               tables.STEP_COLUMNS)

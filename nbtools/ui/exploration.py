@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from nbtools.analysis.units import fmt_range, fmt_ratio
+from nbtools.common.units import fmt_range, fmt_ratio
 from nbtools.results.exploration import KEPT, finite, summary_line
 from nbtools.ui.summary_view import BAD, GOOD
 
@@ -85,7 +85,7 @@ def exploration_html(ex) -> str:
 
 
 def ratio_words(row: dict) -> str:
-    """B / A and its interval as the verdict's words write them (analysis/units.py):
+    """B / A and its interval as the verdict's words write them (common/units.py):
     "0.005 (0.00361-0.0068)" beside "200x faster (147-277)", not "0.005 (0.004-0.007)"."""
     ratio = finite(row.get("ratio"))
     if ratio is None:

@@ -9,7 +9,7 @@ import html
 import os
 import re
 
-from nbtools.lab.errors import LabClosed, RunTimeout
+from nbtools.results.errors import LabClosed, RunTimeout
 from nbtools.results.torch_trace import link_html
 from nbtools.ui.summary_view import BAD, GOOD, metric_rows, summary_table
 

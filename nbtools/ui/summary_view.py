@@ -12,7 +12,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis import metrics, units
+from nbtools.analysis import metrics
+from nbtools.common import units
 
 _STYLE = ("<style>.nbtools-tbl{border-collapse:collapse;font-size:12px;margin:4px 0}"
           ".nbtools-tbl th,.nbtools-tbl td{border:1px solid #ddd;padding:2px 6px;text-align:right;"
@@ -54,7 +55,7 @@ def _says_nothing(summary: pd.DataFrame, c: str) -> bool:
 
 
 def cell(col: str, value, row=None) -> str:
-    """One value as text (analysis/units.py, the words every surface uses): counts whole,
+    """One value as text (common/units.py, the words every surface uses): counts whole,
     other numbers to three significant figures (never e-notation), the profiler's overhead
     with its noise (or 'within noise')."""
     if col == "profiler_overhead_pct" and row is not None:

@@ -23,8 +23,8 @@ from nbtools.ui.display import document_bundle
 from nbtools.ui.saved_picture import PICTURE, Repicture, panel_b64png
 from nbtools.ui.preset import not_run_yet, opening_run, preset_config
 from nbtools.analysis.metrics import combine
-from nbtools.analysis.units import fmt_number
-from nbtools.lab.errors import RunFailed
+from nbtools.common.units import fmt_number
+from nbtools.results.errors import RunFailed
 from nbtools.config.step_config import (FIELD_CHOICES, PARALLEL, SEQ_SCHEDULES, ConfigError,
                                         StepConfig)
 from nbtools.ui.html import describe_error, flags_html, summary_html

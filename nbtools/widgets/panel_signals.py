@@ -18,7 +18,7 @@ import time
 
 import ipywidgets as W
 
-from nbtools.analysis.samples import BY_NAME
+from nbtools.schema.signals import BY_NAME
 from nbtools.lab import live_signals
 
 WINDOW_S = 30.0        # the seconds a line covers

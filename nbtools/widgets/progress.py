@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipywidgets as W
 from IPython.display import display
 
-from nbtools.engine.progress import PHASES
+from nbtools.schema.progress import PHASES
 from nbtools.lab.progress_view import TextLine, Tracker, position
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis.idle import CAUSE_WORDS, CPU_WORDS, HOST_CAUSES, cpu_step_split
-from nbtools.analysis.units import finite_or_nan
+from nbtools.common.units import finite_or_nan
 
 BOUND_SHARE = 0.30
 """The GPU idle for at least this share of the profiled step is a step the GPU waits in:

@@ -6,7 +6,7 @@ from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 
-from nbtools.analysis.tables import CATEGORIES
+from nbtools.schema.tables import CATEGORIES
 from nbtools.results.comparison import category_ms   # the compare table and the delta chart: one number
 from nbtools.ui.timeline.data import first_profiled_ns
 from nbtools.ui.timeline.figure import Timeline

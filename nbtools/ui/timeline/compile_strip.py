@@ -186,6 +186,6 @@ class CompileStrip:
 
 class _Empty:
     """A run with no rows, for the sources' first (empty) columns."""
-    from nbtools.analysis import tables as _t
+    from nbtools.schema import tables as _t
     steps = _t.empty(_t.STEP_COLUMNS)
     compile_events = _t.empty(_t.COMPILE_COLUMNS)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nbtools.analysis.tables import CATEGORIES, STEP_PATTERNS, string_codes
-from nbtools.analysis.units import fmt_number
+from nbtools.schema.tables import CATEGORIES, STEP_PATTERNS, string_codes
+from nbtools.common.units import fmt_number
 from nbtools.trace.details import attach, collective_detail
 
 COMPILE_STYLE = {               # kind -> (marker, colour)

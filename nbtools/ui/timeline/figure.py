@@ -22,9 +22,9 @@ from bokeh.models import (BoxZoomTool, ColumnDataSource, Div, FixedTicker, Hover
 from bokeh.plotting import figure
 from bokeh.transform import linear_cmap
 
-from nbtools.analysis import tables
+from nbtools.schema import tables
 from nbtools.analysis.collective_flows import collective_flows
-from nbtools.analysis.tables import CATEGORIES, lane_label, string_codes
+from nbtools.schema.tables import CATEGORIES, lane_label, string_codes
 from nbtools.ui.timeline.compile_strip import CompileStrip
 from nbtools.ui.timeline.data import (decode, events_data, fmt_ns, initial_window,
                                       lane_sort_key, lod, moving_data, origin_ns, origin_words,
@@ -51,12 +51,11 @@ def notice(run) -> str:
     """One line above a timeline that has something missing to explain: a failed run (its
     first error, and whether anything was recorded before it), or a run with nothing to
     draw. '' otherwise."""
-    from nbtools.lab.assemble import first_error
     nothing = not (len(run.events) or len(run.steps) or len(run.compile_events))
     style = "<span style='font-size:12px;color:#a50f15'>"
     if not run.ok:
         # the error is the run's text (a step may raise anything): shown, never run
-        why = html.escape(first_error(run).strip().rstrip(".")) or "no rank said why"
+        why = html.escape(run.first_error().strip().rstrip(".")) or "no rank said why"
         return (f"{style}Run failed ({why}): " + ("nothing was recorded to draw."
                 if nothing else "below is what the ranks recorded before it stopped.")
                 + "</span>")

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from bokeh.models import Checkbox, ColumnDataSource, CustomJS, CustomJSHover, Div, TextInput
 
-from nbtools.analysis.tables import CATEGORIES, string_codes
+from nbtools.schema.tables import CATEGORIES, string_codes
 
 CHAR_PX = 6.2        # an 8pt character, on average (DejaVu/Helvetica in Chromium)
 MAX_LABELS = 4000    # beyond this many on screen, names are unreadable anyway

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from bokeh.models import ColumnDataSource, HoverTool
 
-from nbtools.analysis.units import fmt_bytes
+from nbtools.common.units import fmt_bytes
 from nbtools.ui.timeline.lane import Lane
 
 MAX_POINTS = 3000       # per rank: steps are kept at their maxima (a peak never disappears)

@@ -15,7 +15,7 @@ import pandas as pd
 from bokeh.models import (BoxAnnotation, BoxSelectTool, ColumnDataSource, CustomJS, DataTable,
                           Div, RadioButtonGroup, TableColumn)
 
-from nbtools.analysis.tables import CATEGORIES, string_codes
+from nbtools.schema.tables import CATEGORIES, string_codes
 from nbtools.ui.timeline.interactions import FMT_JS
 
 MAX_REGION_EVENTS = 100_000      # about 1.5 MB in an exported page

@@ -17,6 +17,7 @@ from bokeh.models import ColumnDataSource, CustomJSHover, HoverTool
 from bokeh.transform import linear_cmap
 
 from nbtools.analysis import samples as S
+from nbtools.schema.signals import BY_NAME, SIGNALS
 from nbtools.ui.timeline.compile_strip import PHASE_COLOUR, untimed
 from nbtools.ui.timeline.lane import Lane
 
@@ -72,13 +73,13 @@ def _machine(run, r) -> dict:
 def signals_data(run, ranks: list, t0: int, only=None) -> tuple[dict, dict, dict, list]:
     """(the samples' source, the phase and compile bands' source, the row labels {row:
     text}, the reason words the throttle rows' texts index) for ``ranks``' rows. ``only``:
-    the signals to draw (names of analysis/samples.SIGNALS), default every one sampled."""
+    the signals to draw (names of schema/signals.SIGNALS), default every one sampled."""
     out = {k: [] for k in FIELDS}
     bands = {k: [] for k in BAND_FIELDS}
     smp = getattr(run, "samples", None)
     if smp is None or not len(smp):
         return out, bands, {}, []
-    order = {s.name: i for i, s in enumerate(S.SIGNALS)}
+    order = {s.name: i for i, s in enumerate(SIGNALS)}
     rows = signal_rows(smp)
     labels, parts, texts, row = {}, [], {}, 0
     for r in ranks:
@@ -89,7 +90,7 @@ def signals_data(run, ranks: list, t0: int, only=None) -> tuple[dict, dict, dict
         for name in names:
             ts, v = S.series(smp, r, name)
             ts, v = _decimate(ts, v)
-            sig = S.BY_NAME.get(name)
+            sig = BY_NAME.get(name)
             label = sig.label if sig else name
             if name == "throttle":
                 bits = np.nan_to_num(v).astype(np.int64)
@@ -166,7 +167,7 @@ class SignalsLane(Lane):
         # the hover reads a full-height invisible box per sample: a value of 0 is hoverable
         hover = fig.quad(left="left", right="right", bottom="band", top="bottom",
                          fill_alpha=0, line_alpha=0, source=self.source, name="signals-hover")
-        units = [s.unit for s in S.SIGNALS]
+        units = [s.unit for s in SIGNALS]
         fig.add_tools(HoverTool(renderers=[hover], point_policy="follow_mouse", tooltips=[
             ("", "@row{custom}"), ("value", "@value{custom}"), ("at", "@left{0,0.000} ms")],
             formatters={"@row": CustomJSHover(args=dict(rows=self.rows_source), code=(
@@ -189,7 +190,7 @@ def signal_rows(samples: pd.DataFrame) -> list:
     rows its lanes draw."""
     if samples is None or not len(samples):
         return []
-    order = {s.name: i for i, s in enumerate(S.SIGNALS)}
+    order = {s.name: i for i, s in enumerate(SIGNALS)}
     pairs = samples.groupby(["rank", "signal"], observed=True).size()
     return sorted(((int(r), str(s)) for (r, s), n in pairs.items() if n),
                   key=lambda p: (p[0], order.get(p[1], len(order))))

@@ -15,7 +15,7 @@ import pandas as pd
 
 from nbtools.analysis.collective_flows import collective_flows
 from nbtools.analysis.step_metrics import step_times
-from nbtools.analysis.tables import lane_label
+from nbtools.schema.tables import lane_label
 from nbtools.common.atomic import write_file
 from nbtools.common.outputs import KINETO_MARK, MARK, output_refusal
 from nbtools.trace.details import attach, collective_detail

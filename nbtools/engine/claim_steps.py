@@ -1,6 +1,7 @@
-"""Engine-side pieces of the claim notebooks: custom step classes that run as
+"""Engine-side pieces of the claim notebooks: custom step classes that run on the ranks as
 ``lab.run(step, cfg)`` and record what they measure with ``ctx.report`` (``run.reports``),
-and the engine-side log capture the client helpers in ``nbtools.claims.helpers`` read. Classes, not closures: they travel to the engines by
+and the engine-side log capture the studies of claims/studies.py read. Notebooks reach them
+through ``nbtools.tutorial``. Classes, not closures: they travel to the engines by
 reference (this module is installed there too) and keep a stable name, hence their state,
 across runs."""
 from __future__ import annotations
