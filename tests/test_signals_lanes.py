@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.analysis import samples as S
-from nbtools.schema.signals import SAMPLE_COLUMNS
+from nbtools.schema.signals import SAMPLE_COLUMNS, SIGNALS
 from nbtools.schema import tables
 from nbtools.results.run import Run
 from nbtools.ui.timeline import Timeline
@@ -100,7 +100,7 @@ def test_a_saved_pictures_signal_lanes_hold_their_values():
     lane = SignalsLane(dict(width=900), "canvas", Range1d(0.0, 1000.0))
     lane.update(run, [0, 1], 0)
     rgb = np.asarray(picture.picture(lane.figure).convert("RGB"), np.int16)
-    order = [s.name for s in S.SIGNALS]
+    order = [s.name for s in SIGNALS]
     for name in ("cpu_pct", "gpu_util_pct"):
         want = np.array(ImageColor.getrgb(PALETTE[order.index(name)]), np.int16)
         # 0.85 alpha on white, as BokehJS blends it

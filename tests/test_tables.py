@@ -1,4 +1,4 @@
-"""analysis/tables.py: string columns as codes, the one way analysis and the timeline read
+"""schema/tables.py: string columns as codes, the one way analysis and the timeline read
 them (they had a copy each: int8 codes and sorted str categories in one, int64 codes and
 the categories as they were in the other)."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""Numbers in words, from one home (analysis/units.py), where each surface makes them: the
+"""Numbers in words, from one home (common/units.py), where each surface makes them: the
 cases a careful first-day user met (issue 44) - a ratio "0.00x" beside "294x faster",
 "0.005 (0.004-0.007)" beside "147-277", compiles 1.41 and recompiles 0.5 over rounds,
 "1.75e+04 ms", "median of 1 cold starts", "workload None None None None" - each checked
