@@ -130,10 +130,12 @@ def test_a_per_block_layer_idx_guard_names_the_attribute_and_the_limit(lab):
     # lab.explore after it keeps a change: the queued suggestions the new best's run no
     # longer shows are recorded as gone, not tried (the GPU Llama's recompile-limit row
     # after use_cache=False was kept); those it still shows stay queued
+    from nbtools.lab.ab_options import ABOptions
     from nbtools.lab.explore import _Candidate, _Explorer
+    from nbtools.lab.explore_budget import Budget
     from nbtools.results.exploration import GONE, Exploration, new_row
     ex = Exploration(start=StepConfig(**COMPILED), best=StepConfig(**COMPILED))
-    x = _Explorer(lab, ex, 2, {}, None, None, None, None, True, None)
+    x = _Explorer(lab, ex, ABOptions(rounds=2), Budget(None))
     cands = [_Candidate(s, dict(s.change), {}, new_row(s, dict(s.change), {})) for s in advice
              if s.rule in COMPILE_TIME]
     cands.append(_Candidate(None, {"dynamic": "dynamic"}, {},

@@ -221,6 +221,13 @@ def test_two_trace_runs_get_a_verdict_on_their_profiled_step_windows():
     assert "faster" in v.text and "3 and 3 profiled steps" in v.text
     assert "no drift between runs" in v.text
     assert row["resolved"] and row["low"] == v.low
+    # computed once: every surface reads the same Verdict; a copy gets its own
+    import dataclasses
+    assert cmp.verdict is v
+    again = dataclasses.replace(cmp, a=b, b=a)
+    assert again.verdict is not v and again.verdict.ratio == pytest.approx(1 / v.ratio)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cmp.metric = "step_ms"          # a field that changed would leave its verdict stale
     s = single_verdict(3.0, 4.0, "compute_ms")
     assert not s.resolved and "one value a side" in s.text
     assert "a side has no value" in single_verdict(float("nan"), 4.0, "compute_ms").text

@@ -204,13 +204,14 @@ def _equivalence(v: Verdict, bound: float | None) -> Verdict:
                   and v.high <= 1 + b)
     text = v.text
     if inside and not v.resolved:
-        text = "no difference bigger than " + _bound(b) + text[len("no difference resolved"):]
+        text = "no difference bigger than " + bound_text(b) + text[len("no difference resolved"):]
     elif inside:
-        text = f"{text}; within the {_bound(b)} that matters"
+        text = f"{text}; within the {bound_text(b)} that matters"
     return replace(v, bound=b, equivalent=inside, text=text)
 
 
-def _bound(b: float) -> str:
+def bound_text(b: float) -> str:
+    """An equivalence bound as a verdict's text says it (0.02: "2 %")."""
     return f"{100 * b:.3g} %"
 
 

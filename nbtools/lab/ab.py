@@ -8,14 +8,13 @@ import time
 import numpy as np
 from typing import Callable, Optional
 
-from nbtools.analysis import metrics
-from nbtools.analysis.verdict import EQUIVALENCE, check_bound
+from nbtools.analysis.verdict import EQUIVALENCE
 from nbtools.config.step_config import ConfigError, StepConfig
-from nbtools.lab.sweeps import run_one, check_rounds, round_order
+from nbtools.lab.ab_options import FIRST_LOOK, ABOptions, check_metric
+from nbtools.lab.sweeps import run_one, round_order
 from nbtools.results.comparison import Comparison
 
 PER_ROUND = 2       # runs of each side in a round: A B B A
-FIRST_LOOK = 3      # rounds="auto" looks at the verdict after this round and each one after
 
 
 def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
@@ -25,7 +24,8 @@ def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
     is B over A (geometric means) with a 95 % interval from the rounds' ratios, resolved
     when it excludes 1 (analysis/verdict.py). ``a``/``b``: StepConfigs,
     ``(workload_or_step, {fields})`` or ``(workload_or_step, StepConfig)`` pairs, or
-    ``lab.check(...)`` results. Both are checked before anything runs (ConfigError).
+    ``lab.check(...)`` results. Both are checked before anything runs (ConfigError), and
+    so is every option (lab/ab_options.py's ABOptions).
 
     ``timeout`` bounds each run (seconds; default the lab's). ``on_run(event)`` is called
     before and after every run with a dict: ``round``, ``rounds``, ``side`` ("A"/"B"),
@@ -47,14 +47,20 @@ def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
     resolved look still calls at most 5 % of identical configs resolved (simulated in
     tests/test_verdict.py); the text says how many rounds it took.
 
-    ``equivalence`` (default 0.02): the difference that does not matter. A verdict whose
-    whole interval lies within +-2 % says "no difference bigger than 2 %" (``equivalent``),
-    and rounds="auto" stops there too: more rounds cannot make such a change matter.
-    None: no bound."""
-    o = check_options(rounds=rounds, max_rounds=max_rounds, width=width, timeout=timeout,
-                      on_run=on_run, stop=stop, equivalence=equivalence, metric=metric)
-    auto, rounds, timeout, equivalence = o["auto"], o["rounds"], o["timeout"], o["equivalence"]
-    looks = rounds - FIRST_LOOK + 1 if auto else 1
+    ``equivalence`` (default analysis/verdict.py's EQUIVALENCE, 0.02): the difference that
+    does not matter. A verdict whose whole interval lies within +-2 % says "no difference
+    bigger than 2 %" (``equivalent``), and rounds="auto" stops there too: more rounds
+    cannot make such a change matter. None: no bound."""
+    return run_ab(lab, a, b, ABOptions(rounds=rounds, max_rounds=max_rounds, metric=metric,
+                                       width=width, equivalence=equivalence, timeout=timeout,
+                                       on_run=on_run, stop=stop))
+
+
+def run_ab(lab, a, b, o: ABOptions) -> Comparison:
+    """lab.ab with its options made and checked (``o``): the sides are checked, the
+    options are not again (lab.explore makes one ABOptions and derives each A/B's)."""
+    rounds, metric, on_run, stop = o.most, o.metric, o.on_run, o.stop
+    looks = rounds - FIRST_LOOK + 1 if o.auto else 1
     ca, cb = lab.check(*_args(a, "a")), lab.check(*_args(b, "b"))
     order = round_order([("A", ca), ("B", cb)])
     runs: dict = {"A": [], "B": []}
@@ -71,17 +77,17 @@ def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
                     on_run(dict(event, phase="start", run=None,
                                 elapsed_s=time.perf_counter() - t0))
                 run = run_one(lab, f"{side} {checked.cfg.label()}", checked,
-                               f" round {k + 1}/{rounds}", timeout, echo=on_run is None)
+                               f" round {k + 1}/{rounds}", o.timeout, echo=on_run is None)
                 runs[side].append(run)
                 if on_run is not None:
                     on_run(dict(event, phase="done", run=run,
                                 elapsed_s=time.perf_counter() - t0))
             done_rounds = k + 1
-            if auto and done_rounds >= FIRST_LOOK:
+            if o.auto and done_rounds >= FIRST_LOOK:
                 v = Comparison.from_rounds(runs["A"], runs["B"], metric, looks=looks,
-                                           per_round=PER_ROUND, bound=equivalence).verdict
-                if v.resolved or v.equivalent or (width is not None and np.isfinite(v.low)
-                                                  and v.high / v.low < 1 + width):
+                                           per_round=PER_ROUND, bound=o.equivalence).verdict
+                if v.resolved or v.equivalent or (o.width is not None and np.isfinite(v.low)
+                                                  and v.high / v.low < 1 + o.width):
                     break
     except _Stopped:
         note = f"stopped after {done_rounds} of {rounds} rounds"
@@ -97,43 +103,7 @@ def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
             "are in lab.history)"
         raise KeyboardInterrupt(said) if note.startswith("interrupted") else RuntimeError(said)
     return Comparison.from_rounds(runs["A"], runs["B"], metric, rounds=done_rounds, note=note,
-                                  looks=looks, per_round=PER_ROUND, bound=equivalence)
-
-
-def check_options(*, rounds, max_rounds=12, width=None, timeout=None, on_run=None, stop=None,
-                  equivalence=EQUIVALENCE, metric="step_ms") -> dict:
-    """Every argument of lab.ab (and lab.explore, which passes them on) checked before the
-    first run: a ConfigError naming the argument and what to give, not a TypeError
-    minutes later. Returns auto (rounds="auto"), rounds (the most to run), timeout,
-    equivalence, as checked."""
-    auto = isinstance(rounds, str) and rounds == "auto"
-    if isinstance(rounds, str) and not auto:
-        raise ConfigError(f"rounds={rounds!r}: give a whole number of rounds (e.g. 5) or "
-                          "'auto' (as many as it takes, up to max_rounds)")
-    most = check_rounds(max_rounds, "max_rounds")
-    if auto and most < FIRST_LOOK:
-        raise ConfigError(f"max_rounds={max_rounds}: rounds='auto' looks from round "
-                          f"{FIRST_LOOK} on; give max_rounds >= {FIRST_LOOK}")
-    if width is not None and (isinstance(width, bool) or not isinstance(width, (int, float))
-                              or not 0 < width < 10):
-        raise ConfigError(f"width={width!r}: give the interval's relative width to stop "
-                          "at, e.g. 0.04 (high / low below 1.04)")
-    if timeout is not None:
-        from nbtools.lab.arguments import check_seconds
-        timeout = check_seconds("timeout", timeout)
-    if on_run is not None and not callable(on_run):
-        raise ConfigError(f"on_run={on_run!r}: give a function called with each run's event "
-                          "dict (or leave it out)")
-    if stop is not None and not callable(getattr(stop, "is_set", None)):
-        raise ConfigError(f"stop={stop!r}: give an object with is_set(), such as a "
-                          "threading.Event you set to stop (or leave it out)")
-    try:
-        equivalence = check_bound(equivalence)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    _check_metric(metric)
-    return dict(auto=auto, rounds=most if auto else check_rounds(rounds), timeout=timeout,
-                equivalence=equivalence)
+                                  looks=looks, per_round=PER_ROUND, bound=o.equivalence)
 
 
 class _Stopped(Exception):
@@ -145,11 +115,11 @@ def compare(lab, a, b, rounds: int = 1, metric: str = "step_ms", workload=None,
     """Lab.compare: two runs (Runs or history ids). ``rounds`` 1 compares them as they are
     (a verdict from their steps, no drift covered); more runs their configs again in that
     many A B B A rounds (ab) and compares those; a custom step's runs need its
-    ``workload``. ``kw`` goes to ab (on_run, stop, timeout)."""
+    ``workload``. ``kw`` are ab's options (on_run, stop, timeout, ...)."""
     from nbtools.lab.arguments import resolve_run
     run_a, run_b = resolve_run(lab, a, "a"), resolve_run(lab, b, "b")
-    _check_metric(metric)
     if rounds == 1:
+        check_metric(metric)
         return Comparison(run_a, run_b, metric=metric)
 
     def side(run):
@@ -162,7 +132,8 @@ def compare(lab, a, b, rounds: int = 1, metric: str = "step_ms", workload=None,
                                   "panel with it: lab.panel(workload)) to run it again")
             return (workload, run.config)
         return run.config
-    return ab(lab, side(run_a), side(run_b), rounds=rounds, metric=metric, **kw)
+    o = ABOptions(rounds=rounds, metric=metric, **kw)
+    return run_ab(lab, side(run_a), side(run_b), o)
 
 
 def _args(x, name: str) -> tuple:
@@ -181,16 +152,6 @@ def _args(x, name: str) -> tuple:
     if x is None:
         raise ConfigError(f"{name}: give a StepConfig or a (workload_or_step, {{fields}}) pair")
     return (x,)
-
-
-def _check_metric(metric) -> None:
-    if not isinstance(metric, str):
-        raise ConfigError(f"metric={metric!r}: give one metric's name as a string, e.g. "
-                          "metric='step_ms' (cmp.verdict_on(name) judges any other afterwards)")
-    m = metrics.METRICS.get(metric)
-    if m is None or not m.combine:
-        known = ", ".join(n for n, v in metrics.METRICS.items() if v.better)
-        raise ConfigError(f"metric={metric!r} is not a summary number; pick one of: {known}")
 
 
 def verdicts(runs: list, metric: str = "step_ms", baseline=None):

@@ -33,15 +33,16 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from nbtools.analysis.advice import valid_change
-from nbtools.analysis.verdict import EQUIVALENCE
+from nbtools.analysis.verdict import EQUIVALENCE, bound_text
 from nbtools.config.step_config import ConfigError
 from nbtools.config.workload import Workload, with_model_patch
-from nbtools.lab import ab as ab_rounds
 from nbtools.lab import price, tried
-from nbtools.lab.explore_args import check_also, check_budget, target_and_start
-from nbtools.lab.explore_plan import Plan, new_move, same, untried  # noqa: F401 (untried)
+from nbtools.lab.ab_options import FIRST_LOOK, ABOptions
+from nbtools.lab.explore_args import check_also, target_and_start
+from nbtools.lab.explore_budget import Budget, check_budget
+from nbtools.lab.explore_plan import Plan, new_move, same, untried
 from nbtools.lab.explore_runs import (Null, Runs, check_side, clearly_worse, failed_run,
-                                      first_error, gain, screen_text, side, sure_gain)
+                                      last_error_line, gain, screen_text, side, sure_gain)
 from nbtools.lab.keep_going import run_or_keep
 from nbtools.lab.explore_overall import overall
 from nbtools.lab.live_line import LiveLine
@@ -78,9 +79,8 @@ def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rou
     fn, start = target_and_start(target, start)
     budget_s = check_budget(budget_s)
     extra = check_also(also)
-    opts = ab_rounds.check_options(rounds=rounds, max_rounds=max_rounds, width=width,
-                                   timeout=timeout, on_run=on_run, stop=stop,
-                                   equivalence=equivalence)
+    opts = ABOptions(rounds=rounds, max_rounds=max_rounds, width=width, timeout=timeout,
+                     on_run=on_run, stop=stop, equivalence=equivalence)
     if on_step is not None and not callable(on_step):
         raise ConfigError(f"on_step={on_step!r}: give a function called with each row of "
                           "the table (or leave it out)")
@@ -88,24 +88,28 @@ def explore(lab, target, start=None, budget_s: float = 600, rounds=5, *, max_rou
         raise ConfigError(f"screen={screen!r}: True (one short round per candidate first) "
                           "or False")
     lab.check(fn, start) if fn is not None else lab.check(start)   # ConfigError before a run
-    ex = Exploration(start=start, best=start, workload=fn, best_workload=fn, budget_s=budget_s,
-                     equivalence=opts["equivalence"])
-    x = _Explorer(lab, ex, rounds, opts, width, on_step, on_run, stop, screen,
-                  None if on_step is not None else LiveLine(lab))
+    # the clock starts after the checks; ex's budget_s and equivalence are outputs only
+    budget = Budget(budget_s)
+    ex = Exploration(start=start, best=start, workload=fn, best_workload=fn,
+                     budget_s=budget.seconds, equivalence=opts.equivalence)
+    x = _Explorer(lab, ex, opts, budget, on_step=on_step, screen=screen,
+                  line=None if on_step is not None else LiveLine(lab))
     try:
         with (x.line or Null()):
             first = x.start_run()
             if first is not None:
                 x.loop(first, extra)
-                overall(x)
+                overall(lab, ex, opts, x.prices, budget, x.say)
     except KeyboardInterrupt:
         ex.note = ex.note or (f"interrupted (Ctrl-C) after {ex.ab_count} A/B(s): what "
                               "finished is kept")
         if ex.start_run is not None and not ex.advice:    # Ctrl-C before the first screen
-            x.plan(x.suggested(x.lab.advise(ex.start_run)) + [(None, c) for c in extra])
+            x.plan.record(x.suggested(x.lab.advise(ex.start_run)) + [(None, c) for c in extra])
     if ex.note:
-        x.not_reached("interrupted" if ex.note.startswith("interrupted") else "stopped")
-    ex.elapsed_s = time.perf_counter() - x.t0
+        for row, outcome in x.plan.not_reached(
+                "interrupted" if ex.note.startswith("interrupted") else "stopped"):
+            x.add(row, outcome)
+    ex.elapsed_s = budget.spent()
     getattr(lab, "explorations", []).append(ex)   # the panel's Export holds them
     return ex          # the caller shows it (its repr and HTML carry the verdict)
 
@@ -126,25 +130,20 @@ class _Candidate:
     extra: dict = field(default_factory=dict)
 
 
-class _Explorer(Runs, Plan):
-    def __init__(self, lab, ex, rounds, opts, width, on_step, on_run, stop, screen, line):
-        self.lab, self.ex, self.rounds, self.opts = lab, ex, rounds, opts
-        self.width, self.on_step, self.on_run, self.stop = width, on_step, on_run, stop
-        self.screen_on, self.line = screen, line
-        self.prices = price.Prices()
-        self.t0 = time.perf_counter()
-        self.deadline = self.t0 + ex.budget_s
-        self.seen: set = set()
-        self.budget_hit = False
-        self.moves: dict = {}       # the plan: move key -> (suggestion, change)
-        self.open: dict = {}        # planned moves without an outcome -> their row or None
-        self.retried: set = set()   # moves the second pass took up again
-        self.gains: dict = {}       # move key -> what its screen read, as times better
-        self.together_done = False
+class _Explorer:
+    """The screens and proofs of one exploration ``ex``: ``opts`` (the person's A/B options),
+    ``budget`` (explore's), ``on_step`` (called with each row), ``screen`` (a short round per
+    candidate first), ``line`` (the live line, or None). Its collaborators, each given what
+    it reads: the prices (price.py), the plan (explore_plan.py), the A/B runner (explore_runs)."""
 
-    # -- the budget ---------------------------------------------------------------------
-    def left(self) -> float:
-        return self.deadline - time.perf_counter()
+    def __init__(self, lab, ex, opts: ABOptions, budget: Budget, *, on_step=None,
+                 screen: bool = True, line=None):
+        self.lab, self.ex, self.opts, self.budget = lab, ex, opts, budget
+        self.on_step, self.screen_on, self.line = on_step, screen, line
+        self.prices = price.Prices()
+        self.seen: set = set()
+        self.plan = Plan(ex, self.prices, budget, self.seen)
+        self.runs = Runs(lab, ex, opts, self.prices, budget, self.add, line)
 
     def say(self, text: str) -> None:
         if self.line:
@@ -156,13 +155,13 @@ class _Explorer(Runs, Plan):
         self.say(f"explore: running the start config ({ex.start.label()})")
         t = time.perf_counter()
         checked = self.lab.check(fn, ex.start) if fn is not None else self.lab.check(ex.start)
-        first = run_or_keep(self.lab, checked, timeout=self.opts["timeout"])
+        first = run_or_keep(self.lab, checked, timeout=self.opts.timeout)
         self.prices.record(price.key(fn, ex.start), time.perf_counter() - t, first)
         ex.start_s = time.perf_counter() - t
         if not first.ok:
             from nbtools.results.errors import RunFailed
             raise RunFailed(f"explore: the start config failed, nothing to advise: "
-                            f"{first_error(first)}", first)
+                            f"{last_error_line(first)}", first)
         ex.start_run = first
         if any(not r.get("reused") for r in (first.ranks or {}).values()):
             # a cold start (engines' first run, the model built, compiled) is no price of
@@ -170,12 +169,12 @@ class _Explorer(Runs, Plan):
             self.say(f"explore: the start run was cold ({ex.start_s:.1f} s): one warm run "
                      "to price the screens from")
             t = time.perf_counter()
-            warm = run_or_keep(self.lab, checked, timeout=self.opts["timeout"])
+            warm = run_or_keep(self.lab, checked, timeout=self.opts.timeout)
             ex.start_warm_s = time.perf_counter() - t
             if warm.ok:
                 self.prices.record(price.key(fn, ex.start), ex.start_warm_s, warm)
-                ex.uncharged_s = max(ex.start_s - ex.start_warm_s, 0.0)
-                self.deadline += ex.uncharged_s
+                self.budget.uncharge(ex.start_s - ex.start_warm_s)
+                ex.uncharged_s = self.budget.uncharged_s
         return first
 
     # -- the loop -----------------------------------------------------------------------
@@ -183,7 +182,7 @@ class _Explorer(Runs, Plan):
         advice = self.advise(first)
         queue = self.suggested(advice) + [(None, c) for c in extra if self.new(c)]
         while queue:
-            self.plan(queue)
+            self.plan.record(queue)
             promising = self.screen_all(queue)
             if self.ex.note:
                 return
@@ -199,7 +198,7 @@ class _Explorer(Runs, Plan):
                         advice, promising[i + 1:], cand.row["change"])
                     break
             if not queue:
-                queue = self.second_pass()
+                queue = self.plan.second_pass()
 
     def advise(self, run):
         """lab.advise: a run on warm engines reused its graphs, and lab.advise adds the
@@ -237,7 +236,7 @@ class _Explorer(Runs, Plan):
         # (a model patch such as HF's config.use_cache); otherwise it is theirs to make
         patch = dict(s.model_patch) if s is not None and not change else {}
         row = new_row(s, change, patch)
-        self.opened(row)
+        self.plan.opened(row)
         if not change and not patch:
             return self.add(row, IN_YOUR_CODE)
         if patch and not isinstance(ex.best_workload, Workload):
@@ -281,13 +280,13 @@ class _Explorer(Runs, Plan):
                 continue
             cost, how = self.prices.screen_s(c.ka, c.kb)
             c.row["cost_s"] = cost
-            if cost > self.left():
+            if not self.budget.fits(cost):
                 self.add(c.row, f"{OVER_BUDGET}: its screen round ~{cost:.0f} s ({how}), "
-                         f"{max(self.left(), 0):.0f} s left")
+                         f"{max(self.budget.left(), 0):.0f} s left")
                 continue
             if self.stopped():
                 return out
-            cmp, t = self.ab(c, rounds=1, screen=True)
+            cmp, t = self.runs.ab(c, rounds=1, screen=True)
             c.row["seconds"] += time.perf_counter() - t
             if self.ex.note:             # interrupted or stopped in its round
                 return out
@@ -297,11 +296,11 @@ class _Explorer(Runs, Plan):
             v = cmp.verdict
             c.row["screen"] = screen_text(cmp, c.metric)
             if not v.rounds:
-                self.add(c.row, f"failed in the screen: {first_error(failed_run(cmp))}")
+                self.add(c.row, f"failed in the screen: {last_error_line(failed_run(cmp))}")
                 continue
             c.gain, c.sure = gain(v.ratio, c.metric), sure_gain(cmp, c.metric)
-            self.gains[(c.row["rule"], c.row["change"])] = c.gain
-            if clearly_worse(cmp, c.metric, self.ex.equivalence):
+            self.plan.gains[(c.row["rule"], c.row["change"])] = c.gain
+            if clearly_worse(cmp, c.metric, self.opts.equivalence):
                 tried.remember(self.lab, self.ex.best_workload, self.ex.best, c.s or c.change,
                                f"its screen round read {c.row['screen']}")
                 self.add(c.row, f"{DROPPED}: {c.row['screen']}")
@@ -317,21 +316,21 @@ class _Explorer(Runs, Plan):
         per = self.prices.round_s(c.ka, c.kb)
         if not per:
             per, _ = self.prices.screen_s(c.ka, c.kb)
-        need = ab_rounds.FIRST_LOOK if self.opts["auto"] else self.opts["rounds"]
+        auto = self.opts.auto
+        need = FIRST_LOOK if auto else self.opts.rounds
         c.row["cost_s"] = per * need
-        if per * need > self.left():
+        if not self.budget.fits(per * need):
             return self.add(c.row, f"{OVER_BUDGET}: the proof needs ~{per * need:.0f} s ("
-                            f"{need} rounds of ~{per:.0f} s), {max(self.left(), 0):.0f} s "
-                            "left" + (f"; its screen read {c.row['screen']}"
+                            f"{need} rounds of ~{per:.0f} s), {max(self.budget.left(), 0):.0f}"
+                            " s left" + (f"; its screen read {c.row['screen']}"
                                       if c.row.get("screen") else ""))
         if self.stopped():
             return None
-        most = self.opts["rounds"]
-        if self.opts["auto"] and per > 0:
-            share = self.left() / max(waiting, 1)
-            most = max(ab_rounds.FIRST_LOOK, min(most, int(share // per)))
-        cmp, t = self.ab(c, rounds="auto" if self.opts["auto"] else self.opts["rounds"],
-                         max_rounds=most)
+        most = self.opts.most
+        if auto and per > 0:
+            share = self.budget.left() / max(waiting, 1)
+            most = max(FIRST_LOOK, min(most, int(share // per)))
+        cmp, t = self.runs.ab(c, rounds=self.opts.rounds, max_rounds=most)
         c.row["seconds"] += time.perf_counter() - t
         if cmp is None:
             return None
@@ -342,7 +341,7 @@ class _Explorer(Runs, Plan):
                      high=v.high, resolved=v.resolved, rounds=v.rounds)
         failed = [r for r in list(cmp.runs_b or []) + list(cmp.runs_a or []) if not r.ok]
         if failed and not v.rounds:
-            return self.add(c.row, f"failed: {first_error(failed[0])}")
+            return self.add(c.row, f"failed: {last_error_line(failed[0])}")
         if v.good and changes_numbers(c.s, c.change):
             n = self.numerics(c)
             c.row["numerics"] = n.text
@@ -361,9 +360,9 @@ class _Explorer(Runs, Plan):
             self.add(c.row, KEPT)
             self.said(c, v)
             return cmp
-        outcome = (SLOWER if v.resolved else EQUIVALENT.format(bound=_pct(v.bound))
+        outcome = (SLOWER if v.resolved else EQUIVALENT.format(bound=bound_text(v.bound))
                    if v.equivalent else NOT_FASTER)
-        if self.budget_hit:
+        if self.runs.budget_hit:
             outcome += f" (the budget ended it after {v.rounds} round(s))"
         if v.resolved or v.equivalent:
             tried.remember(self.lab, ex.best_workload, ex.best, c.s or c.change,
@@ -375,7 +374,7 @@ class _Explorer(Runs, Plan):
     def numerics(self, c: _Candidate):
         self.say(f"explore: checking the numbers of {c.row['change']}")
         n, took, _ = check_numbers(self.lab, c.extra["workload"], c.extra["cfg"],
-                                   self.opts["timeout"])
+                                   self.opts.timeout)
         c.row["seconds"] += took
         c.row["runs"] += 1
         return n
@@ -385,19 +384,17 @@ class _Explorer(Runs, Plan):
             self.line.said(f"explore: {c.row['change']}: {v.text} -> {c.row['outcome']}")
 
     def stopped(self) -> bool:
-        if self.stop is not None and self.stop.is_set():
+        stop = self.opts.stop
+        if stop is not None and stop.is_set():
             self.ex.note = f"stopped after {self.ex.ab_count} A/B(s)"
             return True
         return False
 
     def add(self, row: dict, outcome: str):
         row["outcome"], row["kept"] = outcome, outcome == KEPT
-        self.closed(row)
+        self.plan.closed(row)
         self.ex.rows.append(row)
         if self.on_step is not None:
             self.on_step(dict(row))
         return None
 
-
-def _pct(b) -> str:
-    return f"{100 * b:.3g} %" if b == b else "?"

@@ -1,9 +1,7 @@
 """lab.explore's own arguments, checked before its first run: what it explores and from
-where, its budget, the changes to try beside the advice. (lab.ab's, which explore passes
-on, are lab/ab.py's check_options.)"""
+where, the changes to try beside the advice. (Its budget is lab/explore_budget.py's Budget;
+lab.ab's options, which explore passes on, are lab/ab_options.py's ABOptions.)"""
 from __future__ import annotations
-
-import math
 
 from nbtools.config.step_config import ConfigError, StepConfig, checked_changes
 from nbtools.config.workload import Workload
@@ -33,17 +31,6 @@ def target_and_start(target, start) -> tuple:
                           "its fields (None: the defaults)")
     raise ConfigError(f"lab.explore({type(target).__name__}): give a Workload, your step "
                       "function, or a StepConfig of a built-in scenario")
-
-
-def check_budget(budget_s) -> float:
-    """The budget in wall seconds (None: no limit, inf), or ConfigError naming it."""
-    if budget_s is None:
-        return math.inf
-    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or \
-            not budget_s > 0 or budget_s != budget_s:
-        raise ConfigError(f"budget_s={budget_s!r}: give the wall seconds the exploration may "
-                          "take, a number > 0 (e.g. 600), or None for no limit")
-    return float(budget_s)
 
 
 def check_also(also) -> list:

@@ -3,6 +3,8 @@ best before it, so no A/B has yet measured the best against the start. One more 
 rounds of warm runs, priced first) does, and its verdict is the exploration's."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from nbtools.lab import ab as ab_rounds
 from nbtools.lab import price
 
@@ -11,27 +13,29 @@ ROUNDS = 3
 kept changes, so a few rounds resolve it."""
 
 
-def overall(x) -> None:
-    """``x``: lab.explore's _Explorer after its loop. Runs start against best when 2 or more
-    changes were kept and the budget holds its rounds; records the Comparison as
-    ``ex.overall`` (or why not, as ``ex.overall_note``)."""
-    ex = x.ex
+def overall(lab, ex, opts, prices, budget, say) -> None:
+    """After lab.explore's loop over ``ex`` (its A/B ``opts``, ``prices`` and ``budget``;
+    ``say``: the live line's): runs start against best when 2 or more changes were kept
+    and the budget holds its rounds; records the Comparison as ``ex.overall`` (or why not,
+    as ``ex.overall_note``)."""
     if len(ex.kept) < 2 or ex.note:
         return
     ka, kb = price.key(ex.workload, ex.start), price.key(ex.best_workload, ex.best)
-    per = x.prices.round_s(ka, kb) or x.prices.screen_s(ka, kb)[0]
-    if per * ROUNDS > x.left():
+    per = prices.round_s(ka, kb) or prices.screen_s(ka, kb)[0]
+    if not budget.fits(per * ROUNDS):
         ex.overall_note = (f"start against best not measured in one A/B: its {ROUNDS} rounds "
-                           f"need ~{per * ROUNDS:.0f} s, {max(x.left(), 0):.0f} s left")
+                           f"need ~{per * ROUNDS:.0f} s, {max(budget.left(), 0):.0f} s left")
         return
     side = (lambda wl, cfg: (wl, cfg) if wl is not None else cfg)
     metric = "items_per_s" if any(r.get("kept") and r.get("metric") == "items_per_s"
                                   for r in ex.rows) else "step_ms"
-    x.say(f"explore: the start against the best ({len(ex.kept)} changes kept), {ROUNDS} rounds")
+    say(f"explore: the start against the best ({len(ex.kept)} changes kept), {ROUNDS} rounds")
+    # the person's timeout and bound; its rounds are fixed, and its runs are no move of the
+    # table's, so the callbacks the moves' A/Bs report to are left out
+    o = replace(opts, rounds=ROUNDS, metric=metric, width=None, on_run=None, stop=None)
     try:
-        cmp = ab_rounds.ab(x.lab, side(ex.workload, ex.start), side(ex.best_workload, ex.best),
-                           rounds=ROUNDS, metric=metric, timeout=x.opts["timeout"],
-                           equivalence=x.opts["equivalence"])
+        cmp = ab_rounds.run_ab(lab, side(ex.workload, ex.start), side(ex.best_workload, ex.best),
+                               o)
     except Exception as e:  # noqa: BLE001 - the kept changes stand on their own A/Bs
         ex.overall_note = f"start against best not measured: {type(e).__name__}: {e}"[:300]
         return

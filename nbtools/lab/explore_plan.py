@@ -31,10 +31,20 @@ def _patch(s, change) -> dict:
 
 
 class Plan:
-    """The planning half of lab.explore's _Explorer (it holds the exploration ``ex``, the
-    prices, the budget and ``add``)."""
+    """lab.explore's plan, a collaborator of its explorer given what it reads: the
+    exploration ``ex`` (its rows, best config, planned moves), the prices (what an untried
+    move would cost), the budget (whether a second pass has time) and ``seen`` (the moves
+    listed so far, shared with the explorer's queue)."""
 
-    def plan(self, queue) -> None:
+    def __init__(self, ex, prices, budget, seen: set):
+        self.ex, self.prices, self.budget, self.seen = ex, prices, budget, seen
+        self.moves: dict = {}       # move key -> (suggestion, change)
+        self.open: dict = {}        # planned moves without an outcome -> their row or None
+        self.retried: set = set()   # moves the second pass took up again
+        self.gains: dict = {}       # move key -> what its screen read, as times better
+        self.together_done = False
+
+    def record(self, queue) -> None:
         """Record the moves of ``queue`` as planned (and not reached yet)."""
         for s, change in queue:
             k = move_key(s, change)
@@ -53,16 +63,19 @@ class Plan:
         """A planned move's row has its outcome: it is no longer open."""
         self.open.pop((row["rule"], row["change"]), None)
 
-    def not_reached(self, how: str) -> None:
-        """Every planned move without an outcome, recorded as not reached (``how``:
-        interrupted or stopped), with what its screen would cost."""
+    def not_reached(self, how: str) -> list:
+        """[(row, outcome)] of every planned move without an outcome, as not reached
+        (``how``: interrupted or stopped), with what its screen would cost: for the
+        explorer's table."""
+        out = []
         for k, row in list(self.open.items()):
             s, change = self.moves[k]
             if row is None:
                 row = new_row(s, change, _patch(s, change))
                 row["cost_s"] = self.price_of(change)
-            self.add(row, NOT_REACHED.format(how=how))
+            out.append((row, NOT_REACHED.format(how=how)))
         self.open.clear()
+        return out
 
     def price_of(self, change) -> float:
         """The seconds a screen of ``change`` on the best config would cost (NaN: it cannot
@@ -81,7 +94,7 @@ class Plan:
     def second_pass(self) -> list:
         """The queue of the second pass: each move left untried (over budget, gone after a
         keep) once more, its row replaced by what it does now; then the together move."""
-        if self.left() <= 0:
+        if self.budget.left() <= 0:
             return []
         out = []
         for r in list(self.ex.rows):
@@ -94,7 +107,7 @@ class Plan:
             out.append(self.moves[k])
         if not out:
             out = self.together()
-        self.plan(out)
+        self.record(out)
         return out
 
     def together(self) -> list:
@@ -115,7 +128,7 @@ class Plan:
                 continue
             merged.update(change)
             parts.append(r["change"])
-        if len(parts) < 2 or not self.new(merged):
+        if len(parts) < 2 or not new_move(merged, self.seen):
             return []
         s = Suggestion(rule=TOGETHER, title="the moves that each read faster, together",
                        change=dict(merged), evidence="screens: " + "; ".join(parts),

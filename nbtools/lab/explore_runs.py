@@ -1,12 +1,15 @@
 """lab.explore's A/Bs: running one (screen or proof) through lab.ab with the budget's stop,
-each run's wall seconds recorded for the prices, a failing or stopped A/B said in the row;
+each run's wall seconds recorded for the prices, a failing or stopped A/B said in the row
+(Runs, a collaborator given the lab, the budget, the prices and the options it needs);
 and what a screen round reads (its text, B over A as a gain, clearly worse or not)."""
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 from nbtools.analysis import metrics
+from nbtools.analysis.verdict import EQUIVALENCE
 from nbtools.common.units import fmt_ratio
 from nbtools.config.workload import patch_text
 from nbtools.lab import ab as ab_rounds
@@ -14,8 +17,17 @@ from nbtools.results.exploration import OVER_BUDGET, change_text
 
 
 class Runs:
-    """The A/B-running half of lab.explore's _Explorer (it holds the lab, the exploration,
-    the options, the prices, the budget's deadline and the callbacks)."""
+    """lab.explore's A/B runner. Given explicitly what it spends and records into: the lab,
+    the exploration (its comparisons are counted, its ``note`` says an interruption), the
+    person's A/B options (each A/B's are derived from them, not checked again), the prices
+    each run's wall goes into, the budget no run may end past, ``add`` (the explorer's:
+    a row and its outcome into the table) and the live line (or None)."""
+
+    def __init__(self, lab, ex, opts, prices, budget, add, line=None):
+        self.lab, self.ex, self.opts, self.prices, self.budget = lab, ex, opts, prices, budget
+        self.add, self.line = add, line
+        self.budget_hit = False
+        """Whether the budget ended the last A/B (its next run would have ended past it)."""
 
     def ab(self, c, rounds, screen: bool = False, max_rounds=None):
         """lab.ab of c's sides (unprofiled for a screen), each run's wall recorded for the
@@ -25,15 +37,16 @@ class Runs:
         if screen:
             a, b = unprofiled(a), unprofiled(b)
         self.budget_hit = False
-        ends = Ends(self, c)
+        stop = self.opts.stop
+        ends = Ends(self.prices, self.budget, (c.ka, c.kb), stop)
         what = change_text(c.change) if c.change else patch_text(c.patch)
         events = self.events(c, ends, what, screen)
         t = time.perf_counter()
         try:
-            cmp = ab_rounds.ab(self.lab, a, b, rounds=rounds, metric=c.metric,
-                               timeout=self.opts["timeout"], on_run=events, stop=ends,
-                               max_rounds=max_rounds or self.opts["rounds"], width=self.width,
-                               equivalence=None if screen else self.opts["equivalence"])
+            o = replace(self.opts, rounds=rounds, metric=c.metric, on_run=events, stop=ends,
+                        max_rounds=max_rounds or self.opts.most,
+                        equivalence=None if screen else self.opts.equivalence)
+            cmp = ab_rounds.run_ab(self.lab, a, b, o)
         except KeyboardInterrupt:
             # before both sides ran: lab.ab had nothing to compare; the row says so
             c.row["runs"] += ends.runs
@@ -44,10 +57,10 @@ class Runs:
             raise
         except Exception as e:  # noqa: BLE001 - a change that fails is recorded and skipped
             c.row["runs"] += ends.runs
-            if self.stop is not None and self.stop.is_set() and ends.failed is None:
+            if stop is not None and stop.is_set() and ends.failed is None:
                 self.add(c.row, f"stopped: not kept ({ends.runs} run(s))")
                 self.ex.note = f"stopped during the A/B of {c.row['change']}"
-            elif ends.budget and ends.failed is None:
+            elif ends.budget_ended and ends.failed is None:
                 # its next run would have ended past the budget before both sides ran
                 self.add(c.row, f"{OVER_BUDGET}: the budget ran out after {ends.runs} of its "
                          "runs")
@@ -56,16 +69,16 @@ class Runs:
             return None, t
         if ends.failed is not None:
             c.row["runs"] += ends.runs
-            self.add(c.row, f"failed: {first_error(ends.failed)}")
+            self.add(c.row, f"failed: {last_error_line(ends.failed)}")
             return None, t
-        self.budget_hit = ends.budget
-        if ends.budget and not cmp.rounds:
+        self.budget_hit = ends.budget_ended
+        if ends.budget_ended and not cmp.rounds:
             c.row["runs"] += ends.runs
             self.add(c.row, f"{OVER_BUDGET}: the budget ran out after {ends.runs} of its "
                      "runs, before a whole round")
             return None, t
         if cmp.note.startswith("interrupted") or (cmp.note.startswith("stopped")
-                                                   and not ends.budget):
+                                                   and not ends.budget_ended):
             how = cmp.note.split(" after")[0]
             c.row["runs"] += ends.runs
             self.add(c.row, f"{how}: not kept ({cmp.verdict.rounds} round(s))")
@@ -79,6 +92,7 @@ class Runs:
         the A/B, the event on to the caller's on_run and the live line."""
         began: dict = {}
         k = len(self.ex.comparisons) + 1
+        on_run = self.opts.on_run
 
         def event(ev):
             if ev["phase"] == "start":
@@ -90,30 +104,32 @@ class Runs:
                                        time.perf_counter() - began.pop(ev["index"]), ev["run"])
                 if ev["side"] == "B" and not ev["run"].ok and ends.failed is None:
                     ends.failed = ev["run"]
-            if self.on_run is not None:
-                self.on_run(dict(ev, change=dict(c.change) or {"model": patch_text(c.patch)},
-                                 screen=screen))
+            if on_run is not None:
+                on_run(dict(ev, change=dict(c.change) or {"model": patch_text(c.patch)},
+                            screen=screen))
             if self.line and ev["phase"] == "start":
                 self.line.say(f"explore {'screen' if screen else f'A/B {k}'}: {what} · round "
                               f"{ev['round']} of {ev['rounds']} · {ev['side']} (run "
-                              f"{ev['index']} of {ev['of']}) · {self.left():.0f} s of the "
-                              "budget left")
+                              f"{ev['index']} of {ev['of']}) · {self.budget.left():.0f} s of "
+                              "the budget left")
         return event
 
 
 class Ends:
-    """lab.ab's ``stop``: the caller's stop, the first failed run of B (its other runs would
-    fail too, or compare a broken config), or a next run that would end past the budget."""
+    """lab.ab's ``stop``: the caller's ``stop``, the first failed run of B (its other runs
+    would fail too, or compare a broken config), or a next run that would end past the
+    ``budget`` (the longest warm run of the A/B's configs, ``keys``, in ``prices``)."""
 
-    def __init__(self, x, c):
-        self.x, self.c, self.failed, self.runs, self.budget = x, c, None, 0, False
+    def __init__(self, prices, budget, keys, stop=None):
+        self.prices, self.budget, self.keys, self.stop = prices, budget, tuple(keys), stop
+        self.failed, self.runs, self.budget_ended = None, 0, False
 
     def is_set(self) -> bool:
         """True once the A/B should end before its next run (lab.ab asks before each)."""
-        if self.failed is not None or (self.x.stop is not None and self.x.stop.is_set()):
+        if self.failed is not None or (self.stop is not None and self.stop.is_set()):
             return True
-        if self.x.prices.longest_run(self.c.ka, self.c.kb) > self.x.left():
-            self.budget = True
+        if not self.budget.fits(self.prices.longest_run(*self.keys)):
+            self.budget_ended = True
             return True
         return False
 
@@ -161,7 +177,7 @@ def clearly_worse(cmp, metric: str, bound) -> bool:
     apart = min(b) > max(a) if lower else max(b) < min(a)
     spread = max(math.log(max(a) / min(a)), math.log(max(b) / min(b)))
     gap = abs(math.log(_geo(b) / _geo(a)))
-    return apart and gap > max(2 * spread, math.log1p(bound or 0.02))
+    return apart and gap > max(2 * spread, math.log1p(EQUIVALENCE if bound is None else bound))
 
 
 def _geo(xs) -> float:
@@ -174,8 +190,10 @@ def unprofiled(side):
         return side[0], side[1].replace(profiled=0)
     return side.replace(profiled=0)
 
-def first_error(run) -> str:
-    """A failed run's last error line (its status when it has none)."""
+
+def last_error_line(run) -> str:
+    """A failed run's last error line (its status when it has none), for a table cell: the
+    words the exception ended with, where ``Run.first_error`` names the root cause."""
     msg = next((m for m in (run.errors or {}).values() if m), run.status)
     return (msg.strip().splitlines() or [run.status])[-1][:200]
 

@@ -3,6 +3,7 @@ config, what changed in the numbers, and the verdict with its interval."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional
 
 import numpy as np
@@ -25,7 +26,7 @@ _NOISY = {"host-busy": "on a busy host", "clock-low": "with the GPU clock low",
           "compiled-in-timed": "with compiles inside their timed steps"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Comparison:
     """A against B: what changed in the config, in the numbers, and the verdict with its
     interval. ``lab.ab`` makes it from rounds, ``lab.compare`` from two runs.
@@ -48,6 +49,10 @@ class Comparison:
         >>> print(cmp.verdict)
         >>> cmp.table                    # one row per metric: a, b, delta, ratio, interval
         >>> cmp.config_diff, cmp.plot()
+
+    Frozen: its verdict is computed once, on first use, and kept (every surface that shows
+    the comparison reads the same Verdict object); ``dataclasses.replace`` gives a copy
+    with its own.
     """
     a: Run
     b: Run
@@ -89,7 +94,7 @@ class Comparison:
         """Complete rounds held (1 for two single runs)."""
         return len(self.runs_a) // self.per_round if self.runs_a is not None else 1
 
-    @property
+    @cached_property
     def verdict(self) -> Verdict:
         """B over A on ``metric`` with its 95 % interval and words (analysis/verdict.py).
 

@@ -13,7 +13,6 @@ from typing import Optional
 
 import ipywidgets as W
 
-from nbtools.lab.explore import explore
 from nbtools.results.exploration import Exploration, change_text
 from nbtools.ui.exploration import exploration_html, exploration_lines, steps_html
 from nbtools.ui.html import comparison_html
@@ -150,8 +149,8 @@ class Advisor(Stoppable):
                              f" · {left:.0f} s of the {budget} s budget left")
                 if ev["run"] is not None:
                     p.mine.append(ev["run"].run_id)
-            ex = explore(p.lab, target, start, budget_s=budget, rounds=rounds,
-                         on_step=on_step, on_run=on_run, stop=self._stop)
+            ex = p.lab.explore(target, start, budget_s=budget, rounds=rounds,
+                               on_step=on_step, on_run=on_run, stop=self._stop)
             self.exploration = p.exploration = self.shown = ex
             self.table.value = ""
             self.result.value = exploration_html(ex)
