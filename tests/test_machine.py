@@ -118,11 +118,13 @@ def test_a_dropped_model_is_freed_without_walking_the_frozen_start_up_heap():
     model, model_gone = cycle()                       # the run's model
     with quiet.timed_steps():
         pass
-    assert gc.get_freeze_count() == frozen            # the model is not frozen
+    # the model is not frozen: the count does not grow (it may shrink: another thread of
+    # the test process can drop a frozen object meanwhile, as one did under xdist)
+    assert gc.get_freeze_count() <= frozen
     del model
     quiet.collect()                                   # the next model's release_model
     assert model_gone() is None, "the dropped model was not freed"
-    assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() <= frozen
     del group                                         # a failure drops the group
     quiet.collect()
     assert group_gone() is not None                   # frozen: an ordinary collection keeps it
