@@ -28,6 +28,19 @@ def nbtools_cli(*args, cwd=None, pre=""):
                           capture_output=True, text=True, timeout=120)
 
 
+def cli_here(args, cwd, capsys, monkeypatch):
+    """(exit code, stdout, stderr) of the CLI's ``main`` called in this process from ``cwd``:
+    the same code as `python -m nbtools`, without a child's 2-3 s of imports (what a fresh
+    process prints at start-up is test_bad_input_in_a_fresh_process_is_one_line's)."""
+    monkeypatch.chdir(cwd)
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as e:            # argparse's errors
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
 def config_docs() -> dict:
     """The docstring under each StepConfig field, read here with a plain walk of the class."""
     tree = ast.parse((Path(config.__file__)).read_text())
@@ -100,7 +113,26 @@ def test_version():
     (["export", "params.ipynb", "-p", "NOPE=1"], "-p: NOPE: not set in the notebook's parameters cell (it sets SMALL, STEPS)"),
     (["export", "plain.ipynb", "-p", "SMALL=True"], "-p: the notebook has no cell tagged 'parameters'"),
 ], ids=lambda x: " ".join(x) if isinstance(x, list) else None)
-def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path, args, says):
+def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path, args, says, capsys, monkeypatch):
+    _bad_inputs(tmp_path)
+    code, _, err = cli_here(args, tmp_path, capsys, monkeypatch)
+    assert code == 2
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert says in err
+
+
+def test_bad_input_in_a_fresh_process_is_one_line(tmp_path):
+    # as a person runs it: nothing the imports of a new process print joins the line
+    _bad_inputs(tmp_path)
+    for args, says in ((["view", "bad.json"], "bad.json: is not valid JSON"),
+                       (["run", "--parallel", "sideways"], "parallel='sideways' is not one of")):
+        r = nbtools_cli(*args, cwd=tmp_path)
+        assert r.returncode == 2
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert says in r.stderr
+
+
+def _bad_inputs(tmp_path) -> None:
     import nbformat
     (tmp_path / "bad.ipynb").write_text('{"cells": [')
     (tmp_path / "bad.json").write_text('{"traceEvents": [{"ph": "X", ')
@@ -110,10 +142,6 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path, args, says):
     nbformat.write(nbformat.v4.new_notebook(cells=[params]), str(tmp_path / "params.ipynb"))
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]),
                    str(tmp_path / "plain.ipynb"))
-    r = nbtools_cli(*args, cwd=tmp_path)
-    assert r.returncode == 2
-    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert says in r.stderr
 
 
 def _subparsers():
@@ -157,10 +185,11 @@ def argparse_suppress():
     (["view", "--rank", "first"], "--rank: invalid int value: 'first'"),
     (["notebooks", "a", "b"], "unrecognized arguments: b"),
 ], ids=lambda x: " ".join(x) if isinstance(x, list) else None)
-def test_a_bad_value_names_the_option_in_the_command_lines_words(tmp_path, args, says):
-    r = nbtools_cli(*args, cwd=tmp_path)
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert says in r.stderr and "None" not in r.stderr, r.stderr
+def test_a_bad_value_names_the_option_in_the_command_lines_words(tmp_path, args, says, capsys,
+                                                               monkeypatch):
+    code, _, err = cli_here(args, tmp_path, capsys, monkeypatch)
+    assert code == 2 and "Traceback" not in err, err
+    assert says in err and "None" not in err, err
 
 
 @pytest.mark.parametrize("args", [["lab", "--notebooks-dir"], ["lab", "--notebooks-dir", "--no-browser"],
