@@ -89,3 +89,28 @@ def test_the_explorer_steers_by_its_budget_not_by_the_explorations_budget_s():
     ex.budget_s = 1e9
     clock.now += 600                 # past the budget: nothing more, whatever ex says
     assert x.plan.second_pass() == []
+
+
+def test_a_stop_set_before_the_start_against_best_ab_makes_no_run():
+    # the panel's Stop reached every A/B of explore but its last: start against best ran
+    # its rounds to the end (its options dropped the person's stop)
+    import threading
+
+    from nbtools.lab.explore_overall import overall
+    best = START.replace(autocast="bf16", compile="default")
+    rows = []
+    for change in ({"autocast": "bf16"}, {"compile": "default"}):
+        r = new_row(None, change, {})
+        r.update(kept=True, outcome="kept")
+        rows.append(r)
+    ex = Exploration(start=START, best=best, rows=rows,
+                     kept=[{"autocast": "bf16"}, {"compile": "default"}])
+    prices = price.Prices()
+    for cfg in (START, best):
+        prices.record(price.key(None, cfg), 1.0)
+    stop, said = threading.Event(), []
+    stop.set()
+    overall(None, ex, ABOptions(rounds=2, stop=stop), prices, Budget(600, clock=Clock()),
+            said.append)
+    assert getattr(ex, "overall", None) is None and said == []
+    assert ex.overall_note == "start against best not measured: stopped before its A/B"

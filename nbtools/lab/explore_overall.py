@@ -20,6 +20,9 @@ def overall(lab, ex, opts, prices, budget, say) -> None:
     as ``ex.overall_note``)."""
     if len(ex.kept) < 2 or ex.note:
         return
+    if opts.stop is not None and opts.stop.is_set():
+        ex.overall_note = "start against best not measured: stopped before its A/B"
+        return
     ka, kb = price.key(ex.workload, ex.start), price.key(ex.best_workload, ex.best)
     per = prices.round_s(ka, kb) or prices.screen_s(ka, kb)[0]
     if not budget.fits(per * ROUNDS):
@@ -30,9 +33,10 @@ def overall(lab, ex, opts, prices, budget, say) -> None:
     metric = "items_per_s" if any(r.get("kept") and r.get("metric") == "items_per_s"
                                   for r in ex.rows) else "step_ms"
     say(f"explore: the start against the best ({len(ex.kept)} changes kept), {ROUNDS} rounds")
-    # the person's timeout and bound; its rounds are fixed, and its runs are no move of the
-    # table's, so the callbacks the moves' A/Bs report to are left out
-    o = replace(opts, rounds=ROUNDS, metric=metric, width=None, on_run=None, stop=None)
+    # the person's timeout, bound and stop (the panel's Stop ends it between runs, its
+    # finished rounds kept); its rounds are fixed, and its runs are no move of the table's,
+    # so the callback the moves' A/Bs report to is left out
+    o = replace(opts, rounds=ROUNDS, metric=metric, width=None, on_run=None)
     try:
         cmp = ab_rounds.run_ab(lab, side(ex.workload, ex.start), side(ex.best_workload, ex.best),
                                o)
