@@ -71,7 +71,7 @@ def _collective_step(ctx):
 
 
 def test_rank_exception_is_one_clear_error_and_peers_are_released(lab, capsys):
-    from nbtools.lab.assemble import _PEER_SIGNS
+    from nbtools.results.errors import PEER_SIGNS
     with pytest.raises(RunFailed) as e:
         lab.run(_collective_step, StepConfig(scenario="custom", warmup=0, steps=5, profiled=0))
     msg = str(e.value)
@@ -81,7 +81,7 @@ def test_rank_exception_is_one_clear_error_and_peers_are_released(lab, capsys):
     # rank 0 was waiting in all_reduce: released by rank 1's abort (its error says a peer
     # failed), not by the 120 s timeout (gloo's "Timed out"): read from the error, not the
     # clock, which a busy host stretches
-    assert any(sign in str(run.errors[0]) for sign in _PEER_SIGNS), run.errors[0]
+    assert any(sign in str(run.errors[0]) for sign in PEER_SIGNS), run.errors[0]
     assert "timed out" not in str(run.errors[0]).lower(), run.errors[0]
     assert lab.history[-1] is run
     # the lab keeps working: the next run re-initialises the process group
