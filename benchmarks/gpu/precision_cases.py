@@ -2,7 +2,7 @@
 (precision_models.py), each explored from eager fp32 (a cold lab, --budget seconds), then
 measured by hand on the same card: A/Bs of the start against the configs a person would try.
 
-    python3 benchmarks/gpu/precision_cases.py OUT_DIR --cases gpt,cnn --budget 240
+    python3 benchmarks/gpu/precision_cases.py OUT_DIR --cases gpt,cnn [--budget 360]
     python3 benchmarks/gpu/precision_cases.py OUT_DIR --tiny    # CPU smoke test
 
 Everything printed is also written to OUT_DIR/precision_cases.txt."""
@@ -23,7 +23,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--cases", default="gpt,cnn")
-    ap.add_argument("--budget", type=float, default=240)
+    ap.add_argument("--budget", type=float, default=None,
+                    help="explore's budget_s; left out, lab.explore's own default")
     ap.add_argument("--hand", default="yes", choices=("yes", "no", "last"),
                     help="'no': the exploration only; 'last': only the last (fullest) hand "
                          "config, for a short device call")
@@ -45,7 +46,7 @@ def main() -> int:
     cloudpickle.register_pickle_by_value(M)
     say(f"\n#### {time.strftime('%Y-%m-%d %H:%M:%S')} torch {torch.__version__}, "
         f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}; "
-        f"cases {a.cases}, budget {a.budget:.0f} s")
+        f"cases {a.cases}, budget {'default' if a.budget is None else f'{a.budget:.0f} s'}")
     t0 = time.perf_counter()
     base = StepConfig(scenario="custom", warmup=3, steps=10, profiled=1)
     wls = {}
@@ -75,11 +76,12 @@ def main() -> int:
         say(f"{lab!r} in {time.perf_counter() - t0:.1f} s")
         for name, wl in wls.items():
             t = time.perf_counter()
-            ex = lab.explore(wl, base, budget_s=a.budget,
+            ex = lab.explore(wl, base, **({} if a.budget is None else {"budget_s": a.budget}),
                              on_step=lambda row: say("   step:", row["change"], "->",
                                                      row["outcome"], "|", row["screen"], "|",
                                                      row["verdict"], "|", row.get("numerics", "")))
-            say(f"\n== {name}: lab.explore(budget_s={a.budget:.0f}): {time.perf_counter() - t:.0f} s")
+            say(f"\n== {name}: lab.explore({'' if a.budget is None else f'budget_s={a.budget:.0f}'}): "
+                f"{time.perf_counter() - t:.0f} s")
             say("-- start run.why():\n" + str(ex.start_run.why()))
             for adv in ex.advice[:1]:
                 say("-- start advice:\n" + str(adv))
