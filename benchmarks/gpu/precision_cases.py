@@ -30,6 +30,9 @@ def main() -> int:
                          "config, for a short device call")
     ap.add_argument("--tiny", action="store_true")
     a = ap.parse_args()
+    # explore's own default unless a budget is named: one place says which
+    budget_kw = {} if a.budget is None else {"budget_s": a.budget}
+    budget_label = "default" if a.budget is None else f"{a.budget:.0f} s"
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "precision_cases.txt", "a")
@@ -46,7 +49,7 @@ def main() -> int:
     cloudpickle.register_pickle_by_value(M)
     say(f"\n#### {time.strftime('%Y-%m-%d %H:%M:%S')} torch {torch.__version__}, "
         f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}; "
-        f"cases {a.cases}, budget {'default' if a.budget is None else f'{a.budget:.0f} s'}")
+        f"cases {a.cases}, budget {budget_label}")
     t0 = time.perf_counter()
     base = StepConfig(scenario="custom", warmup=3, steps=10, profiled=1)
     wls = {}
@@ -76,12 +79,11 @@ def main() -> int:
         say(f"{lab!r} in {time.perf_counter() - t0:.1f} s")
         for name, wl in wls.items():
             t = time.perf_counter()
-            ex = lab.explore(wl, base, **({} if a.budget is None else {"budget_s": a.budget}),
+            ex = lab.explore(wl, base, **budget_kw,
                              on_step=lambda row: say("   step:", row["change"], "->",
                                                      row["outcome"], "|", row["screen"], "|",
                                                      row["verdict"], "|", row.get("numerics", "")))
-            say(f"\n== {name}: lab.explore({'' if a.budget is None else f'budget_s={a.budget:.0f}'}): "
-                f"{time.perf_counter() - t:.0f} s")
+            say(f"\n== {name}: lab.explore(budget {budget_label}): {time.perf_counter() - t:.0f} s")
             say("-- start run.why():\n" + str(ex.start_run.why()))
             for adv in ex.advice[:1]:
                 say("-- start advice:\n" + str(adv))
