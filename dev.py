@@ -166,7 +166,7 @@ def link_jupyter_extension() -> None:
 
 # Debian packages the tests drive for real: chromium for the browser tests (Playwright's own
 # browser download cannot work offline), sshd/ssh for the two simulated hosts of
-# tests/test_hosts.py (ipyparallel's SSH launcher between network namespaces) and OpenMPI's
+# tests/lab/test_hosts.py (ipyparallel's SSH launcher between network namespaces) and OpenMPI's
 # mpirun for docs/clusters.md's MPI recipe there, Slurm (and munge) for its sbatch script there.
 SYSTEM_PACKAGES = {CHROMIUM: "chromium", "/usr/sbin/sshd": "openssh-server", "/usr/bin/ssh": "openssh-client",
                    "/usr/bin/mpirun": "openmpi-bin", "/usr/sbin/slurmctld": "slurmctld",

@@ -3,7 +3,7 @@
     python benchmarks/bench_timeline.py [--events 1000000] [--ranks 8]
 
 Prints the medians of 3 builds and the browser payload (the exported HTML, and the
-serialized Bokeh document inside it). The run comes from tests/test_timeline.py's
+serialized Bokeh document inside it). The run comes from tests/support/runs.py's
 ``synthetic_run``: compute + NCCL streams, two CPU threads, graph replays, compile events.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from bokeh.document import Document  # noqa: E402
 
 from nbtools.report.html import export_html  # noqa: E402
 from nbtools.ui.timeline import Timeline, lod  # noqa: E402
-from test_timeline import synthetic_run  # noqa: E402
+from support.runs import synthetic_run  # noqa: E402
 
 
 def median_s(fn, repeat=3):

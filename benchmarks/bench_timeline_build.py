@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CODE = r'''
 import sys, time, json
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
-from test_timeline import synthetic_run
+from support.runs import synthetic_run
 from nbtools.ui.timeline import Timeline
 run = synthetic_run(n_ranks=8, events_per_rank=125_000, step_ns=100_000_000, seed=1)
 Timeline(run, width=1100)

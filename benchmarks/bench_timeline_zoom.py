@@ -2,7 +2,7 @@
 
     python benchmarks/bench_timeline_zoom.py [--events 1000000] [--ranks 8] [--ticks 24]
 
-Builds the timeline of tests/test_timeline.py's synthetic run (static HTML, INLINE BokehJS,
+Builds the timeline of tests/support/runs.py's synthetic run (static HTML, INLINE BokehJS,
 canvas backend), switches the wheel-zoom tool on, sends ``--ticks`` wheel events over the
 plot (half in, half out) and records every animation frame's interval with
 requestAnimationFrame. Prints the median and 95th percentile frame interval, the longest,
@@ -29,7 +29,7 @@ from bokeh.embed import file_html  # noqa: E402
 from bokeh.resources import INLINE  # noqa: E402
 
 from nbtools.ui.timeline import Timeline  # noqa: E402
-from test_timeline import synthetic_run  # noqa: E402
+from support.runs import synthetic_run  # noqa: E402
 
 FRAMES = """() => { window.__frames = []; window.__wheels = []; let last = performance.now();
   addEventListener("wheel", () => window.__wheels.push(performance.now()), {capture: true});

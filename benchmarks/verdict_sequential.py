@@ -2,7 +2,7 @@
 
     python benchmarks/verdict_sequential.py
 """
-import sys; sys.path.insert(0, "tests"); sys.path.insert(0, ".")   # run from the repository root
+import sys; sys.path.insert(0, "tests/analysis"); sys.path.insert(0, ".")   # run from the repository root
 import numpy as np
 import test_verdict as T
 rng = np.random.default_rng(1)

@@ -38,6 +38,17 @@ def pytest_configure(config):
     os.environ["NBTOOLS_COMPILE_CACHE"] = _MADE_CACHE
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The JupyterLab a browser test started in this process (support/jupyter.py: one per
+    worker, shared by its browser tests) ends with the session, its kernels first."""
+    import sys
+    jupyter = sys.modules.get("support.jupyter")
+    if jupyter is not None:
+        left = jupyter.stop_shared()
+        if left:
+            print(f"\nthe shared JupyterLab's processes had to be killed: {left}")
+
+
 def pytest_unconfigure(config):
     if _MADE_CACHE:
         import shutil
@@ -48,10 +59,10 @@ def pytest_unconfigure(config):
 # tests on them run real steps): a test using one is in the slow tier without saying so,
 # so a new test on a lab cannot slip into the inner loop's three minutes.
 LAB_FIXTURES = {"lab", "pair"}
-# A test that drives Chromium (tests/browser.py) needs Debian's chromium, installed
+# A test that drives Chromium (tests/support/browser.py) needs Debian's chromium, installed
 # system-wide: the fast tier installs nothing system-wide (issue 34), so such a test is in
 # the slow tier (the full run, CI's, installs chromium and runs it; it never skips).
-BROWSER_CALLS = {"launch", "_launch", "open_page"}
+BROWSER_CALLS = {"launch", "_launch", "open_page", "serve"}
 
 
 def _drives_a_browser(item) -> bool:
@@ -114,7 +125,7 @@ def shared_lab(tmp_path_factory):
 
 
 # A module's runs can change process-wide state on the shared lab's engines and so the next
-# module's results: tests/explore_steps.py's Net raises Dynamo's recompile limits, as a
+# module's results: tests/support/explore_steps.py's Net raises Dynamo's recompile limits, as a
 # person's model may, and test_advice_lab then hit no limit (CI's failure of session 17).
 # Each sharing module gets Dynamo's config back as the shared lab started with it. Run on
 # the engines as source (execute, then pull): a function of this file would travel by

@@ -12,6 +12,6 @@ timeout ${FAULTS_S:-900} python3 benchmarks/faults.py --repeats ${REPEATS:-3} --
 # after the lab above is closed (or its client killed by the timeout): within 10 s nothing
 # of it may be left on the GPUs
 sleep 10; nvidia-smi --query-compute-apps=pid,used_memory --format=csv | tee "$OUT/gpu_apps_after.txt"
-timeout ${TESTS_S:-600} python3 -m pytest tests/test_faults.py -q -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tail -15 \
+timeout ${TESTS_S:-600} python3 -m pytest tests/lab/test_faults.py -q -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tail -15 \
     | tee "$OUT/fault_tests.txt"
 ls -la "$OUT"

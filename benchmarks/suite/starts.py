@@ -1,5 +1,5 @@
 """What a shared JupyterLab or a shared Lab would save the suite: the start and stop of
-each, measured with the tests' own JupyterLab helper (tests/test_jupyterlab.py's _Server)
+each, measured with the tests' own JupyterLab helper (tests/support/jupyter.py's Server)
 and nbtools.Lab, a few rounds each, medians printed.
 
     .venv/bin/python benchmarks/suite/starts.py [--rounds 3]
@@ -21,14 +21,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
-    from test_jupyterlab import _Server
+    from support.jupyter import Server
     from nbtools import Lab
     rows = {"jupyterlab start": [], "jupyterlab stop": [], "Lab(n=2) start": [],
             "Lab(n=2) close": []}
     for _ in range(a.rounds):
         with tempfile.TemporaryDirectory() as tmp:
             t = time.monotonic()
-            server = _Server(Path(tmp))
+            server = Server(Path(tmp))
             server.wait()
             t1 = time.monotonic()
             left = server.stop()

@@ -3,7 +3,7 @@
 the slowest test of each group, the groups slowest first; with --compare, the same for an
 earlier run beside it, and the change, so a group that got slower is seen.
 
-A group is the folder under tests/ (tests/engine/...) and, for a file directly in tests/,
+A group is the folder under tests/ (tests/engine/, tests/ui/browser/...) and, for a file directly in tests/,
 the file. The seconds are the tests' own: on N workers the run's wall is about their sum
 over N (the junit's session time is printed with them).
 
@@ -19,14 +19,15 @@ import xml.etree.ElementTree as ET
 
 
 def group_of(classname: str) -> str:
-    """'tests.engine.test_x.TestY' -> 'engine/', 'tests.test_cli' -> 'test_cli.py'."""
+    """'tests.engine.test_x.TestY' -> 'engine/', 'tests.ui.browser.test_x' -> 'ui/browser/',
+    'tests.test_cli' -> 'test_cli.py'."""
     parts = [p for p in classname.split(".") if p]
     while parts and parts[-1][:1].isupper():      # test classes, not modules
         parts.pop()
     if parts and parts[0] == "tests":
         parts = parts[1:]
     if len(parts) > 1:
-        return parts[0] + "/"
+        return "/".join(parts[:-1]) + "/"
     return (parts[0] + ".py") if parts else "?"
 
 

@@ -6,7 +6,7 @@ Build it by hand from the repository root (the ``docs`` extra brings Sphinx and 
     pip install -e '.[docs]'
     python -m sphinx -W --keep-going -b html docs/api build/api   # then open build/api/index.html
 
-tests/test_api_reference.py builds it the same way, warnings as errors, in CI.
+tests/install/test_api_reference.py builds it the same way, warnings as errors, in CI.
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def ab(lab, a, b, rounds=5, metric: str = "step_ms", *, timeout=None,
     interval is narrower than ``width`` (e.g. 0.04: high / low below 1.04, "no difference
     bigger than that"). Each look's interval is widened so that stopping at the first
     resolved look still calls at most 5 % of identical configs resolved (simulated in
-    tests/test_verdict.py); the text says how many rounds it took.
+    tests/analysis/test_verdict.py); the text says how many rounds it took.
 
     ``equivalence`` (default analysis/verdict.py's EQUIVALENCE, 0.02): the difference that
     does not matter. A verdict whose whole interval lies within +-2 % says "no difference

@@ -33,7 +33,7 @@ if msgspec is not None:
     # are skipped in C (read_trace of df_index_resolver: 0.18 s CPU, 0.28 s with orjson
     # building every event's dict). Anything the schema does not expect (a field missing,
     # a phase not in the format, args that is not an object) is a ValidationError: that
-    # batch takes orjson's dicts, whose path counts the damage. tests/test_trace_fuzz.py
+    # batch takes orjson's dicts, whose path counts the damage. tests/trace/test_trace_fuzz.py
     # checks both paths read the same.
 
     # any JSON value, but integers only within int64: orjson makes the larger ones floats
