@@ -161,6 +161,13 @@ REGISTRY = (
          "times measure a broken computation (NaN kernels can be faster or slower).",
          "Lower the learning rate, check the inputs and the loss; try autocast='off' to see "
          "whether low precision overflowed."),
+    Flag("profile-lost", "rank(s) {ranks}: the profiler failed while it stopped ({error}): no "
+         "timeline from them; their step times are kept",
+         "torch.profiler raised as it stopped and gathered the profiled steps' events (Kineto's "
+         "std::bad_alloc, seen once on a CPU rank in CI): those ranks' events, tooltips and "
+         "profiler memory are missing; the steps, compile records and signals are whole.",
+         "Run again. If it repeats, profile fewer steps (profiled=1), leave stack=False, or "
+         "use capture='light' for times only, and check the host's free memory."),
     Flag("check-differs", "rank {rank}: compiled {what} differs from eager by {rel} (max abs "
          "{abs})",
          "check=True ran the first step compiled and eagerly on the same inputs and weights; "

@@ -55,15 +55,18 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
     sampler = signals.current()      # sampling since the run began (runner.run)
     mem = MemoryRecorder(cfg, device, rank)
     mem.start()
+    lost = {}
     with contextlib.ExitStack() as timed:   # quiet.timed_steps: the measured and profiled steps
         prof, last = _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows,
-                             timed, sampler, mem)
+                             timed, sampler, mem, lost)
     value = _scalar(last)
     # only the last step's result is looked at: it is already synced for last_value, and a
     # NaN loss stays NaN (it reaches the weights); a per-step check would sync every step
     out = dict(steps=tables.to_wire(tables.STEP_COLUMNS, rows), last_value=value,
                nonfinite=isinstance(last, torch.Tensor) and not math.isfinite(value),
                **mem.collect(prof))
+    if lost:
+        out["profile_lost"] = lost["error"]
     if prof is not None:
         from nbtools.trace.load import events_from_profiler
         from nbtools.trace.details import detail_rows, details_wire
@@ -77,7 +80,10 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
     return out
 
 
-def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, sampler, mem):
+def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, sampler, mem,
+            lost):
+    """Run the plan's phases; the profiler (None when none ran or it failed as it stopped:
+    then ``lost["error"]`` says why) and the last step's result."""
     i, prof, last, quieted = 0, None, None, False
     for phase, n in plan:
         if n == 0:
@@ -124,7 +130,12 @@ def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, 
                 i += 1
         finally:
             if prof is not None and phase == "profiled":
-                prof.__exit__(None, None, None)
+                try:
+                    prof.__exit__(None, None, None)
+                except Exception as e:  # noqa: BLE001 - Kineto's own failure, not the step's
+                    # the steps ran and were timed: keep them (a flag says what is missing)
+                    lost["error"] = f"{type(e).__name__}: {e}"[:300]
+                    prof = None
         recorder.set_step(-1)
     return prof, last
 

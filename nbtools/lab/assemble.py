@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nbtools.analysis import machine
+from nbtools.analysis import flags, machine
 from nbtools.analysis import samples as signal_samples
 from nbtools.analysis import summary as summ
 from nbtools.schema import tables
@@ -57,7 +57,8 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
                                          "peak_mem_mb", "shapes", "engine_s", "parse_s",
                                          "last_value", "unused", "warnings",
                                          "step_items", "machine", "graph_pool_mb",
-                                         "preload", "train", "own_step", "batch_size")}
+                                         "preload", "train", "own_step", "batch_size",
+                                         "profile_lost")}
              for r, rep in reports.items()}
     for p in lab.placements:    # where each rank ran: the timeline's per-host lanes
         ranks.setdefault(p.rank, {})["host"] = p.host
@@ -79,5 +80,9 @@ def assemble(lab, cfg, run_id, t0, reports, unfinished) -> Run:
         run.flags = summ.flags(sm, ok, cfg, div, events, comp, steps)
     if cfg.torch_trace:
         run.flags += missing_logs_flags(ok, run.torch_trace_logs)
+    lost = {r: rep["profile_lost"] for r, rep in sorted(ok.items()) if rep.get("profile_lost")}
+    if lost:
+        run.flags.append(flags.make("profile-lost", ranks=", ".join(map(str, lost)),
+                                    error=next(iter(lost.values()))))
     return run
 

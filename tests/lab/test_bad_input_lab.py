@@ -49,6 +49,43 @@ def test_a_nan_result_is_flagged(lab):
     assert not any("not a finite number" in f for f in ok.flags), ok.flags
 
 
+def _profiler_fails_as_it_stops(ctx):
+    """On rank 0's profiled step, the profiler's stop raises as Kineto's failed allocation
+    did in CI (``MemoryError: std::bad_alloc`` from _disable_profiler): the real stop runs
+    first, so the process is left as after that failure, with no profiler on."""
+    import torch
+    import torch.autograd.profiler as ap
+    if ctx.rank == 0 and ap._is_profiler_enabled and not getattr(ap, "_nbtools_failing", 0):
+        real = ap._disable_profiler
+
+        def failing():
+            ap._disable_profiler, ap._nbtools_failing = real, 0
+            real()
+            raise MemoryError("std::bad_alloc")
+        ap._disable_profiler, ap._nbtools_failing = failing, 1
+    return torch.tensor(1.0)
+
+
+def test_a_profiler_that_fails_as_it_stops_keeps_the_run_and_says_so(lab):
+    """CI saw a run fail on 'rank 0: MemoryError: std::bad_alloc' raised by the profiler's
+    stop after every step had run and been timed: the run was lost. Now it is kept: its
+    steps, rank 1's timeline, and a flag that names the rank and the error."""
+    run = lab.run(_profiler_fails_as_it_stops, StepConfig(warmup=1, steps=2, profiled=1))
+    assert run.ok, run.first_error()
+    assert sorted(run.steps["rank"].unique()) == [0, 1]
+    assert len(run.steps[run.steps["rank"] == 0]) == 4          # warm-up, 2 measured, profiled
+    assert set(run.events["rank"].unique()) == {1}, "rank 0 has no events; rank 1 has its own"
+    lost = [f for f in run.flags if "the profiler failed" in f]
+    assert lost == ["rank(s) 0: the profiler failed while it stopped (MemoryError: "
+                    "std::bad_alloc): no timeline from them; their step times are kept"], run.flags
+    assert run.ranks[0]["profile_lost"] == "MemoryError: std::bad_alloc"
+    # the engine's profiler is off again: the next profiled run has both ranks' events
+    again = lab.run(lambda ctx: __import__("torch").tensor(1.0),
+                    StepConfig(warmup=1, steps=2, profiled=1))
+    assert again.ok and set(again.events["rank"].unique()) == {0, 1}
+    assert not any("the profiler failed" in f for f in again.flags), again.flags
+
+
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
