@@ -39,14 +39,18 @@ def pytest_configure(config):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The JupyterLab a browser test started in this process (support/jupyter.py: one per
-    worker, shared by its browser tests) ends with the session, its kernels first."""
+    """The JupyterLab and the Chromium the browser tests of this process shared
+    (support/jupyter.py, support/browser.py: one each per worker) end with the session,
+    JupyterLab's kernels first."""
     import sys
     jupyter = sys.modules.get("support.jupyter")
     if jupyter is not None:
         left = jupyter.stop_shared()
         if left:
             print(f"\nthe shared JupyterLab's processes had to be killed: {left}")
+    browser = sys.modules.get("support.browser")
+    if browser is not None:
+        browser.stop_shared()
 
 
 def pytest_unconfigure(config):

@@ -3,25 +3,131 @@ work offline), and what "a Bokeh figure is drawn" means in a page. A missing Chr
 the test; it never skips."""
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from support.paths import ARTIFACTS, ROOT
+
 CHROMIUM = os.environ.get("NBTOOLS_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run"]
-from support.paths import ARTIFACTS, ROOT
+# What Playwright 1.65 gives a headless Chromium it launches (its chromiumSwitches and
+# headless arguments), for the Chromium started here to render as one Playwright starts:
+# sRGB colours (the pixel checks), no scrollbars, a second tab not throttled in the
+# background, no hover-capable pointer.
+PLAYWRIGHTS = [
+    "--disable-field-trial-config", "--disable-background-timer-throttling",
+    "--disable-backgrounding-occluded-windows", "--disable-back-forward-cache",
+    "--disable-breakpad", "--disable-component-extensions-with-background-pages",
+    "--no-default-browser-check", "--disable-default-apps", "--disable-dev-shm-usage",
+    "--disable-extensions",
+    "--disable-features=AvoidUnnecessaryBeforeUnloadCheckSync,DestroyProfileOnBrowserClose,"
+    "HttpsUpgrades,HttpsFirstBalancedModeAutoEnable,LensOverlay,MediaRouter,PaintHolding,"
+    "ThirdPartyStoragePartitioning,AvoidCorsURLLoaderRestartOnRedirect,OptimizationHints,"
+    "NetworkTimeServiceQuerying,AimEnabled,PreconnectToSearch",
+    "--enable-features=CDPScreenshotNewSurface", "--allow-pre-commit-input",
+    "--disable-hang-monitor", "--disable-ipc-flooding-protection", "--disable-popup-blocking",
+    "--disable-prompt-on-repost", "--disable-renderer-backgrounding",
+    "--force-color-profile=srgb", "--metrics-recording-only", "--password-store=basic",
+    "--use-mock-keychain", "--no-service-autorun", "--disable-search-engine-choice-screen",
+    "--enable-unsafe-swiftshader", "--hide-scrollbars", "--mute-audio",
+    "--blink-settings=primaryHoverType=2,availableHoverTypes=2,primaryPointerType=4,"
+    "availablePointerTypes=4"]
 
 
-def launch(pw, chromium: str | None = None):
-    path = chromium or CHROMIUM
+def _missing(path: str) -> None:
     if not Path(path).exists():
         pytest.fail(f"Chromium not found at {path}: install it (apt-get install chromium) "
                     "or point NBTOOLS_CHROMIUM at a Chromium binary. This test does not skip.")
-    return pw.chromium.launch(executable_path=path, args=ARGS)
+
+
+class _Chromium:
+    """One headless Chromium for this test process (each pytest-xdist worker), which every
+    browser test connects to over CDP: a test's pages are its own (a browser context each,
+    closed when it disconnects). Started at the first test that needs it, ended by pid when
+    the session ends (conftest.py) or the process exits."""
+
+    def __init__(self, path: str):
+        self.profile = tempfile.mkdtemp(prefix="nbtools-tests-chromium-")
+        self.proc = subprocess.Popen(
+            [path, *PLAYWRIGHTS, *ARGS, "--remote-debugging-port=0",
+             f"--user-data-dir={self.profile}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        self.lines: list = []
+        found = threading.Event()
+
+        def read():          # drained for good: a full pipe would stop Chromium
+            for line in self.proc.stderr:
+                if len(self.lines) < 200:
+                    self.lines.append(line)
+                m = re.search(r"DevTools listening on (ws://\S+)", line)
+                if m:
+                    self.endpoint = m.group(1)
+                    found.set()
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + 60
+        while not found.wait(0.2):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"Chromium at {path} did not start (exit {self.proc.poll()}): "
+                            + "".join(self.lines)[-2000:])
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+_SHARED: _Chromium | None = None
+
+
+def shared_chromium() -> str:
+    """This process's Chromium (started now if none is alive): its CDP endpoint."""
+    global _SHARED
+    if _SHARED is None or not _SHARED.alive():
+        _missing(CHROMIUM)
+        _SHARED = _Chromium(CHROMIUM)
+    return _SHARED.endpoint
+
+
+def stop_shared() -> None:
+    """End this process's Chromium, if one was started."""
+    global _SHARED
+    chromium, _SHARED = _SHARED, None
+    if chromium is not None:
+        chromium.stop()
+
+
+atexit.register(stop_shared)
+
+
+def launch(pw, chromium: str | None = None):
+    """A browser for one test: this process's Chromium over CDP (its contexts are closed
+    when the test closes the browser); ``chromium``, another binary, is launched on its own."""
+    if chromium is not None and chromium != CHROMIUM:
+        _missing(chromium)
+        return pw.chromium.launch(executable_path=chromium, args=ARGS)
+    return pw.chromium.connect_over_cdp(shared_chromium())
 
 
 @contextlib.contextmanager

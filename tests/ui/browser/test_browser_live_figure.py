@@ -13,8 +13,7 @@ import time
 import pytest
 
 from support.browser import ARTIFACTS
-from support.jupyter import Page, serve, write_notebook
-from support.jupyter import Tab
+from support.jupyter import Page, serve, Tab, write_notebook
 
 pytestmark = pytest.mark.slow
 

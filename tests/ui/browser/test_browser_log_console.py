@@ -13,9 +13,8 @@ import re
 
 import pytest
 
-from support.jupyter import log_console, log_level, open_log_console
-from support.jupyter import Page, serve, write_notebook
-from support.jupyter import Tab
+from support.jupyter import (log_console, log_level, open_log_console, Page, serve, Tab,
+                             write_notebook)
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,7 @@ import re
 
 import pytest
 
-from support.jupyter import log_console, open_log_console, shot
-from support.jupyter import panel_page, serve, wait_status
+from support.jupyter import log_console, open_log_console, panel_page, serve, shot, wait_status
 from support.paths import TESTS
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,8 @@ import re
 import pytest
 
 from support.browser import check_plots_drawn
-from support.jupyter import panel_page, RANKS, serve, wait_status
-from support.jupyter import log_console, log_level, open_log_console, shot
+from support.jupyter import (log_console, log_level, open_log_console, panel_page, RANKS, serve,
+                             shot, wait_status)
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,7 @@ import re
 
 import pytest
 
-from support.jupyter import pictures
-from support.jupyter import CLIPPED, panel_page, serve, wait_status
+from support.jupyter import CLIPPED, panel_page, pictures, serve, wait_status
 
 pytestmark = pytest.mark.slow
 

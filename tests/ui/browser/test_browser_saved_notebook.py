@@ -18,10 +18,8 @@ import pytest
 from PIL import Image
 
 from support.browser import ARTIFACTS
-from support.jupyter import api, Page, serve, write_notebook
-from support.jupyter import Tab
+from support.jupyter import api, Page, pictures, serve, Tab, write_notebook
 from support.runs import synthetic_run
-from support.jupyter import pictures
 from support.paths import TESTS
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,7 @@ import re
 import numpy as np
 
 from support.browser import ARTIFACTS, check_plots_drawn, open_page
-from support.runs import synthetic_run
-from support.runs import long_compile_run
+from support.runs import long_compile_run, synthetic_run
 
 READY = ("() => window.Bokeh && Bokeh.index && [...Bokeh.index.all_views()]"
          ".some(v => v.model.name === {name!r} && v.frame)")

@@ -11,10 +11,9 @@ import shutil
 import numpy as np
 import pytest
 
-from support.browser import ARTIFACTS, open_page
+from support.browser import ARTIFACTS, frame_shot, near, open_page
 from nbtools import load_traces
 from nbtools.common.package_data import h200_traces_dir
-from support.browser import frame_shot, near
 
 pytestmark = pytest.mark.slow
 

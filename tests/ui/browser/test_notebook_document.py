@@ -17,10 +17,10 @@ import nbformat
 import pytest
 
 from support.browser import ARTIFACTS, check_plots_drawn
-from support.jupyter import api, MAX_SAVED, Page, PYTHON, RANKS, serve, write_notebook
+from support.jupyter import (api, FIGURE_MIME, MAX_SAVED, Page, PYTHON, RANKS, serve, Tab,
+                             write_notebook)
 from support.paths import NOTEBOOKS
 from support.notebooks import cell_errors, small
-from support.jupyter import FIGURE_MIME, Tab
 
 pytestmark = pytest.mark.slow
 
