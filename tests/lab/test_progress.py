@@ -98,9 +98,9 @@ def _texts(cell, kind):
 
 @pytest.mark.timeout(420)
 def test_progress_warnings_and_closed_lab_in_a_kernel(tmp_path):
-    from tests.test_notebooks import _tiny_notebook
+    from support.notebooks import tiny_notebook
     from nbtools.report.notebook import execute
-    nb = execute(_tiny_notebook(tmp_path / "p.ipynb", _cells(tmp_path / "runs")),
+    nb = execute(tiny_notebook(tmp_path / "p.ipynb", _cells(tmp_path / "runs")),
                  timeout=300, cwd=tmp_path)
     errors = [o for c in nb.cells for o in c.outputs if o.output_type == "error"]
     assert not errors, errors

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nbtools.report.notebook import NotebookStopped, execute, export_notebook
-from support.notebooks import cell_errors, failed_runs, small
+from support.notebooks import cell_errors, failed_runs, small, tiny_notebook
 from support.paths import NOTEBOOKS
 
 pytestmark = pytest.mark.slow   # runs the tutorial notebooks in kernels, each with its own lab
@@ -108,21 +108,10 @@ def test_quickstart_exports_offline_html(tmp_path, capsys):
     assert any((tmp_path / "runs").glob("*/run.json")), "no run saved under HISTORY"
 
 
-def _tiny_notebook(path, cells):
-    import nbformat
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "torch-nbtools", "display_name": "torch-nbtools",
-                                 "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
-    nb.cells[0].metadata["tags"] = ["parameters"]
-    nbformat.write(nb, str(path))
-    return path
-
-
 @pytest.mark.timeout(120)
 def test_export_past_its_deadline_keeps_what_ran(tmp_path):
     from nbtools.report.notebook import NotebookStopped
-    nb = _tiny_notebook(tmp_path / "slow.ipynb", [
+    nb = tiny_notebook(tmp_path / "slow.ipynb", [
         "N = 1", "print('measured', N * 21)", "import time; time.sleep(120)", "print('never')"])
     with pytest.raises(NotebookStopped) as info:
         export_notebook(nb, tmp_path / "slow.html", parameters={"N": 2}, deadline_s=15)
@@ -135,7 +124,7 @@ def test_export_past_its_deadline_keeps_what_ran(tmp_path):
 @pytest.mark.timeout(120)
 def test_export_cli_params_and_a_failing_cell(tmp_path, capsys):
     from nbtools.cli.main import main
-    nb = _tiny_notebook(tmp_path / "bad.ipynb", [
+    nb = tiny_notebook(tmp_path / "bad.ipynb", [
         "X = 0", "print('x is', X)", "1 / X"])
     assert main(["export", str(nb), "-o", str(tmp_path / "bad.html"), "-p", "X=0"]) == 1
     err = capsys.readouterr().err

@@ -34,3 +34,16 @@ def cell_errors(nb) -> list:
             if o.get("output_type") == "error":
                 out.append(f"cell {i}: {o.get('ename')}: {o.get('evalue')}")
     return out
+
+
+def tiny_notebook(path, cells):
+    """A notebook of ``cells`` on the torch-nbtools kernel at ``path``, its first cell tagged
+    parameters."""
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "torch-nbtools", "display_name": "torch-nbtools",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nbformat.write(nb, str(path))
+    return path
