@@ -12,7 +12,7 @@ import pytest
 from nbtools import StepConfig
 from nbtools.analysis.advice import NOTHING, Suggestions, compile_rules, gpu_rules
 
-from support.lab_steps import break_line, step_with_break
+from support.lab_steps import adam, break_line, many_small_layers, small_batch, step_with_break
 
 pytestmark = pytest.mark.slow
 
@@ -301,21 +301,6 @@ def test_a_cpu_ranks_why_says_where_its_step_went(lab):
             d.text
 
 
-def _many_small_layers():
-    import torch
-    return torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(40)])
-
-
-def _small_batch(step, device):
-    import torch
-    return torch.randn(4, 8, device=device), torch.zeros(4, 8, device=device)
-
-
-def _adam(params):
-    import torch
-    return torch.optim.Adam(params, lr=1e-3)
-
-
 def test_a_cpu_step_held_by_its_optimizer_gets_fused_where_fused_can_run(lab):
     """80 small parameter tensors under Adam on a CPU rank: the optimizer is most of the
     step, and fused=True (torch's fused CPU Adam) is the move; under FSDP2 with SGD, whose
@@ -325,8 +310,8 @@ def test_a_cpu_step_held_by_its_optimizer_gets_fused_where_fused_can_run(lab):
 
     from nbtools import Workload
     from nbtools.config.engine_notes import optimizer_name
-    wl = Workload(model=_many_small_layers, batch=_small_batch,
-                  loss=torch.nn.functional.mse_loss, optimizer=_adam, name="many small layers")
+    wl = Workload(model=many_small_layers, batch=small_batch,
+                  loss=torch.nn.functional.mse_loss, optimizer=adam, name="many small layers")
     cfg = StepConfig(scenario="custom", parallel="ddp", **FAST)
     run = lab.run(wl, cfg)
     assert optimizer_name(run) == "Adam"
@@ -336,7 +321,7 @@ def test_a_cpu_step_held_by_its_optimizer_gets_fused_where_fused_can_run(lab):
     fused = lab.run(wl, cfg.replace(**got[0].change))      # the move runs
     assert fused.ok and "cpu-optimizer" not in rules(lab.advise(fused))
     # the same model under FSDP2 with SGD (the lab's default optimizer)
-    sharded = Workload(model=_many_small_layers, batch=_small_batch,
+    sharded = Workload(model=many_small_layers, batch=small_batch,
                        loss=torch.nn.functional.mse_loss, name="many small layers, SGD")
     sgd = lab.run(sharded, cfg.replace(parallel="fsdp2"))
     assert optimizer_name(sgd) == "SGD"

@@ -10,30 +10,16 @@ import math
 import pytest
 
 from nbtools import StepConfig, Workload
+from support.lab_steps import adam, many_small_layers, small_batch
 
 pytestmark = pytest.mark.slow
 
 LAB = dict(timeout=240, pg_timeout=120)     # a lab of its own: fresh, its first run cold
 
 
-def _many_small_layers():
-    import torch
-    return torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(40)])
-
-
-def _small_batch(step, device):
-    import torch
-    return torch.randn(4, 8, device=device), torch.zeros(4, 8, device=device)
-
-
-def _adam(params):
-    import torch
-    return torch.optim.Adam(params, lr=1e-3)
-
-
 def test_a_fresh_lab_prices_from_a_warm_run_and_uses_its_budget(lab):
     import torch
-    wl = Workload(model=_many_small_layers, batch=_small_batch, optimizer=_adam,
+    wl = Workload(model=many_small_layers, batch=small_batch, optimizer=adam,
                   loss=torch.nn.functional.mse_loss, name="many small layers")
     start = StepConfig(scenario="custom", warmup=1, steps=3, profiled=1)
     n0 = len(lab.history)

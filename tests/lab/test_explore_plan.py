@@ -12,30 +12,16 @@ import signal
 import pytest
 
 from nbtools import ConfigError, StepConfig, Workload
+from support.lab_steps import adam, many_small_layers, small_batch
 
 pytestmark = pytest.mark.slow
 
 LAB = "shared"     # the worker's lab (tests/conftest.py): history counted from here
 
 
-def _many_small_layers():
-    import torch
-    return torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(40)])
-
-
-def _small_batch(step, device):
-    import torch
-    return torch.randn(4, 8, device=device), torch.zeros(4, 8, device=device)
-
-
-def _adam(params):
-    import torch
-    return torch.optim.Adam(params, lr=1e-3)
-
-
 def _workload():
     import torch
-    return Workload(model=_many_small_layers, batch=_small_batch, optimizer=_adam,
+    return Workload(model=many_small_layers, batch=small_batch, optimizer=adam,
                     loss=torch.nn.functional.mse_loss, name="many small layers (plan)")
 
 

@@ -22,3 +22,20 @@ def break_line() -> int:
     """The source line of step_with_break's graph break: what the records must name."""
     lines, start = inspect.getsourcelines(step_with_break)
     return start + next(i for i, t in enumerate(lines) if "the graph break" in t)
+
+
+# A Workload whose step is held by its optimizer on a CPU rank: 40 small layers (80
+# parameter tensors) under Adam, on a small batch (the advice and explore tests' host case).
+def many_small_layers():
+    import torch
+    return torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(40)])
+
+
+def small_batch(step, device):
+    import torch
+    return torch.randn(4, 8, device=device), torch.zeros(4, 8, device=device)
+
+
+def adam(params):
+    import torch
+    return torch.optim.Adam(params, lr=1e-3)
