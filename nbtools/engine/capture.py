@@ -55,10 +55,9 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
     sampler = signals.current()      # sampling since the run began (runner.run)
     mem = MemoryRecorder(cfg, device, rank)
     mem.start()
-    lost = {}
     with contextlib.ExitStack() as timed:   # quiet.timed_steps: the measured and profiled steps
-        prof, last = _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows,
-                             timed, sampler, mem, lost)
+        prof, last, lost = _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows,
+                                   timed, sampler, mem)
     value = _scalar(last)
     # only the last step's result is looked at: it is already synced for last_value, and a
     # NaN loss stays NaN (it reaches the weights); a per-step check would sync every step
@@ -66,7 +65,7 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
                nonfinite=isinstance(last, torch.Tensor) and not math.isfinite(value),
                **mem.collect(prof))
     if lost:
-        out["profile_lost"] = lost["error"]
+        out["profile_lost"] = lost
     if prof is not None:
         from nbtools.trace.load import events_from_profiler
         from nbtools.trace.details import detail_rows, details_wire
@@ -80,11 +79,10 @@ def run_steps(cfg: StepConfig, step, batch, device, recorder, rank: int,
     return out
 
 
-def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, sampler, mem,
-            lost):
-    """Run the plan's phases; the profiler (None when none ran or it failed as it stopped:
-    then ``lost["error"]`` says why) and the last step's result."""
-    i, prof, last, quieted = 0, None, None, False
+def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, sampler, mem):
+    """Run the plan's phases. Returns the profiler (None when none ran or it failed as it
+    stopped), the last step's result, and why the profiler failed ("" when it did not)."""
+    i, prof, last, quieted, lost = 0, None, None, False, ""
     for phase, n in plan:
         if n == 0:
             continue
@@ -134,10 +132,10 @@ def _phases(plan, cfg, step, batch, cuda, recorder, rank, rows, windows, timed, 
                     prof.__exit__(None, None, None)
                 except Exception as e:  # noqa: BLE001 - Kineto's own failure, not the step's
                     # the steps ran and were timed: keep them (a flag says what is missing)
-                    lost["error"] = f"{type(e).__name__}: {e}"[:300]
+                    lost = f"{type(e).__name__}: {e}"[:300]
                     prof = None
         recorder.set_step(-1)
-    return prof, last
+    return prof, last, lost
 
 
 def _step_range(cfg: StepConfig, i: int, phase: str):
