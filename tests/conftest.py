@@ -83,7 +83,7 @@ LONGEST_FIRST = [
     "test_lab_compile.py", "test_faults.py", "test_ab.py", "test_extras_install.py",
     "test_notebook_document.py", "test_browser_panel_compare.py", "test_lab.py", "test_cli.py",
     "test_explore.py", "test_panel.py", "test_install.py", "test_workload.py", "test_flags.py",
-    "test_panel_compare.py", "test_browser_panel_advice.py", "test_browser_saved_notebook.py",
+    "test_panel_compare.py", "test_browser_panel_advice.py",
     "test_advice_lab.py", "test_first_hour.py",
 ]
 
