@@ -239,6 +239,7 @@ def test_a_tutorial_saved_reopened_restarted_and_reloaded_stays_a_document(tmp_p
         for k in api(server.base, server.token, "/api/kernels"):     # none left
             api(server.base, server.token, f"/api/kernels/{k['id']}", method="DELETE")
         _touch_pages((pg, second.page))
+        _quiet(pg, "after the kernel shut down")
         shot(pg, "kernel-stopped")
         # at info it shows the cells' own outputs too; still none of the noise
         log_level(pg, "info")
